@@ -1,0 +1,51 @@
+# Every target creates or reuses .venv, installed with the pinned constraints.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+# Also pins packages inside build environments (deepspeed builds from an sdist): an unpinned
+# torch there would pull several GB of CUDA wheels.
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+
+.PHONY: venv test test-fast demo bench docs gx-catalog constraints check clean
+
+$(INSTALLED): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+venv: $(INSTALLED)
+
+test: $(INSTALLED)
+	$(BIN)/python -m pytest
+
+test-fast: $(INSTALLED)
+	$(BIN)/python -m pytest -m 'not slow'
+
+check: $(INSTALLED)
+	$(BIN)/trainpipe check dags/configs
+
+demo: $(INSTALLED)
+	$(BIN)/python scripts/demo.py
+
+bench: $(INSTALLED)
+	$(BIN)/python benchmarks/run.py --output BENCHMARKS.md
+
+docs: $(INSTALLED)
+	$(BIN)/python scripts/update_readme_reference.py
+
+gx-catalog: $(INSTALLED)
+	$(BIN)/python scripts/gen_gx_catalog.py
+
+# Re-pin after changing dependencies in pyproject.toml: resolves in a scratch venv.
+constraints:
+	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
+	echo "torch==2.13.0" > .venv-pin/torch.txt
+	PIP_CONSTRAINT=$(CURDIR)/.venv-pin/torch.txt .venv-pin/bin/pip install --quiet -e '.[test]'
+	{ sed -n '1,3p' constraints.txt; .venv-pin/bin/pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-pin
+
+clean:
+	rm -rf $(VENV) .pytest_cache src/*.egg-info

@@ -1,0 +1,93 @@
+"""`data`: where each run's snapshot comes from and which columns the model sees."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.types import ColumnName, StorageUri
+
+
+class FeatureColumns(Section):
+    """Model inputs by kind; the kind decides encoding and which drift test applies."""
+
+    numeric: list[ColumnName] = []
+    """Numeric feature columns."""
+
+    categorical: list[ColumnName] = []
+    """Categorical feature columns (strings or integer codes)."""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> FeatureColumns:
+        if not self.numeric and not self.categorical:
+            raise ValueError("declare at least one feature column under `numeric` or `categorical`")
+        problems, seen = [], set()
+        for kind, names in (("numeric", self.numeric), ("categorical", self.categorical)):
+            for i, name in enumerate(names):
+                if name in seen:
+                    problems.append(((kind, i), f"column {name!r} is declared twice"))
+                seen.add(name)
+        field_problems(problems)
+        return self
+
+    @property
+    def all(self) -> list[str]:
+        return [*self.numeric, *self.categorical]
+
+
+class HoldoutSection(Section):
+    """How the snapshot is split into training rows and the holdout every model is scored on."""
+
+    fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Share of rows held out (between 0 and 1, exclusive)."""
+
+    seed: int = Field(default=0, ge=0)
+    """Seed of the split; the same snapshot and seed always give the same holdout."""
+
+    key_column: ColumnName | None = None
+    """Split by a hash of this column instead of by row, so a key never lands on both sides."""
+
+
+class DataSection(Section):
+    """The data a run trains on: `<uri>/<partition>/` holds one snapshot."""
+
+    uri: StorageUri
+    """Dataset root: `s3://bucket/prefix`, `file:///abs/path`, or a path relative to TRAINPIPE_HOME."""
+
+    partition: str = "ds={{ ds }}"
+    """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""
+
+    format: Literal["parquet", "csv"] = "parquet"
+    """File format of the snapshot's files."""
+
+    label: ColumnName
+    """Column the model predicts."""
+
+    features: FeatureColumns
+    """Columns the model reads."""
+
+    holdout: HoldoutSection = HoldoutSection()
+    """Holdout split."""
+
+    @field_validator("partition")
+    @classmethod
+    def _valid_template(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value.split("/"):
+            raise ValueError(f"partition is a relative sub-path without '..', got {value!r}")
+        # The DAG renders this with Airflow's Jinja environment; catch syntax errors now
+        # instead of at the first run. jinja2 is already loaded by airflow.sdk at parse time.
+        import jinja2
+
+        try:
+            jinja2.Environment().parse(value)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"invalid Airflow template {value!r}: {exc.message}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _label_is_not_a_feature(self) -> DataSection:
+        if self.label in self.features.all:
+            field_problems([(("label",), f"label column {self.label!r} is also listed as a feature")])
+        return self

@@ -1,0 +1,55 @@
+"""`gate`: when a candidate may replace the champion, decided on the same holdout."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import NonNegativeFloat
+
+from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.catalog import Direction
+
+
+class Guardrail(Section):
+    """A secondary metric the candidate may not worsen by more than allowed."""
+
+    metric: str
+    """Metric name (see the metrics of `training.task`)."""
+
+    max_regression: NonNegativeFloat = 0.0
+    """Largest absolute worsening vs the champion, in the metric's own units."""
+
+    max_relative_regression: NonNegativeFloat | None = None
+    """Largest relative worsening vs the champion (0.02 = 2%); both limits apply when set."""
+
+
+class NoChampionPolicy(Section):
+    """What the first run does, when no model holds the champion alias yet."""
+
+    action: Literal["promote", "skip", "fail"] = "promote"
+    """`promote` the candidate, `skip` registration, or `fail` the run."""
+
+    min_value: float | None = None
+    """Promote only if the primary metric reaches this value (in the metric's better direction)."""
+
+
+class GateSection(Section):
+    """Candidate vs champion, both scored on this run's holdout by the same code."""
+
+    metric: str
+    """Primary metric, e.g. `roc_auc` or `rmse`."""
+
+    direction: Direction | None = None
+    """`maximize` or `minimize`; defaults to the metric's natural direction, which it must match."""
+
+    min_improvement: NonNegativeFloat = 0.0
+    """Smallest absolute improvement of the primary metric that justifies a promotion."""
+
+    min_relative_improvement: NonNegativeFloat = 0.0
+    """Smallest relative improvement (0.01 = 1%); both minimums apply."""
+
+    guardrails: list[Guardrail] = []
+    """Metrics that may not regress beyond their limits."""
+
+    no_champion: NoChampionPolicy = NoChampionPolicy()
+    """Bootstrap policy for the first run."""

@@ -1,0 +1,99 @@
+"""The whole pipeline config: identity plus one section per stage."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.gate import GateSection
+from airflow_trainpipe.config.register import RegisterSection
+from airflow_trainpipe.config.schedule import ScheduleSection
+from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.training import TrainingSection
+from airflow_trainpipe.config.types import DagId
+from airflow_trainpipe.config.validation import ValidationSection
+
+
+class PipelineConfig(Section):
+    """One retrain pipeline: wait_for_data -> validate_data -> train -> gate -> register."""
+
+    pipeline: DagId
+    """Pipeline name; becomes the Airflow DAG id (letters, digits, `_`, `.`, `-`)."""
+
+    owner: str = Field(default="airflow", min_length=1)
+    """Owner shown in the Airflow UI."""
+
+    description: str | None = None
+    """One-line description shown in the Airflow UI."""
+
+    tags: list[str] = []
+    """Airflow DAG tags."""
+
+    schedule: ScheduleSection
+    """When it runs."""
+
+    data: DataSection
+    """What it trains on."""
+
+    validation: ValidationSection = ValidationSection()
+    """Checks before training."""
+
+    training: TrainingSection
+    """How it trains."""
+
+    gate: GateSection
+    """When a candidate replaces the champion."""
+
+    # `register` would shadow ABCMeta.register on the model class, hence the alias.
+    registration: RegisterSection = Field(default=RegisterSection(), alias="register")
+    """Where promoted models go."""
+
+    @property
+    def registered_model_name(self) -> str:
+        return self.registration.model_name or self.pipeline
+
+    @property
+    def gate_direction(self) -> str:
+        return self.gate.direction or METRICS[self.training.task][self.gate.metric]
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> PipelineConfig:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        metrics = METRICS[self.training.task]
+        task = self.training.task
+
+        if self.gate.metric not in metrics:
+            problems.append(
+                (("gate", "metric"), f"{self.gate.metric!r} is not a {task} metric"
+                 f"{did_you_mean(self.gate.metric, metrics)}; expected one of {', '.join(metrics)}")
+            )
+        elif self.gate.direction and self.gate.direction != metrics[self.gate.metric]:
+            problems.append(
+                (("gate", "direction"), f"{self.gate.metric} is better when it is "
+                 f"{'higher' if metrics[self.gate.metric] == 'maximize' else 'lower'}; "
+                 f"direction must be {metrics[self.gate.metric]!r}, got {self.gate.direction!r}")
+            )
+        for i, guardrail in enumerate(self.gate.guardrails):
+            if guardrail.metric not in metrics:
+                problems.append(
+                    (("gate", "guardrails", i, "metric"), f"{guardrail.metric!r} is not a {task} metric"
+                     f"{did_you_mean(guardrail.metric, metrics)}; expected one of {', '.join(metrics)}")
+                )
+            elif guardrail.metric == self.gate.metric:
+                problems.append((("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail"))
+
+        features = self.data.features.all
+        if self.validation.drift is not None:
+            for name in self.validation.drift.feature_thresholds:
+                if name not in features:
+                    problems.append(
+                        (("validation", "drift", "feature_thresholds", name),
+                         f"{name!r} is not a feature in data.features{did_you_mean(name, features)}")
+                    )
+        if self.data.holdout.key_column == self.data.label:
+            problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
+
+        field_problems(problems)
+        return self

@@ -1,0 +1,127 @@
+"""`schedule`: when the pipeline runs, and the retry defaults of its tasks."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Annotated, Any
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
+
+from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.types import Duration, PositiveDuration
+
+# Airflow 3 timetable presets accepted in place of a cron expression.
+CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually")
+
+
+def _iso_date(value: Any) -> Any:
+    """YAML gives a date for `2026-01-01`; a quoted string gets the same treatment."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value) if "T" in value or " " in value else date.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"expected an ISO date such as 2026-01-01, got {value!r}") from None
+    return value
+
+
+IsoDate = Annotated[date | datetime, BeforeValidator(_iso_date)]
+
+
+class ScheduleSection(Section):
+    """When the DAG runs: a cron expression or preset, or an Airflow asset (data-aware)."""
+
+    cron: str | None = None
+    """Cron expression (`0 2 * * *`) or preset (`@daily`, `@weekly`, ...). Exclusive with `asset`."""
+
+    asset: str | None = None
+    """Run whenever this Airflow asset (name or URI) is updated. Exclusive with `cron`."""
+
+    start_date: IsoDate
+    """First logical date the schedule covers (ISO date, `2026-01-01`)."""
+
+    end_date: IsoDate | None = None
+    """Optional last logical date."""
+
+    timezone: str = "UTC"
+    """IANA time zone the cron expression is read in."""
+
+    catchup: bool = False
+    """Create runs for intervals between `start_date` and now that were never run."""
+
+    max_active_runs: PositiveInt = 1
+    """Runs of this pipeline allowed at the same time (retraining is rarely safe to overlap)."""
+
+    retries: int = Field(default=2, ge=0, le=100)
+    """Default retries of every task; a retry of `train` resumes from its last checkpoint."""
+
+    retry_delay: Duration = timedelta(minutes=5)
+    """Wait before a retry: `30s`, `5m`, `1h`, or seconds."""
+
+    retry_exponential_backoff: bool = False
+    """Double the retry delay after each failed try."""
+
+    dagrun_timeout: PositiveDuration | None = None
+    """Fail a DAG run that takes longer than this."""
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        value = " ".join(value.split())
+        if value.startswith("@"):
+            if value not in CRON_PRESETS:
+                raise ValueError(f"unknown preset {value!r}; expected one of {', '.join(CRON_PRESETS)}")
+            return value
+        # croniter is what Airflow's cron timetables use; imported here so that only the
+        # processes validating a cron expression pay for it.
+        from croniter import croniter
+
+        if len(value.split()) != 5 or not croniter.is_valid(value):
+            raise ValueError(
+                f"invalid cron expression {value!r}; expected 5 fields "
+                "'minute hour day-of-month month day-of-week', e.g. '0 2 * * *'"
+            )
+        return value
+
+    @field_validator("asset")
+    @classmethod
+    def _valid_asset(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise ValueError(f"an asset name or URI has no spaces, got {value!r}")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        if not _is_timezone(value):
+            raise ValueError(f"unknown IANA time zone {value!r}, e.g. 'UTC' or 'Europe/Paris'")
+        return value
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> ScheduleSection:
+        problems = []
+        if (self.cron is None) == (self.asset is None):
+            problems.append((("cron",), "set exactly one of `cron` (time-based) or `asset` (data-aware)"))
+        if self.end_date is not None and _as_datetime(self.end_date) <= _as_datetime(self.start_date):
+            problems.append((("end_date",), f"{self.end_date} is not after start_date {self.start_date}"))
+        field_problems(problems)
+        return self
+
+
+@cache
+def _is_timezone(name: str) -> bool:
+    # ZoneInfo looks up one zone; zoneinfo.available_timezones() walks the whole tz database.
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _as_datetime(value: date | datetime) -> datetime:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None)
+    return datetime(value.year, value.month, value.day)

@@ -1,0 +1,246 @@
+"""`training`: the model, its hyperparameters, DeepSpeed, resources, launcher and checkpoints."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.catalog import Task, available_models
+from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.types import Quantity, StorageUri
+
+_MODEL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+Scalar = str | int | float | bool
+
+
+class Hyperparameters(Section):
+    """Optimisation settings, plus `model_args` passed to the model's builder."""
+
+    epochs: PositiveInt = 10
+    """Passes over the training rows."""
+
+    max_steps: PositiveInt | None = None
+    """Stop after this many optimizer steps, even mid-epoch."""
+
+    batch_size: PositiveInt = 256
+    """Micro-batch per process (DeepSpeed `train_micro_batch_size_per_gpu`)."""
+
+    gradient_accumulation_steps: PositiveInt = 1
+    """Micro-batches accumulated into one optimizer step."""
+
+    learning_rate: PositiveFloat = 1e-3
+    """AdamW learning rate."""
+
+    weight_decay: NonNegativeFloat = 0.0
+    """AdamW weight decay."""
+
+    warmup_steps: NonNegativeInt = 0
+    """Linear learning-rate warm-up steps."""
+
+    seed: int = Field(default=42, ge=0)
+    """Seed of weights, shuffling and dropout; same seed and data give the same model."""
+
+    early_stopping_patience: PositiveInt | None = None
+    """Stop when the holdout metric has not improved for this many epochs."""
+
+    model_args: dict[str, Scalar | list[Scalar]] = {}
+    """Keyword arguments of the model builder, e.g. `{hidden_sizes: [64, 32], dropout: 0.1}`."""
+
+
+# DeepSpeed keys that the typed fields own; an override would make two places disagree.
+_OWNED_DEEPSPEED_KEYS = {
+    "zero_optimization.stage": "training.deepspeed.zero_stage",
+    "zero_optimization.offload_optimizer": "training.deepspeed.offload_optimizer",
+    "zero_optimization.offload_param": "training.deepspeed.offload_params",
+    "bf16": "training.deepspeed.precision",
+    "fp16": "training.deepspeed.precision",
+    "train_micro_batch_size_per_gpu": "training.hyperparameters.batch_size",
+    "train_batch_size": "training.hyperparameters.batch_size",
+    "gradient_accumulation_steps": "training.hyperparameters.gradient_accumulation_steps",
+    "gradient_clipping": "training.deepspeed.gradient_clipping",
+}
+
+
+def _dotted_keys(mapping: dict[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in mapping.items():
+        keys.append(prefix + key)
+        if isinstance(value, dict):
+            keys.extend(_dotted_keys(value, prefix + key + "."))
+    return keys
+
+
+class DeepSpeedSection(Section):
+    """The DeepSpeed engine: ZeRO stage, precision, offload; `overrides` merges raw config last."""
+
+    zero_stage: int = Field(default=1, ge=0, le=3)
+    """ZeRO stage 0-3: 1 shards optimizer state, 2 also gradients, 3 also parameters."""
+
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """`auto` is bf16 on GPUs that support it, else fp16 on GPU, fp32 on CPU."""
+
+    offload_optimizer: Literal["none", "cpu", "nvme"] = "none"
+    """Keep optimizer state in CPU memory or on NVMe (ZeRO stage >= 1)."""
+
+    offload_params: Literal["none", "cpu", "nvme"] = "none"
+    """Keep parameters in CPU memory or on NVMe (ZeRO stage 3 only)."""
+
+    nvme_path: str | None = None
+    """Local NVMe mount for `nvme` offload."""
+
+    gradient_clipping: NonNegativeFloat = 1.0
+    """Clip the global gradient norm (0 disables)."""
+
+    overrides: dict[str, Any] = {}
+    """Raw DeepSpeed config merged last, for settings not modelled here (e.g. `zero_optimization: {overlap_comm: true}`)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeepSpeedSection:
+        problems = []
+        if self.offload_params != "none" and self.zero_stage != 3:
+            problems.append((("offload_params",), f"needs zero_stage 3, got zero_stage {self.zero_stage}"))
+        if self.offload_optimizer != "none" and self.zero_stage == 0:
+            problems.append((("offload_optimizer",), "needs zero_stage 1, 2 or 3, got zero_stage 0"))
+        if "nvme" in (self.offload_optimizer, self.offload_params) and not self.nvme_path:
+            problems.append((("nvme_path",), "nvme offload needs nvme_path, a local NVMe mount"))
+        for key in _dotted_keys(self.overrides):
+            if key in _OWNED_DEEPSPEED_KEYS:
+                problems.append(
+                    (("overrides", *key.split(".")), f"is set through {_OWNED_DEEPSPEED_KEYS[key]}; set it there")
+                )
+        field_problems(problems)
+        return self
+
+
+class Resources(Section):
+    """What one training job gets; `processes_per_node` is torchrun's --nproc-per-node."""
+
+    nodes: PositiveInt = 1
+    """Machines (pods) the job spans; more than 1 needs `launcher: kubernetes`."""
+
+    gpus_per_node: NonNegativeInt = 0
+    """GPUs per node; 0 trains on CPU with the gloo backend."""
+
+    processes_per_node: PositiveInt | None = None
+    """Training processes per node; defaults to `gpus_per_node`, or 1 on CPU."""
+
+    cpu: Quantity = "2"
+    """CPU request per node (Kubernetes quantity)."""
+
+    memory: Quantity = "4Gi"
+    """Memory request per node (Kubernetes quantity)."""
+
+    @model_validator(mode="after")
+    def _one_process_per_gpu(self) -> Resources:
+        if self.gpus_per_node and self.processes_per_node and self.processes_per_node > self.gpus_per_node:
+            field_problems([(
+                ("processes_per_node",),
+                f"{self.processes_per_node} exceeds gpus_per_node {self.gpus_per_node}; use one process per GPU",
+            )])
+        return self
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.processes_per_node or self.gpus_per_node or 1
+
+
+class CheckpointSection(Section):
+    """Checkpoints under `<uri>/<pipeline>/<run_id>/`; a retry resumes from the newest complete one."""
+
+    uri: StorageUri = "checkpoints"
+    """Checkpoint root: `s3://...`, `file:///...` or relative to TRAINPIPE_HOME."""
+
+    every_steps: PositiveInt | None = 200
+    """Save every N optimizer steps."""
+
+    every_minutes: PositiveFloat | None = None
+    """Save every T minutes of training, whichever of the two comes first."""
+
+    keep_last: PositiveInt = 2
+    """Complete checkpoints kept, newest first; older ones are deleted."""
+
+    keep_best: bool = True
+    """Also keep the checkpoint with the best holdout metric, separately."""
+
+    async_upload: bool = Field(default=True, alias="async")
+    """Upload in the background so the training loop does not stall."""
+
+    @model_validator(mode="after")
+    def _has_interval(self) -> CheckpointSection:
+        if self.every_steps is None and self.every_minutes is None:
+            field_problems([(("every_steps",), "set every_steps, every_minutes or both; without one nothing could be resumed")])
+        return self
+
+
+class TrainingSection(Section):
+    """How the candidate model is trained."""
+
+    model: str
+    """Model name from the registry: built-in `tabular_mlp`, or one an installed package registers."""
+
+    task: Task
+    """`binary_classification` or `regression`; decides the loss and the metrics."""
+
+    hyperparameters: Hyperparameters = Hyperparameters()
+    """Optimisation settings."""
+
+    deepspeed: DeepSpeedSection = DeepSpeedSection()
+    """DeepSpeed engine settings."""
+
+    resources: Resources = Resources()
+    """Nodes, GPUs, processes, CPU and memory."""
+
+    launcher: Literal["local", "kubernetes"] = "local"
+    """`local` runs torchrun beside the Airflow worker; `kubernetes` runs it in pods."""
+
+    image: str | None = None
+    """Trainer container image (required with `launcher: kubernetes`)."""
+
+    checkpoint: CheckpointSection = CheckpointSection()
+    """Checkpointing and resume."""
+
+    @field_validator("model")
+    @classmethod
+    def _registered_model(cls, value: str) -> str:
+        if ":" in value or "." in value or "/" in value:
+            raise ValueError(
+                f"{value!r} looks like an import path; configs name registered models only. "
+                "Register yours under the 'airflow_trainpipe.models' entry point and use its name"
+            )
+        if not _MODEL_NAME.match(value):
+            raise ValueError(f"a model name is lower_snake_case, got {value!r}")
+        models = available_models()
+        if value not in models:
+            raise ValueError(
+                f"unknown model {value!r}{did_you_mean(value, models)}; available: {', '.join(sorted(models))}"
+            )
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _valid_image(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError(f"expected a container image reference such as registry/trainer:1.0, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _launcher_fits(self) -> TrainingSection:
+        problems = []
+        if self.launcher == "kubernetes" and not self.image:
+            problems.append((("image",), "launcher kubernetes needs `image`, the trainer container image"))
+        if self.launcher == "local" and self.resources.nodes > 1:
+            problems.append(
+                (("resources", "nodes"), f"launcher local runs on one node, got {self.resources.nodes}; "
+                 "use launcher kubernetes for several nodes")
+            )
+        if self.resources.gpus_per_node == 0 and self.deepspeed.precision in ("bf16", "fp16"):
+            problems.append(
+                (("deepspeed", "precision"), f"{self.deepspeed.precision} needs GPUs "
+                 "(resources.gpus_per_node > 0); use fp32 or auto on CPU")
+            )
+        field_problems(problems)
+        return self

@@ -1,0 +1,88 @@
+"""`validation`: the checks a snapshot must pass before anything is trained on it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, model_validator
+
+from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.gx_catalog import EXPECTATIONS
+from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.types import ColumnName
+
+
+class ExpectationSpec(Section):
+    """One Great Expectations 1.x expectation, by its snake_case type and its kwargs."""
+
+    type: str
+    """Expectation type, e.g. `expect_column_values_to_not_be_null`."""
+
+    kwargs: dict[str, Any] = {}
+    """Arguments of the expectation, e.g. `{column: amount, min_value: 0}`."""
+
+    @model_validator(mode="after")
+    def _known_expectation(self) -> ExpectationSpec:
+        if self.type not in EXPECTATIONS:
+            field_problems([(
+                ("type",),
+                f"unknown Great Expectations expectation {self.type!r}{did_you_mean(self.type, EXPECTATIONS)}",
+            )])
+        required, optional = EXPECTATIONS[self.type]
+        allowed = (*required, *optional)
+        problems = [
+            (("kwargs", key), f"{self.type} takes no argument {key!r}{did_you_mean(key, allowed)}; "
+             f"it takes {', '.join(allowed)}")
+            for key in self.kwargs
+            if key not in allowed
+        ]
+        missing = [key for key in required if key not in self.kwargs]
+        if missing:
+            problems.append((("kwargs",), f"{self.type} needs {', '.join(missing)}"))
+        field_problems(problems)
+        return self
+
+
+class VolumeRule(Section):
+    """Row-count rules: too few rows, or a sudden change, usually means a broken upstream."""
+
+    min_rows: NonNegativeInt = 1
+    """Fewest rows a snapshot may have."""
+
+    max_change: PositiveFloat | None = None
+    """Largest relative change in rows vs the previous validated snapshot (0.5 = +/-50%)."""
+
+
+class DriftRule(Section):
+    """Per-feature distribution drift against a reference snapshot; a score above threshold fails."""
+
+    numeric_method: Literal["psi", "ks"] = "psi"
+    """Score for numeric features: `psi` (population stability index) or `ks` (KS statistic D)."""
+
+    categorical_method: Literal["psi", "chi2"] = "psi"
+    """Score for categorical features: `psi` or `chi2` (Cramer's V of the chi-square test)."""
+
+    threshold: PositiveFloat = 0.2
+    """Score above which a feature counts as drifted (PSI 0.2 is the usual 'significant')."""
+
+    feature_thresholds: dict[ColumnName, PositiveFloat] = {}
+    """Per-feature thresholds that replace `threshold` for the features named."""
+
+    reference: Literal["previous", "champion"] = "previous"
+    """Compare with the previous validated snapshot, or with the one the champion trained on."""
+
+
+class ValidationSection(Section):
+    """Checks run on each snapshot; a failure stops the run before training, without retries."""
+
+    expectations: list[ExpectationSpec] = []
+    """Great Expectations expectations."""
+
+    volume: VolumeRule = VolumeRule()
+    """Row-count rules."""
+
+    drift: DriftRule | None = None
+    """Drift rule; leave out to skip drift checks."""
+
+    fail_on: Literal["error", "never"] = Field(default="error")
+    """`error` stops the pipeline on a failed check; `never` only reports (for a burn-in period)."""

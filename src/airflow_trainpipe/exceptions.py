@@ -1,0 +1,42 @@
+"""The package's exception hierarchy: every message names the thing that failed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TrainpipeError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One problem in one pipeline config file, located as precisely as the YAML allows."""
+
+    file: str
+    line: int | None
+    column: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.path or '<document>'}: {self.message}"
+
+
+class ConfigError(TrainpipeError):
+    """A pipeline config file is invalid; `problems` lists every problem found in it."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        if not problems:
+            raise ValueError("ConfigError needs at least one problem")
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    @property
+    def file(self) -> str:
+        return self.problems[0].file

@@ -1,0 +1,30 @@
+"""Provider metadata, read by Airflow through the `apache_airflow_provider` entry point.
+
+Operators, sensors, hooks, triggers and connection types are listed here as they are added
+to the package; tests/test_get_provider_info.py checks every listed module imports and that
+the dict validates against Airflow's own provider_info schema.
+"""
+
+from __future__ import annotations
+
+from airflow_trainpipe import __version__
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-trainpipe",
+        "name": "Trainpipe",
+        "description": (
+            "YAML-declared ML retrain pipelines: wait for data, validate it (Great Expectations "
+            "and drift), train with DeepSpeed ZeRO (torchrun locally or Kubernetes pods), gate "
+            "the candidate against the production champion and register it in MLflow."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Trainpipe",
+                "external-doc-url": "https://github.com/airflow-trainpipe/airflow-trainpipe",
+                "tags": ["software"],
+            }
+        ],
+    }

@@ -1,0 +1,47 @@
+"""The README's config reference and `trainpipe schema` come from the models themselves."""
+
+from __future__ import annotations
+
+import json
+
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel
+
+from airflow_trainpipe.config.pipeline import PipelineConfig
+from airflow_trainpipe.config.reference import BEGIN_MARKER, END_MARKER, json_schema, markdown_reference
+from tests.conftest import REPO_ROOT
+
+
+def _all_sections(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    from airflow_trainpipe.config.reference import _section_model
+
+    seen.add(model)
+    for info in model.model_fields.values():
+        sub = _section_model(info.annotation)
+        if sub is not None and sub not in seen:
+            _all_sections(sub, seen)
+    return seen
+
+
+def test_every_field_is_documented() -> None:
+    undocumented = [
+        f"{model.__name__}.{name}"
+        for model in _all_sections(PipelineConfig, set())
+        for name, info in model.model_fields.items()
+        if not info.description
+    ]
+    assert undocumented == []
+
+
+def test_readme_reference_is_up_to_date() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    start, end = readme.index(BEGIN_MARKER), readme.index(END_MARKER) + len(END_MARKER)
+    assert readme[start:end] + "\n" == markdown_reference(), "run `make docs` to regenerate the README reference"
+
+
+def test_json_schema_is_valid_and_uses_yaml_keys() -> None:
+    schema = json_schema()
+    Draft202012Validator.check_schema(schema)
+    assert "register" in schema["properties"] and "registration" not in schema["properties"]
+    text = json.dumps(schema)
+    assert '"async"' in text and "async_upload" not in text
