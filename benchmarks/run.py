@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def main() -> None:
         "",
         "Written by `make bench` (`benchmarks/run.py`); every figure below was measured by that command.",
         "",
-        f"- measured: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"- measured: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {_memory()}, no GPU; Python {platform.python_version()}",
         "",
     ]

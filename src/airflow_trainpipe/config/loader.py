@@ -198,29 +198,26 @@ def _message(error: dict[str, Any], loc: Loc) -> str:
     return message
 
 
-def _model_at(loc: Loc) -> tuple[type[BaseModel] | None, str | None]:
-    """The section model holding the field at `loc`, and that field's name."""
+def _field_at(loc: Loc) -> tuple[type[BaseModel] | None, str | None, Any]:
+    """Walk the models along `loc`: the model owning the last field, its name, and its type."""
     annotation: Any = PipelineConfig
-    model, field = None, None
+    owner, field = None, None
     for part in loc:
         annotation = _unwrap(annotation)
-        if isinstance(part, int):
+        if isinstance(part, int):  # list index
             args = typing.get_args(annotation)
-            annotation = args[0] if args else None
-            continue
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model, field = annotation, None
-            for name, info in annotation.model_fields.items():
-                if (info.alias or name) == part:
-                    field, annotation = name, info.annotation
-                    break
-            else:
-                return model, None
-        elif typing.get_origin(annotation) is dict:
-            annotation = typing.get_args(annotation)[1]
+            annotation, field = (args[0] if args else None), None
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            owner = annotation
+            matches = [(n, i) for n, i in annotation.model_fields.items() if (i.alias or n) == part]
+            if not matches:
+                return owner, None, None
+            field, annotation = matches[0][0], matches[0][1].annotation
+        elif typing.get_origin(annotation) is dict:  # free-form map key
+            annotation, field = typing.get_args(annotation)[1], None
         else:
-            return None, None
-    return model, field
+            return None, None, None
+    return owner, field, annotation
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -233,14 +230,15 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _fields_at(loc: Loc) -> list[str]:
-    model, field = _model_at((*loc, "\0"))  # the model whose field would be loc + key
-    if model is None:
+    """The keys allowed in the section at `loc`."""
+    section = _unwrap(_field_at(loc)[2])
+    if not (isinstance(section, type) and issubclass(section, BaseModel)):
         return []
-    return [info.alias or name for name, info in model.model_fields.items()]
+    return [info.alias or name for name, info in section.model_fields.items()]
 
 
 def _description_at(loc: Loc) -> str | None:
-    model, field = _model_at(loc)
-    if model is None or field is None:
+    owner, field, _ = _field_at(loc)
+    if owner is None or field is None:
         return None
-    return model.model_fields[field].description
+    return owner.model_fields[field].description

@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
 
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.types import format_duration
