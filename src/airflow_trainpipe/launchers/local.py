@@ -1,0 +1,105 @@
+"""Run the training entrypoint under torchrun as a child of this process.
+
+torchrun starts each rank in a session of its own (start_new_session=True), so signalling
+torchrun's process group alone would leave ranks training. `kill()` therefore signals every
+process group of the job's process tree, and each rank also asks the kernel to kill it when
+torchrun dies (PR_SET_PDEATHSIG, runtime/train.py), for the case where this process is
+SIGKILLed itself and cannot clean up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_trainpipe.train_spec import TrainSpec
+
+EVENT_PREFIX = "TRAINPIPE "
+
+
+@dataclass
+class Line:
+    text: str
+    event: dict[str, Any] | None
+
+
+def torchrun_command(nproc: int, spec_arg: str) -> list[str]:
+    """The container command too: Kubernetes pods run the same entrypoint the same way."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", "--nproc-per-node", str(nproc),
+        "-m", "airflow_trainpipe.runtime.train", "--spec", spec_arg,
+    ]
+
+
+class LocalLauncher:
+    def __init__(self, spec: TrainSpec, nproc: int, env: dict[str, str] | None = None):
+        self.spec, self.nproc = spec, nproc
+        self.env = {**os.environ, **(env or {})}
+        if spec.config.training.resources.gpus_per_node == 0:
+            self.env.setdefault("DS_ACCELERATOR", "cpu")
+        self.env.setdefault("PYTHONUNBUFFERED", "1")
+        self.process: subprocess.Popen[str] | None = None
+        self._spec_dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def start(self) -> None:
+        self._spec_dir = tempfile.TemporaryDirectory(prefix="trainpipe-spec-")
+        spec_file = Path(self._spec_dir.name) / "spec.json"
+        spec_file.write_text(self.spec.to_json())
+        self.process = subprocess.Popen(
+            torchrun_command(self.nproc, f"@{spec_file}"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env=self.env, start_new_session=True,  # its own process group, see kill()
+        )
+
+    def lines(self) -> Iterator[Line]:
+        assert self.process is not None and self.process.stdout is not None
+        for raw in self.process.stdout:
+            text = raw.rstrip("\n")
+            event = None
+            if text.startswith(EVENT_PREFIX):
+                try:
+                    event = json.loads(text[len(EVENT_PREFIX) :])
+                except ValueError:
+                    event = None
+            yield Line(text, event)
+
+    def wait(self) -> int:
+        assert self.process is not None
+        code = self.process.wait()
+        self._cleanup()
+        return code
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal every process of the job: torchrun, every rank, and their children."""
+        if self.process is None:
+            return
+        import psutil
+
+        groups = {self.process.pid}  # start_new_session: torchrun leads its own group
+        try:
+            for child in psutil.Process(self.process.pid).children(recursive=True):
+                try:
+                    groups.add(os.getpgid(child.pid))
+                except ProcessLookupError:
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                pass
+
+    def _cleanup(self) -> None:
+        if self._spec_dir is not None:
+            self._spec_dir.cleanup()
+            self._spec_dir = None

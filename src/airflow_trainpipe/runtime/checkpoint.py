@@ -1,0 +1,289 @@
+"""Checkpoints of a training run: saved atomically, pruned, verified, and resumed from.
+
+Layout under the run-scoped root `<checkpoint.uri>/<pipeline>/<run_id>/checkpoints/`:
+
+    step_000000200/          DeepSpeed's files for step 200 (every rank's shards)
+    step_000000200/COMPLETE.json   written last: step, world size, sha256 of every file
+    best.json                which complete checkpoint scored best on the holdout
+
+A checkpoint counts only once COMPLETE.json exists, and it is written only after every rank's
+files are on the destination, so a crash at any point leaves either a complete checkpoint or
+one that the next attempt skips (with a warning that names it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from airflow_trainpipe.config.training import CheckpointSection
+from airflow_trainpipe.runtime.faults import pause_point
+from airflow_trainpipe.storage import filesystem, is_local, join, local_path, trainpipe_home
+
+log = logging.getLogger(__name__)
+
+MARKER = "COMPLETE.json"
+BEST = "best.json"
+_TAG = re.compile(r"^step_(\d{9})$")
+
+
+def tag_for(step: int) -> str:
+    return f"step_{step:09d}"
+
+
+@dataclass(frozen=True)
+class CompleteCheckpoint:
+    tag: str
+    uri: str
+    marker: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.marker["step"])
+
+    @property
+    def world_size(self) -> int:
+        return int(self.marker["world_size"])
+
+
+@dataclass
+class _PendingSave:
+    tag: str
+    step: int
+    metric: float | None
+    extra: dict[str, Any]
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+    def ready(self) -> bool:
+        return self.thread is None or not self.thread.is_alive()
+
+
+class CheckpointManager:
+    """Owns `training.checkpoint`: when to save, where, how many to keep, what to resume from."""
+
+    def __init__(self, cfg: CheckpointSection, run_dir: str, *, rank: int, local_rank: int, world_size: int, higher_is_better: bool):
+        self.cfg = cfg
+        self.root = join(run_dir, "checkpoints")
+        self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
+        self.higher_is_better = higher_is_better
+        self.remote = not is_local(self.root)
+        # DeepSpeed writes to a local directory. A local destination is written in place; a
+        # remote one is staged on this node's disk and uploaded from there.
+        self.staging = (
+            local_path(self.root)
+            if not self.remote
+            else trainpipe_home() / "staging" / hashlib.sha1(self.root.encode()).hexdigest()[:16]
+        )
+        self._fs, self._root_path = filesystem(self.root)
+        self._pending: _PendingSave | None = None
+        self._last_save_time = time.monotonic()
+
+    # -- when ---------------------------------------------------------------------------------
+
+    def due(self, step: int) -> bool:
+        """This rank's view; the caller all-reduces it because clocks differ between ranks."""
+        if self.cfg.every_steps and step % self.cfg.every_steps == 0:
+            return True
+        minutes = self.cfg.every_minutes
+        return bool(minutes) and time.monotonic() - self._last_save_time >= minutes * 60
+
+    def pending_ready(self) -> bool:
+        """True when this rank's part of the last save is hashed (and uploaded)."""
+        return self._pending is not None and self._pending.ready()
+
+    # -- save ---------------------------------------------------------------------------------
+
+    def save(self, engine: Any, step: int, client_state: dict[str, Any], *, metric: float | None = None, extra: dict[str, Any] | None = None) -> None:
+        """Collective: every rank calls it at the same step."""
+        self.complete_pending()  # one save in flight at a time keeps ordering and disk bounded
+        tag = tag_for(step)
+        self.staging.mkdir(parents=True, exist_ok=True)
+        engine.save_checkpoint(str(self.staging), tag=tag, client_state=client_state, save_latest=False)
+        dist.barrier()
+        pause_point("save", step)
+        pending = _PendingSave(tag, step, metric, extra or {})
+        if self.local_rank == 0:
+            # Hashing and uploading run beside the training loop; the marker waits for them.
+            pending.thread = threading.Thread(target=self._hash_and_upload, args=(pending,), name=f"checkpoint-{tag}", daemon=True)
+            pending.thread.start()
+        self._pending = pending
+        self._last_save_time = time.monotonic()
+        if not (self.remote and self.cfg.async_upload):
+            self.complete_pending()
+
+    def _hash_and_upload(self, pending: _PendingSave) -> None:
+        try:
+            directory = self.staging / pending.tag
+            for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MARKER):
+                relative = path.relative_to(directory).as_posix()
+                pending.files[relative] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+                if self.remote:
+                    self._fs.put_file(str(path), f"{self._root_path}/{pending.tag}/{relative}")
+        except BaseException as exc:  # surfaced on the training thread by complete_pending()
+            pending.error = exc
+
+    def complete_pending(self) -> None:
+        """Collective: wait for every node's files, then write the marker (rank 0)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        if pending.thread is not None:
+            pending.thread.join()
+        if pending.error is not None:
+            raise RuntimeError(f"checkpoint {join(self.root, pending.tag)} could not be written: {pending.error}") from pending.error
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, pending.files if self.local_rank == 0 else {})
+        if self.rank == 0:
+            files: dict[str, Any] = {}
+            for part in gathered:
+                files.update(part)
+            marker = {
+                "tag": pending.tag,
+                "step": pending.step,
+                "world_size": self.world_size,
+                "metric": pending.metric,
+                "created_at": time.time(),
+                "files": files,
+                **pending.extra,
+            }
+            self._write_json(f"{pending.tag}/{MARKER}", marker)
+            log.info("checkpoint %s complete (%d files)", join(self.root, pending.tag), len(files))
+            if pending.metric is not None and self.cfg.keep_best:
+                self._update_best(pending.tag, pending.metric)
+            self._prune()
+        dist.barrier()
+
+    def _write_json(self, relative: str, payload: dict[str, Any]) -> None:
+        text = json.dumps(payload, indent=1, sort_keys=True)
+        target = f"{self._root_path}/{relative}"
+        if self.remote:
+            self._fs.pipe_file(target, text.encode())  # an object PUT is atomic
+        else:
+            tmp = Path(target + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, target)  # readers see the old file or the whole new one
+
+    def _read_json(self, relative: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._fs.cat_file(f"{self._root_path}/{relative}"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable %s: %s", join(self.root, relative), exc)
+            return None
+
+    def _update_best(self, tag: str, metric: float) -> None:
+        best = self._read_json(BEST)
+        if best is None or (metric > best["metric"] if self.higher_is_better else metric < best["metric"]):
+            self._write_json(BEST, {"tag": tag, "metric": metric})
+
+    def _tags(self) -> list[str]:
+        try:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self._fs.ls(self._root_path, detail=False)]
+        except FileNotFoundError:
+            return []
+        return sorted((n for n in names if _TAG.match(n)), reverse=True)
+
+    def _prune(self) -> None:
+        best = (self._read_json(BEST) or {}).get("tag") if self.cfg.keep_best else None
+        complete = [t for t in self._tags() if self._read_json(f"{t}/{MARKER}") is not None]
+        keep = set(complete[: self.cfg.keep_last]) | ({best} if best else set())
+        newest = complete[0] if complete else None
+        for tag in self._tags():
+            # Older partial checkpoints (left by killed attempts) can never be resumed: drop them too.
+            if tag in keep or (tag not in complete and newest is not None and tag > newest):
+                continue
+            # Marker first: a half-deleted checkpoint must never look complete.
+            for relative in (f"{tag}/{MARKER}", f"{tag}"):
+                path = f"{self._root_path}/{relative}"
+                if self._fs.exists(path):
+                    self._fs.rm(path, recursive=True)
+            for local in (self.staging / tag, self.staging / f"{tag}_universal"):
+                if self.remote or local.name.endswith("_universal"):
+                    shutil.rmtree(local, ignore_errors=True)
+
+    # -- resume -------------------------------------------------------------------------------
+
+    def latest_complete(self) -> CompleteCheckpoint | None:
+        """Newest checkpoint with a marker and intact files; partial or corrupt ones are skipped."""
+        for tag in self._tags():
+            uri = join(self.root, tag)
+            marker = self._read_json(f"{tag}/{MARKER}")
+            if marker is None:
+                log.warning("skipping partial checkpoint %s: no %s (the attempt that wrote it died)", uri, MARKER)
+                continue
+            problem = self._verify(tag, marker)
+            if problem:
+                log.warning("skipping corrupt checkpoint %s: %s", uri, problem)
+                continue
+            return CompleteCheckpoint(tag, uri, marker)
+        return None
+
+    def _verify(self, tag: str, marker: dict[str, Any]) -> str | None:
+        for relative, meta in sorted(marker["files"].items()):
+            path = f"{self._root_path}/{tag}/{relative}"
+            try:
+                size = self._fs.size(path)
+            except FileNotFoundError:
+                return f"{relative} is missing"
+            if size != meta["size"]:
+                return f"{relative} has {size} bytes, the marker says {meta['size']}"
+            digest = hashlib.sha256(self._fs.cat_file(path)).hexdigest()
+            if digest != meta["sha256"]:
+                return f"{relative} sha256 {digest[:12]}... does not match the marker's {meta['sha256'][:12]}..."
+        return None
+
+    def fetch(self, checkpoint: CompleteCheckpoint) -> tuple[str, str]:
+        """Collective: make the checkpoint loadable on this node. Returns (directory, tag) for DeepSpeed."""
+        if self.remote and self.local_rank == 0:
+            target = self.staging / checkpoint.tag
+            shutil.rmtree(target, ignore_errors=True)
+            self._fs.get(f"{self._root_path}/{checkpoint.tag}/", str(target), recursive=True)
+        dist.barrier()
+        return str(self.staging), checkpoint.tag
+
+    def to_universal(self, checkpoint: CompleteCheckpoint) -> str:
+        """Collective: convert to a DeepSpeed universal checkpoint (for another world size)."""
+        universal = f"{checkpoint.tag}_universal"
+        target = self.staging / universal
+        if self.local_rank == 0 and not (target / MARKER).exists():
+            scratch = self.staging / f"{universal}.tmp"
+            shutil.rmtree(scratch, ignore_errors=True)
+            command = [
+                sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
+                "--input_folder", str(self.staging / checkpoint.tag),
+                "--output_folder", str(scratch),
+                "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1",
+            ]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"converting {checkpoint.uri} to a universal checkpoint failed:\n{done.stderr[-4000:]}")
+            (scratch / MARKER).write_text(json.dumps(checkpoint.marker))
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(scratch, target)
+        dist.barrier()
+        return universal
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+

@@ -1,0 +1,118 @@
+"""MLflow tracking of a training run, from rank 0 only.
+
+A retry of the same Airflow task resumes into the same MLflow run: the run id is kept in the
+run directory (and passed by the operator from the task state store when it has one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from airflow_trainpipe.storage import filesystem, join, trainpipe_home
+
+log = logging.getLogger(__name__)
+
+RUN_ID_FILE = "mlflow_run.json"
+
+
+def default_tracking_uri() -> str:
+    """The embedded default: an SQLite file under TRAINPIPE_HOME."""
+    home = trainpipe_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'mlflow.db'}"
+
+
+def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
+    else:
+        out[prefix] = json.dumps(value) if isinstance(value, list) else str(value)
+    return out
+
+
+class Tracker:
+    """Rank 0's MLflow run; every method is cheap to call from the training loop."""
+
+    def __init__(self, *, experiment: str, run_dir: str, run_name: str, run_id: str | None, tags: dict[str, str]):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
+        self.client = MlflowClient()
+        self._fs, self._id_path = filesystem(join(run_dir, RUN_ID_FILE))
+        run_id = run_id or self._stored_run_id()
+        self.resumed = run_id is not None
+        if run_id is None:
+            experiment_obj = self.client.get_experiment_by_name(experiment)
+            experiment_id = experiment_obj.experiment_id if experiment_obj else self.client.create_experiment(experiment)
+            run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+            self._fs.makedirs(self._id_path.rsplit("/", 1)[0], exist_ok=True)
+            self._fs.pipe_file(self._id_path, json.dumps({"run_id": run_id}).encode())
+        else:
+            self.client.update_run(run_id, status="RUNNING")
+            for key, value in tags.items():
+                self.client.set_tag(run_id, key, value)
+        self.run_id = run_id
+        self._buffer: list[Any] = []
+
+    def _stored_run_id(self) -> str | None:
+        try:
+            return json.loads(self._fs.cat_file(self._id_path))["run_id"]
+        except FileNotFoundError:
+            return None
+
+    def log_params_once(self, params: dict[str, str]) -> None:
+        # MLflow refuses to change a logged param; a resumed run keeps the first attempt's.
+        if self.resumed:
+            return
+        from mlflow.entities import Param
+
+        items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def log_metrics(self, metrics: dict[str, float], step: int, flush: bool = False) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer += [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        if flush or len(self._buffer) >= 200:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self.client.log_batch(self.run_id, metrics=self._buffer)
+            self._buffer = []
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, value)
+
+    def log_data_input(self, name: str, source_uri: str, digest: str) -> None:
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+
+        dataset = MetaDataset(source=resolve_dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36])
+        context = InputTag(key="mlflow.data.context", value="training")
+        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+
+    def log_model(self, model: Any, input_example: Any) -> str:
+        """Log the final model; called once, at the end (leaving the fluent run context ends the run)."""
+        import mlflow
+
+        with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
+            info = mlflow.pytorch.log_model(model, name="model", input_example=input_example)
+        return info.model_uri
+
+    def log_dict(self, payload: dict[str, Any], artifact_file: str) -> None:
+        self.client.log_dict(self.run_id, payload, artifact_file)
+
+    def finish(self, status: str) -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, status=status)

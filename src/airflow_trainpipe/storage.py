@@ -1,0 +1,51 @@
+"""Storage URIs: `s3://...`, `file:///...`, or a path relative to TRAINPIPE_HOME.
+
+Light on purpose (fsspec is imported only when a filesystem is needed): operators use it at
+run time, and the runtime inside training processes and pods.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+HOME_ENV = "TRAINPIPE_HOME"
+
+
+def trainpipe_home() -> Path:
+    """Root of relative storage paths: $TRAINPIPE_HOME, else ./var under the working directory."""
+    return Path(os.environ.get(HOME_ENV) or Path.cwd() / "var").resolve()
+
+
+def resolve(uri: str) -> str:
+    """An absolute URI for a config value: relative paths land under TRAINPIPE_HOME."""
+    if urlsplit(uri).scheme:
+        return uri.rstrip("/")
+    return (trainpipe_home() / uri).as_uri()
+
+
+def join(uri: str, *parts: str) -> str:
+    return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts if p)])
+
+
+def is_local(uri: str) -> bool:
+    return urlsplit(uri).scheme in ("", "file")
+
+
+def local_path(uri: str) -> Path:
+    """The filesystem path of a file:// URI."""
+    if not is_local(uri):
+        raise ValueError(f"{uri} is not a local file:// URI")
+    return Path(urlsplit(uri).path) if uri.startswith("file:") else Path(uri)
+
+
+def filesystem(uri: str) -> tuple[AbstractFileSystem, str]:
+    """The fsspec filesystem for a URI and the path inside it."""
+    from fsspec.core import url_to_fs
+
+    return url_to_fs(uri)
