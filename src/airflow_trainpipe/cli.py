@@ -60,6 +60,42 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    """The same job the operator runs, without Airflow: for debugging a training run."""
+    from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+    from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.launchers.progress import describe
+    from airflow_trainpipe.snapshot import partition_files, render_partition
+    from airflow_trainpipe.train_spec import TrainSpec
+
+    try:
+        config = load_config(args.config)
+        files = args.data or partition_files(config.data, render_partition(config.data.partition, args.ds))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except TrainpipeError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 1
+    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
+    nproc = args.nproc or config.training.resources.nproc_per_node
+    print(f"run directory {spec.run_dir}; {len(files)} data file(s); torchrun with {nproc} process(es)", file=sys.stderr)
+    launcher = LocalLauncher(spec, nproc)
+    launcher.start()
+    try:
+        for line in launcher.lines():
+            if line.event is None:
+                if args.verbose:
+                    print(line.text, file=sys.stderr)
+            elif (text := describe(line.event)) is not None:
+                print(text, flush=True)
+        return launcher.wait()
+    except KeyboardInterrupt:
+        launcher.kill()
+        return 130
+
+
 def _schema(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config.reference import json_schema, markdown_reference
 
@@ -69,6 +105,12 @@ def _schema(args: argparse.Namespace) -> int:
         json.dump(json_schema(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     return 0
+
+
+def _today() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="+", metavar="PATH", help="a config file or a folder searched for *.yaml/*.yml")
     check.add_argument("-v", "--verbose", action="store_true", help="also print a line for each valid file")
     check.set_defaults(handler=_check)
+
+    train = commands.add_parser("train", help="run a pipeline's training job locally under torchrun (no Airflow needed)")
+    train.add_argument("config", help="pipeline config file")
+    train.add_argument("--run-id", required=True, help="run id: the same id resumes from that run's checkpoints")
+    train.add_argument("--nproc", type=int, help="processes (default: training.resources)")
+    train.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    train.add_argument("--ds", default=_today(), help="date that renders data.partition (default: today, UTC)")
+    train.add_argument("--data", nargs="+", metavar="URI", help="train on these files instead of the partition")
+    train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
+    train.set_defaults(handler=_train)
 
     schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
     schema.add_argument("--format", choices=("json", "markdown"), default="json")

@@ -20,6 +20,9 @@ def get_provider_info() -> dict:
             "the candidate against the production champion and register it in MLflow."
         ),
         "versions": [__version__],
+        "operators": [
+            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.operators.train"]},
+        ],
         "integrations": [
             {
                 "integration-name": "Trainpipe",

@@ -9,7 +9,6 @@ SIGKILLed itself and cannot clean up.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_trainpipe.events import parse
 from airflow_trainpipe.train_spec import TrainSpec
-
-EVENT_PREFIX = "TRAINPIPE "
 
 
 @dataclass
@@ -64,13 +62,7 @@ class LocalLauncher:
         assert self.process is not None and self.process.stdout is not None
         for raw in self.process.stdout:
             text = raw.rstrip("\n")
-            event = None
-            if text.startswith(EVENT_PREFIX):
-                try:
-                    event = json.loads(text[len(EVENT_PREFIX) :])
-                except ValueError:
-                    event = None
-            yield Line(text, event)
+            yield Line(text, parse(text))
 
     def wait(self) -> int:
         assert self.process is not None
@@ -80,7 +72,8 @@ class LocalLauncher:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal every process of the job: torchrun, every rank, and their children."""
-        if self.process is None:
+        # A reaped process's pid may already belong to someone else: never signal it.
+        if self.process is None or self.process.poll() is not None:
             return
         import psutil
 

@@ -30,7 +30,8 @@ from typing import Any
 import torch.distributed as dist
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.runtime.faults import pause_point
+from airflow_trainpipe.events import emit
+from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.storage import filesystem, is_local, join, local_path, trainpipe_home
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class CheckpointManager:
         self.staging.mkdir(parents=True, exist_ok=True)
         engine.save_checkpoint(str(self.staging), tag=tag, client_state=client_state, save_latest=False)
         dist.barrier()
-        pause_point("save", step)
+        fault_point("save", step)
         pending = _PendingSave(tag, step, metric, extra or {})
         if self.local_rank == 0:
             # Hashing and uploading run beside the training loop; the marker waits for them.
@@ -163,6 +164,7 @@ class CheckpointManager:
             }
             self._write_json(f"{pending.tag}/{MARKER}", marker)
             log.info("checkpoint %s complete (%d files)", join(self.root, pending.tag), len(files))
+            emit("checkpoint", step=pending.step, uri=join(self.root, pending.tag), metric=pending.metric)
             if pending.metric is not None and self.cfg.keep_best:
                 self._update_best(pending.tag, pending.metric)
             self._prune()

@@ -1,17 +1,24 @@
-"""Fault injection for the resume tests: pause at a named point so a test can kill -9 there.
+"""Fault injection for the resume tests: stop at a named point so the test controls the crash.
 
-`TRAINPIPE_PAUSE_AT=save:200` pauses after step 200's checkpoint files are written but before
-its completion marker; `mid_step:137` pauses between backward and optimizer step of step 137;
-`step:105` pauses after step 105. Unset in production, where this is a string comparison.
+`TRAINPIPE_PAUSE_AT=save:20` pauses after step 20's checkpoint files are written but before its
+completion marker, so a test can kill -9 the job there; `mid_step:17` pauses between backward and
+optimizer step of step 17; `step:13` pauses after step 13. `TRAINPIPE_CRASH_AT` takes the same
+values and makes every rank SIGKILL itself there instead (a worker dying on its own). Unset in
+production, where each call is one environment lookup.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 
-def pause_point(name: str, step: int) -> None:
-    if os.environ.get("TRAINPIPE_PAUSE_AT") == f"{name}:{step}":
-        print(f"TRAINPIPE PAUSED {name}:{step}", flush=True)
+def fault_point(name: str, step: int) -> None:
+    point = f"{name}:{step}"
+    if os.environ.get("TRAINPIPE_PAUSE_AT") == point:
+        print(f"TRAINPIPE PAUSED {point}", flush=True)
         time.sleep(3600)
+    if os.environ.get("TRAINPIPE_CRASH_AT") == point:
+        print(f"TRAINPIPE CRASHING {point}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)

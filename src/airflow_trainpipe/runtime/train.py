@@ -31,9 +31,10 @@ import torch.distributed as dist  # noqa: E402
 
 from airflow_trainpipe.config.catalog import METRICS  # noqa: E402
 from airflow_trainpipe.digest import content_digest  # noqa: E402
+from airflow_trainpipe.events import emit  # noqa: E402
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager  # noqa: E402
 from airflow_trainpipe.runtime.data import Dataset, load_dataset  # noqa: E402
-from airflow_trainpipe.runtime.faults import pause_point  # noqa: E402
+from airflow_trainpipe.runtime.faults import fault_point  # noqa: E402
 from airflow_trainpipe.runtime.metrics import compute_metrics  # noqa: E402
 from airflow_trainpipe.runtime.models import build_model  # noqa: E402
 from airflow_trainpipe.runtime.sampler import ResumableSampler  # noqa: E402
@@ -42,12 +43,6 @@ from airflow_trainpipe.storage import filesystem, is_local, join, local_path, tr
 from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
 
 log = logging.getLogger("airflow_trainpipe.train")
-
-EVENT_PREFIX = "TRAINPIPE "  # rank 0's machine-readable lines, parsed by the launchers
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(EVENT_PREFIX + json.dumps({"event": event, **fields}, default=float), flush=True)
 
 
 def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool) -> dict[str, Any]:
@@ -240,7 +235,7 @@ class Trainer:
                     loss = loss_fn(self.engine(x).float().squeeze(1), y)
                     self.engine.backward(loss)
                     if k == len(inputs) - 1:
-                        pause_point("mid_step", step + 1)
+                        fault_point("mid_step", step + 1)
                     self.engine.step()
                     loss_sum += loss.item()
                 step += 1
@@ -258,7 +253,7 @@ class Trainer:
                              samples_per_s=round(rate, 1), eta_s=round(eta, 1), data_wait_s=round(data_wait, 4))
                     else:
                         emit("step", step=step, loss=train_loss)
-                pause_point("step", step)
+                fault_point("step", step)
                 if stats[2].item() == self.world_size:
                     self.checkpoints.complete_pending()
                 if stats[1].item() > 0 and not sampler.epoch_done():

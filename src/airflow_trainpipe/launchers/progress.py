@@ -1,0 +1,43 @@
+"""Human-readable lines for the job's events, shared by the task log and `trainpipe train`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def describe(event: dict[str, Any]) -> str | None:
+    """One line per event worth showing; None for per-step noise."""
+    kind = event.get("event")
+    if kind == "start":
+        resumed = (
+            f", resuming from step {event['resumed_from']} ({event['steps_recomputed']} step(s) to recompute)"
+            if event.get("resumed_from") else ""
+        )
+        return (
+            f"training started: {event['total_steps']} steps on {event['world_size']} rank(s), global batch "
+            f"{event['global_batch']}, {event['train_rows']} training / {event['holdout_rows']} holdout rows{resumed}"
+        )
+    if kind == "progress":
+        total = event["total_steps"]
+        return (
+            f"step {event['step']}/{total} ({100 * event['step'] / total:.0f}%) epoch {event['epoch']} "
+            f"loss {event['loss']:.4f} | {event['samples_per_s']:,.0f} samples/s | ETA {_duration(event['eta_s'])}"
+        )
+    if kind == "checkpoint":
+        return f"checkpoint complete: step {event['step']} at {event['uri']}"
+    if kind == "epoch":
+        metrics = ", ".join(f"{k.removeprefix('holdout_')}={v:.4f}" for k, v in event.items() if k.startswith("holdout_"))
+        return f"epoch {event['epoch']} done at step {event['step']}: holdout {metrics}"
+    if kind == "result":
+        return (
+            f"training finished at step {event['final_step']}: weights sha256 {event['weights_sha256'][:16]}..., "
+            f"MLflow run {event['mlflow_run_id']}"
+        )
+    return None

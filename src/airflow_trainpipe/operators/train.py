@@ -1,0 +1,158 @@
+"""DistributedTrainOperator: the `train` task, a DeepSpeed job launched with torchrun.
+
+`launcher: local` (the embedded default) runs torchrun as a child of the Airflow worker. A retry
+of the task resumes from the run's newest complete checkpoint; `task_state_store` carries the
+MLflow run id and the checkpoint pointer from one try to the next.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_trainpipe.config import PipelineConfig, load_config
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.train_spec import TrainSpec
+
+
+class DistributedTrainOperator(BaseOperator):
+    """Train the pipeline's model; returns the MLflow run id and the job's result as XCom.
+
+    :param config: the parsed pipeline config, or the path of its YAML file.
+    :param run_id: scopes checkpoints (`<checkpoint.uri>/<pipeline>/<run_id>/`) and the MLflow run.
+    :param partition: sub-path of the run's snapshot; defaults to `data.partition` (templated).
+    :param data_files: exact files to train on (e.g. from the snapshot task's XCom); default: every
+        data file under `<data.uri>/<partition>/`.
+    :param data_digest: content digest of the snapshot; computed from the files when not given.
+    :param hyperparameter_overrides: per-run overrides of `training.hyperparameters` (trigger form).
+    :param max_steps: stop after this many optimizer steps.
+    :param nproc: processes per node; default `training.resources` (2 in the CPU example).
+    :param env: extra environment for the job (never put secrets here; use connections).
+    """
+
+    template_fields: Sequence[str] = ("run_id", "partition", "data_files", "data_digest", "hyperparameter_overrides")
+    template_fields_renderers = {"data_files": "json", "hyperparameter_overrides": "json"}
+    ui_color = "#e8d5f5"
+
+    def __init__(
+        self,
+        *,
+        config: PipelineConfig | str,
+        run_id: str = "{{ run_id }}",
+        partition: str | None = None,
+        data_files: list[str] | str | None = None,
+        data_digest: str | None = None,
+        hyperparameter_overrides: dict[str, Any] | None = None,
+        max_steps: int | None = None,
+        nproc: int | None = None,
+        env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.run_id = run_id
+        self.partition = partition if partition is not None else self.config.data.partition
+        self.data_files = data_files
+        self.data_digest = data_digest
+        self.hyperparameter_overrides = hyperparameter_overrides or {}
+        self.max_steps = max_steps
+        self.nproc = nproc
+        self.env = env or {}
+        self._launcher: LocalLauncher | None = None
+
+    def _spec(self, store: Any) -> TrainSpec:
+        from pydantic import ValidationError
+
+        from airflow_trainpipe.snapshot import SnapshotError, partition_files
+        from airflow_trainpipe.train_spec import TrainSpec
+
+        files = self.data_files
+        if isinstance(files, str):  # a template that rendered one path
+            files = [files]
+        try:
+            files = list(files) if files else partition_files(self.config.data, self.partition)
+        except SnapshotError as exc:
+            raise AirflowException(str(exc)) from exc  # data may still arrive: retryable
+        try:
+            self.config.training.hyperparameters.model_validate(
+                {**self.config.training.hyperparameters.model_dump(), **self.hyperparameter_overrides}
+            )
+        except ValidationError as exc:
+            raise AirflowFailException(f"invalid hyperparameter_overrides {self.hyperparameter_overrides}: {exc}") from exc
+        return TrainSpec(
+            config=self.config,
+            run_id=self.run_id,
+            data_files=files,
+            data_digest=self.data_digest,
+            max_steps=self.max_steps,
+            hyperparameter_overrides=self.hyperparameter_overrides,
+            mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,
+            tags={"airflow.dag_id": self.dag_id, "airflow.task_id": self.task_id},
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.launchers.local import LocalLauncher
+        from airflow_trainpipe.launchers.progress import describe
+
+        if self.config.training.launcher != "local":
+            raise AirflowFailException(f"training.launcher {self.config.training.launcher!r} is not supported by this version; use 'local'")
+        store = context.get("task_state_store")
+        try_number = context["ti"].try_number
+        spec = self._spec(store)
+        previous = store.get("checkpoint") if store is not None else None
+        if previous:
+            self.log.info("try %d: the previous try's last complete checkpoint is step %s at %s; resuming from the newest complete one",
+                          try_number, previous["step"], previous["uri"])
+        nproc = self.nproc or self.config.training.resources.nproc_per_node
+        self.log.info("starting torchrun with %d process(es); run directory %s", nproc, spec.run_dir)
+        launcher = self._launcher = LocalLauncher(spec, nproc, env={**self.env, "TRAINPIPE_TRY_NUMBER": str(try_number)})
+        launcher.start()
+        result: dict[str, Any] | None = None
+        tail: deque[str] = deque(maxlen=30)
+        try:
+            for line in launcher.lines():
+                event = line.event
+                if event is None:
+                    tail.append(line.text)
+                    self.log.info("%s", line.text)
+                    continue
+                if event["event"] == "start" and store is not None and event.get("mlflow_run_id"):
+                    store.set("mlflow_run_id", event["mlflow_run_id"])
+                elif event["event"] == "checkpoint" and store is not None:
+                    store.set("checkpoint", {"step": event["step"], "uri": event["uri"]})
+                elif event["event"] == "result":
+                    result = event
+                if (text := describe(event)) is not None:
+                    self.log.info("%s", text)
+            code = launcher.wait()
+        finally:
+            launcher.kill()  # timeouts and exceptions land here: no rank outlives the task
+        if code != 0:
+            raise AirflowException(
+                f"training job exited with code {code} (try {try_number}); a retry resumes from the newest complete "
+                f"checkpoint under {spec.run_dir}/checkpoints. Last output:\n" + "\n".join(tail)
+            )
+        if result is None:
+            raise AirflowException("training job exited 0 without reporting a result")
+        result.pop("event", None)
+        return {"run_dir": spec.run_dir, **result}
+
+    def on_kill(self) -> None:
+        if self._launcher is None:
+            return
+        # SIGTERM lets DeepSpeed and MLflow close cleanly; SIGKILL whatever is left.
+        self._launcher.kill(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._launcher.process is not None and self._launcher.process.poll() is None:
+            time.sleep(0.2)
+        self._launcher.kill(signal.SIGKILL)

@@ -1,0 +1,84 @@
+"""Real training jobs for the resume tests: torchrun, DeepSpeed on gloo, MLflow on SQLite."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.synthetic import write_day
+from airflow_trainpipe.train_spec import TrainSpec
+from tests.conftest import EXAMPLE_CONFIGS
+
+EVERY_STEPS = 10  # checkpoint interval of the test job: 19 steps per epoch (+ epoch-end checkpoints), 2 epochs
+
+
+@dataclass
+class JobRun:
+    code: int
+    losses: dict[int, float] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.output)
+
+
+@pytest.fixture(scope="session")
+def trainpipe_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("trainpipe_home")
+    os.environ["TRAINPIPE_HOME"] = str(home)  # inherited by every job: one MLflow database
+    return home
+
+
+@pytest.fixture(scope="session")
+def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_day(tmp_path_factory.mktemp("data").as_uri(), date(2026, 1, 1), 1200, seed=5)
+
+
+def job_config(checkpoint_root: Path, zero_stage: int = 1):
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    for old, new in (
+        ("uri: checkpoints", f"uri: {checkpoint_root.as_uri()}"),
+        ("every_steps: 100", f"every_steps: {EVERY_STEPS}"),
+        ("batch_size: 256", "batch_size: 24"),  # global batch 48 splits over 1, 2 and 3 ranks
+        ("epochs: 3", "epochs: 2"),
+        ("early_stopping_patience: 2", "early_stopping_patience: 5"),
+        ("dropout: 0.1", "dropout: 0.0"),  # dropout masks depend on the rank layout
+        ("zero_stage: 1", f"zero_stage: {zero_stage}"),
+    ):
+        assert old in text, old
+        text = text.replace(old, new)
+    return parse_config(text)
+
+
+def make_spec(checkpoint_root: Path, files: list[str], run_id: str, zero_stage: int = 1) -> TrainSpec:
+    return TrainSpec(config=job_config(checkpoint_root, zero_stage), run_id=run_id, data_files=files)
+
+
+def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env: dict[str, str] | None = None) -> JobRun:
+    """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL."""
+    launcher = LocalLauncher(spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})})
+    launcher.start()
+    run = JobRun(code=-1)
+    try:
+        for line in launcher.lines():
+            run.output.append(line.text)
+            event = line.event or {}
+            if event.get("event") in ("step", "progress"):
+                run.losses[event["step"]] = event["loss"]
+            elif event.get("event") == "result":
+                run.result = event
+            if pause_at and line.text == f"TRAINPIPE PAUSED {pause_at}":
+                launcher.kill()  # kill -9 every process of the job
+        run.code = launcher.wait()
+    finally:
+        launcher.kill()
+    return run
