@@ -98,7 +98,9 @@ def main() -> None:
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {_memory()}, no GPU; Python {platform.python_version()}",
         "",
     ]
-    body = bench_config_parsing()
+    from train_bench import bench_training  # benchmarks/ is on sys.path when run as a script
+
+    body = bench_config_parsing() + bench_training()
     args.output.write_text("\n".join(header + body))
     print("\n".join(header + body))
 

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import os
+from datetime import date
 from pathlib import Path
 
 import pytest
+
+from airflow_trainpipe.synthetic import write_day
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CONFIGS = REPO_ROOT / "dags" / "configs"
@@ -15,3 +18,15 @@ def _isolated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("airflow_home")
     os.environ.setdefault("AIRFLOW_HOME", str(home))
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
+@pytest.fixture(scope="session")
+def trainpipe_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("trainpipe_home")
+    os.environ["TRAINPIPE_HOME"] = str(home)  # inherited by every job: one MLflow database
+    return home
+
+
+@pytest.fixture(scope="session")
+def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_day(tmp_path_factory.mktemp("data").as_uri(), date(2026, 1, 1), 1200, seed=5)

@@ -54,3 +54,36 @@ def test_console_script_version() -> None:
     script = Path(sys.executable).parent / "trainpipe"
     out = subprocess.run([str(script), "--version"], check=True, capture_output=True, text=True).stdout
     assert out.strip() == f"trainpipe {airflow_trainpipe.__version__}"
+
+
+def test_train_with_a_broken_config_exits_1_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("zero_stage: 1", "zero_stage: 7"))
+    assert main(["train", str(broken), "--run-id", "x"]) == 1
+    assert f"{broken}:" in capsys.readouterr().err
+
+
+def test_train_without_data_for_the_date_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}"))
+    assert main(["train", str(config), "--run-id", "x", "--ds", "2026-03-04"]) == 1
+    assert f"no *.parquet files under {tmp_path.as_uri()}/ds=2026-03-04" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_runs_the_job_and_the_same_run_id_resumes(tmp_path: Path, trainpipe_home: Path, job_files: list[str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.jobs import EVERY_STEPS
+
+    config = tmp_path / "c.yaml"
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    config.write_text(text.replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}").replace("every_steps: 100", f"every_steps: {EVERY_STEPS}")
+                      .replace("batch_size: 256", "batch_size: 24"))
+    assert main(["train", str(config), "--run-id", "debug", "--max-steps", "12", "--data", *job_files]) == 0
+    first = capsys.readouterr().out
+    assert "training started: 12 steps on 2 rank(s)" in first and "training finished at step 12" in first
+    result = json.loads((tmp_path / "fraud_detector" / "debug" / "result.json").read_text())
+    assert result["final_step"] == 12 and result["resumed_from_step"] == 0
+    assert main(["train", str(config), "--run-id", "debug", "--max-steps", "15", "--nproc", "1", "--data", *job_files]) == 0
+    second = capsys.readouterr().out
+    assert "resuming from step 10" in second and "training finished at step 15" in second

@@ -45,3 +45,8 @@ def test_check_cli_imports_neither_heavy_libraries_nor_airflow() -> None:
 def test_provider_info_is_light() -> None:
     modules = _modules_after("from airflow_trainpipe.get_provider_info import get_provider_info; get_provider_info()")
     assert _heavy(modules, (*HEAVY, "airflow")) == []
+
+
+def test_operator_modules_import_no_heavy_library() -> None:
+    modules = _modules_after("import airflow_trainpipe.operators.train")
+    assert _heavy(modules, HEAVY) == []

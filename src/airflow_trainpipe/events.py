@@ -6,19 +6,31 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any
 
 PREFIX = "TRAINPIPE "
 
 
+def write_line(text: str) -> None:
+    """One write(2) per line: every rank shares the pipe, and print() writes the text and the
+    newline separately, which lets two ranks' lines interleave. A single write below PIPE_BUF
+    (4 KiB) is atomic."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (text + "\n").encode())
+
+
 def emit(event: str, **fields: Any) -> None:
-    print(PREFIX + json.dumps({"event": event, **fields}, default=float), flush=True)
+    write_line(PREFIX + json.dumps({"event": event, **fields}, default=float))
 
 
 def parse(line: str) -> dict[str, Any] | None:
-    if not line.startswith(PREFIX + "{"):
+    # Found anywhere in the line: another rank's unterminated output may precede ours.
+    start = line.find(PREFIX + "{")
+    if start < 0:
         return None
     try:
-        return json.loads(line[len(PREFIX) :])
+        return json.loads(line[start + len(PREFIX) :])
     except ValueError:
         return None

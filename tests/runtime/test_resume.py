@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.conftest import EVERY_STEPS, JobRun, make_spec, run_job
+from tests.jobs import EVERY_STEPS, JobRun, make_spec, run_job
 
 pytestmark = pytest.mark.slow
 

@@ -13,12 +13,14 @@ import os
 import signal
 import time
 
+from airflow_trainpipe.events import write_line
+
 
 def fault_point(name: str, step: int) -> None:
     point = f"{name}:{step}"
     if os.environ.get("TRAINPIPE_PAUSE_AT") == point:
-        print(f"TRAINPIPE PAUSED {point}", flush=True)
+        write_line(f"TRAINPIPE PAUSED {point}")
         time.sleep(3600)
     if os.environ.get("TRAINPIPE_CRASH_AT") == point:
-        print(f"TRAINPIPE CRASHING {point}", flush=True)
+        write_line(f"TRAINPIPE CRASHING {point}")
         os.kill(os.getpid(), signal.SIGKILL)

@@ -16,6 +16,9 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,8 @@ from airflow_trainpipe.storage import filesystem, is_local, join, local_path, tr
 from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
 
 log = logging.getLogger("airflow_trainpipe.train")
+
+SYNC_EVERY = 10  # steps between the collectives that gather losses and checkpoint decisions
 
 
 def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool) -> dict[str, Any]:
@@ -118,6 +123,38 @@ class Progress:
         os.replace(tmp, self.path)
 
 
+@dataclass
+class Timing:
+    """Where this attempt's wall time went; `make bench` reads it from result.json."""
+
+    first_step: int
+    earlier_compute_s: float
+    started: float = field(default_factory=time.monotonic)
+    data_wait_s: float = 0.0
+    checkpoint_s: float = 0.0
+    eval_s: float = 0.0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def compute_s(self) -> float:
+        """Training time over all attempts up to now (lost work of killed attempts excluded)."""
+        return self.earlier_compute_s + self.elapsed()
+
+    @contextmanager
+    def measure(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            setattr(self, name, getattr(self, name) + time.monotonic() - t0)
+
+    def summary(self, last_step: int) -> dict[str, float]:
+        loop = self.elapsed()
+        return {"steps": last_step - self.first_step, "loop_s": loop, "train_s": loop - self.eval_s,
+                "checkpoint_s": self.checkpoint_s, "eval_s": self.eval_s, "data_wait_s": self.data_wait_s}
+
+
 class Trainer:
     def __init__(self, spec: TrainSpec):
         self.spec = spec
@@ -144,7 +181,6 @@ class Trainer:
     # -- setup --------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        started = time.monotonic()
         _seed(self.hp.seed)
         data = load_dataset(self.spec.data_files, self.config.data, self.task)
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
@@ -197,8 +233,8 @@ class Trainer:
                  global_batch=global_batch, train_rows=len(data.train_y), holdout_rows=len(data.holdout_y), mlflow_run_id=tracker.run_id if tracker else None)
 
         try:
-            state = self._loop(data, sampler, state, total_steps, tracker, progress, started)
-            result = self._finish(data, state, tracker, resumed_from, recomputed, started)
+            state = self._loop(data, sampler, state, total_steps, tracker, progress)
+            result = self._finish(data, state, tracker, resumed_from, recomputed)
         except BaseException:
             if tracker:
                 tracker.flush()
@@ -217,19 +253,19 @@ class Trainer:
     # -- training -----------------------------------------------------------------------------
 
     def _loop(self, data: Dataset, sampler: ResumableSampler, state: dict[str, Any], total_steps: int,
-              tracker: Tracker | None, progress: Progress, started: float) -> dict[str, Any]:
+              tracker: Tracker | None, progress: Progress) -> dict[str, Any]:
         train_x, train_y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
         loss_fn = torch.nn.BCEWithLogitsLoss() if self.task == "binary_classification" else torch.nn.MSELoss()
-        step, stop = state["step"], False
-        attempt_started, attempt_first_step = time.monotonic(), step
-        data_wait = 0.0
+        step, stop, train_loss = state["step"], False, state.get("final_train_loss")
+        timing = Timing(first_step=step, earlier_compute_s=state["compute_seconds"])
+        local_losses: list[float] = []
         self.engine.train()
         while sampler.epoch < self.hp.epochs and step < total_steps and not stop:
             while not sampler.epoch_done() and step < total_steps:
                 t0 = time.perf_counter()
                 batches = sampler.step_batches()
                 inputs = [(train_x[i].to(self.device, self.dtype), train_y[i].to(self.device)) for i in batches]
-                data_wait += time.perf_counter() - t0
+                timing.data_wait_s += time.perf_counter() - t0
                 loss_sum = 0.0
                 for k, (x, y) in enumerate(inputs):
                     loss = loss_fn(self.engine(x).float().squeeze(1), y)
@@ -239,30 +275,43 @@ class Trainer:
                     self.engine.step()
                     loss_sum += loss.item()
                 step += 1
-                stats = torch.tensor([loss_sum / len(inputs), float(self.checkpoints.due(step)), float(self.checkpoints.pending_ready())], dtype=torch.float64)
-                dist.all_reduce(stats)
-                train_loss = stats[0].item() / self.world_size
+                local_losses.append(loss_sum / len(inputs))
                 if self.rank == 0:
-                    progress.record(step)
-                    elapsed = time.monotonic() - attempt_started
-                    rate = (step - attempt_first_step) * sampler.global_batch / max(elapsed, 1e-9)
-                    tracker.log_metrics({"train_loss": train_loss, "samples_per_s": rate}, step)
-                    if step % 10 == 0 or step == total_steps:
-                        eta = (total_steps - step) * elapsed / max(step - attempt_first_step, 1)
-                        emit("progress", step=step, total_steps=total_steps, epoch=sampler.epoch, loss=train_loss,
-                             samples_per_s=round(rate, 1), eta_s=round(eta, 1), data_wait_s=round(data_wait, 4))
-                    else:
-                        emit("step", step=step, loss=train_loss)
+                    progress.record(step)  # a local file: exact high-water mark, no collective
                 fault_point("step", step)
-                if stats[2].item() == self.world_size:
-                    self.checkpoints.complete_pending()
-                if stats[1].item() > 0 and not sampler.epoch_done():
-                    state["compute_seconds"] += time.monotonic() - attempt_started
-                    attempt_started, attempt_first_step = time.monotonic(), step
-                    self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step), extra={"global_batch": sampler.global_batch})
+                # One collective every SYNC_EVERY steps instead of one per step: on a latency-bound
+                # job a gloo round trip costs as much as a third of a step. Every rank reaches the
+                # same sync steps, since all conditions below are deterministic.
+                by_steps = bool(self.checkpoints.cfg.every_steps) and step % self.checkpoints.cfg.every_steps == 0
+                if not (step % SYNC_EVERY == 0 or by_steps or step == total_steps or sampler.epoch_done()):
+                    continue
+                stats = torch.tensor([*local_losses, float(self.checkpoints.due(step)), float(self.checkpoints.pending_ready())], dtype=torch.float64)
+                dist.all_reduce(stats)
+                first = step - len(local_losses) + 1
+                losses = {first + i: v / self.world_size for i, v in enumerate(stats[:-2].tolist())}
+                local_losses = []
+                train_loss = losses[step]
+                if self.rank == 0:
+                    rate = (step - timing.first_step) * sampler.global_batch / max(timing.elapsed(), 1e-9)
+                    for at, value in losses.items():
+                        tracker.log_metrics({"train_loss": value}, at)
+                        emit("step", step=at, loss=value)
+                    tracker.log_metrics({"samples_per_s": rate}, step)
+                    eta = (total_steps - step) * timing.elapsed() / max(step - timing.first_step, 1)
+                    emit("progress", step=step, total_steps=total_steps, epoch=sampler.epoch, loss=train_loss,
+                         samples_per_s=round(rate, 1), eta_s=round(eta, 1))
+                if stats[-1].item() == self.world_size:
+                    with timing.measure("checkpoint_s"):
+                        self.checkpoints.complete_pending()
+                if (by_steps or stats[-2].item() > 0) and not sampler.epoch_done():
+                    with timing.measure("checkpoint_s"):
+                        state["compute_seconds"] = timing.compute_s()
+                        self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step),
+                                              extra={"global_batch": sampler.global_batch})
             if not sampler.epoch_done():
                 break  # stopped by max_steps mid-epoch
-            metrics = self._evaluate(data)
+            with timing.measure("eval_s"):
+                metrics = self._evaluate(data)
             state["history"].append({"epoch": sampler.epoch, "step": step, **metrics})
             value = metrics[self.gate_metric]
             improved = state["best"] is None or (value > state["best"] if self.higher_is_better else value < state["best"])
@@ -274,15 +323,14 @@ class Trainer:
             patience = self.hp.early_stopping_patience
             stop = bool(patience and state["stale_epochs"] >= patience)
             sampler.next_epoch()
-            state["compute_seconds"] += time.monotonic() - attempt_started
-            attempt_started, attempt_first_step = time.monotonic(), step
-            self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step), metric=value,
-                                  extra={"global_batch": sampler.global_batch})
-        state["compute_seconds"] += time.monotonic() - attempt_started
-        state["step"], state["stopped_early"] = step, stop
-        state["final_train_loss"] = train_loss if step > attempt_first_step or "final_train_loss" not in state else state["final_train_loss"]
-        state["data_wait_seconds"] = data_wait
-        self.checkpoints.complete_pending()
+            with timing.measure("checkpoint_s"):
+                state["compute_seconds"], state["final_train_loss"] = timing.compute_s(), train_loss
+                self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step), metric=value,
+                                      extra={"global_batch": sampler.global_batch})
+        with timing.measure("checkpoint_s"):
+            self.checkpoints.complete_pending()
+        state.update(step=step, stopped_early=stop, final_train_loss=train_loss, compute_seconds=timing.compute_s())
+        state["timing"] = timing.summary(step)
         return state
 
     def _client_state(self, state: dict[str, Any], sampler: ResumableSampler, step: int) -> dict[str, Any]:
@@ -320,7 +368,7 @@ class Trainer:
                 return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
         return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
 
-    def _finish(self, data: Dataset, state: dict[str, Any], tracker: Tracker | None, resumed_from: int, recomputed: int, started: float) -> dict[str, Any]:
+    def _finish(self, data: Dataset, state: dict[str, Any], tracker: Tracker | None, resumed_from: int, recomputed: int) -> dict[str, Any]:
         metrics = state["history"][-1] if state["history"] and state["history"][-1]["step"] == state["step"] else {"step": state["step"], **self._evaluate(data)}
         weights = self._full_state_dict()
         if self.rank != 0:
@@ -343,7 +391,7 @@ class Trainer:
             "stopped_early": state.get("stopped_early", False),
             "world_size": self.world_size,
             f"compute_hours_{'gpu' if self.on_gpu else 'cpu'}": compute_hours,
-            "data_wait_seconds": state.get("data_wait_seconds", 0.0),
+            "timing": state["timing"],
             "mlflow_run_id": tracker.run_id,
         }
         model = build_model(self.training.model, num_numeric=len(data.encoder.numeric), cardinalities=data.encoder.cardinalities,

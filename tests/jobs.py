@@ -1,18 +1,13 @@
-"""Real training jobs for the resume tests: torchrun, DeepSpeed on gloo, MLflow on SQLite."""
+"""Real training jobs for the tests: torchrun, DeepSpeed on gloo, MLflow on SQLite."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.launchers.local import LocalLauncher
-from airflow_trainpipe.synthetic import write_day
 from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -29,18 +24,6 @@ class JobRun:
     @property
     def text(self) -> str:
         return "\n".join(self.output)
-
-
-@pytest.fixture(scope="session")
-def trainpipe_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("trainpipe_home")
-    os.environ["TRAINPIPE_HOME"] = str(home)  # inherited by every job: one MLflow database
-    return home
-
-
-@pytest.fixture(scope="session")
-def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return write_day(tmp_path_factory.mktemp("data").as_uri(), date(2026, 1, 1), 1200, seed=5)
 
 
 def job_config(checkpoint_root: Path, zero_stage: int = 1):
@@ -76,7 +59,7 @@ def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env
                 run.losses[event["step"]] = event["loss"]
             elif event.get("event") == "result":
                 run.result = event
-            if pause_at and line.text == f"TRAINPIPE PAUSED {pause_at}":
+            if pause_at and f"TRAINPIPE PAUSED {pause_at}" in line.text:
                 launcher.kill()  # kill -9 every process of the job
         run.code = launcher.wait()
     finally:
