@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -101,9 +102,9 @@ class TabularEncoder:
             values = (_numeric(table, name) - mean) / std
             columns.append(np.where(np.isfinite(values), values, 0.0))
         for name, vocabulary in zip(self.categorical, self.vocabularies, strict=True):
-            index = {value: i + 1 for i, value in enumerate(vocabulary)}
-            values = table.column(name).cast(pa.string()).to_pylist()
-            columns.append(np.array([index.get(v, 0) for v in values], dtype=np.float64))
+            # Vectorised lookup; a value outside the vocabulary (or null) becomes index 0.
+            position = pc.index_in(table.column(name).cast(pa.string()), value_set=pa.array(vocabulary, pa.string()))
+            columns.append(pc.fill_null(position, -1).to_numpy(zero_copy_only=False).astype(np.float64) + 1)
         return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((table.num_rows, 0), np.float32)
 
     def labels(self, table: pa.Table, label: str) -> np.ndarray:

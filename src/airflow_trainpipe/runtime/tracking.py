@@ -67,12 +67,16 @@ class Tracker:
             return None
 
     def log_params_once(self, params: dict[str, str]) -> None:
-        # MLflow refuses to change a logged param; a resumed run keeps the first attempt's.
-        if self.resumed:
-            return
+        """Log the params the run does not have yet.
+
+        MLflow refuses to change a logged param, so a resumed run keeps the first attempt's values
+        (a different world size is recorded as a tag); an attempt that died before logging its
+        params has them logged by the next one.
+        """
         from mlflow.entities import Param
 
-        items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
+        existing = self.client.get_run(self.run_id).data.params if self.resumed else {}
+        items = [Param(k, v[:6000]) for k, v in sorted(params.items()) if k not in existing]
         for start in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
