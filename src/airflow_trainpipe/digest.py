@@ -8,17 +8,25 @@ modification times do not enter it: a copy of the same data has the same version
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from airflow_trainpipe.storage import filesystem
 
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
-def file_sha256(uri: str) -> str:
-    fs, path = filesystem(uri)
+
+def sha256_of(fs: AbstractFileSystem, path: str) -> str:
+    """Streamed in 1 MiB chunks: checkpoint shards and data files may be larger than memory."""
     digest = hashlib.sha256()
     with fs.open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(uri: str) -> str:
+    return sha256_of(*filesystem(uri))
 
 
 def content_digest(uris: list[str]) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import torch.distributed as dist
 
 from airflow_trainpipe.config.training import CheckpointSection
+from airflow_trainpipe.digest import sha256_of
 from airflow_trainpipe.events import emit
 from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.storage import filesystem, is_local, join, local_path, trainpipe_home
@@ -91,6 +92,7 @@ class CheckpointManager:
             else trainpipe_home() / "staging" / hashlib.sha1(self.root.encode()).hexdigest()[:16]
         )
         self._fs, self._root_path = filesystem(self.root)
+        self._local_fs = filesystem(self.staging.as_uri())[0]
         self._pending: _PendingSave | None = None
         self._last_save_time = time.monotonic()
 
@@ -132,7 +134,7 @@ class CheckpointManager:
             directory = self.staging / pending.tag
             for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MARKER):
                 relative = path.relative_to(directory).as_posix()
-                pending.files[relative] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+                pending.files[relative] = {"size": path.stat().st_size, "sha256": sha256_of(self._local_fs, str(path))}
                 if self.remote:
                     self._fs.put_file(str(path), f"{self._root_path}/{pending.tag}/{relative}")
         except BaseException as exc:  # surfaced on the training thread by complete_pending()
@@ -245,7 +247,7 @@ class CheckpointManager:
                 return f"{relative} is missing"
             if size != meta["size"]:
                 return f"{relative} has {size} bytes, the marker says {meta['size']}"
-            digest = hashlib.sha256(self._fs.cat_file(path)).hexdigest()
+            digest = sha256_of(self._fs, path)
             if digest != meta["sha256"]:
                 return f"{relative} sha256 {digest[:12]}... does not match the marker's {meta['sha256'][:12]}..."
         return None
@@ -281,11 +283,4 @@ class CheckpointManager:
         dist.barrier()
         return universal
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
