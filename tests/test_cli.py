@@ -87,3 +87,15 @@ def test_train_runs_the_job_and_the_same_run_id_resumes(tmp_path: Path, trainpip
     assert main(["train", str(config), "--run-id", "debug", "--max-steps", "15", "--nproc", "1", "--data", *job_files]) == 0
     second = capsys.readouterr().out
     assert "resuming from step 10" in second and "training finished at step 15" in second
+
+
+@pytest.mark.slow
+def test_train_failure_shows_the_jobs_last_output(tmp_path: Path, trainpipe_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}"))
+    not_parquet = tmp_path / "part-00000.parquet"
+    not_parquet.write_text("this is not a parquet file")
+    assert main(["train", str(config), "--run-id", "r", "--data", not_parquet.as_uri()]) != 0
+    captured = capsys.readouterr()
+    assert f"training failed on rank 0: DataError: cannot read {not_parquet.as_uri()} as parquet" in captured.out
+    assert "training job exited with code" in captured.err

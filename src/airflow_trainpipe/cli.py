@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -83,17 +84,23 @@ def _train(args: argparse.Namespace) -> int:
     print(f"run directory {spec.run_dir}; {len(files)} data file(s); torchrun with {nproc} process(es)", file=sys.stderr)
     launcher = LocalLauncher(spec, nproc)
     launcher.start()
+    tail: deque[str] = deque(maxlen=40)
     try:
         for line in launcher.lines():
             if line.event is None:
+                tail.append(line.text)
                 if args.verbose:
                     print(line.text, file=sys.stderr)
             elif (text := describe(line.event)) is not None:
                 print(text, flush=True)
-        return launcher.wait()
+        code = launcher.wait()
     except KeyboardInterrupt:
         launcher.kill()
         return 130
+    if code != 0 and not args.verbose:
+        print(f"training job exited with code {code}; its last output:", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
+    return code
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -57,3 +57,19 @@ def test_missing_column_names_the_file(tmp_path: Path) -> None:
     pq.write_table(transactions(date(2026, 1, 1), 10, seed=1).drop(["amount"]), path)
     with pytest.raises(DataError, match=f"{path.as_uri()} lacks column\\(s\\) amount"):
         read_table([path.as_uri()], "parquet", ["amount", "hour"])
+
+
+def test_null_labels_are_refused_with_the_column_named(tmp_path: Path) -> None:
+    table = transactions(date(2026, 1, 1), 50, seed=1)
+    labels = pa.array([None] + table.column("is_fraud").to_pylist()[1:], pa.int64())
+    path = tmp_path / "part.parquet"
+    pq.write_table(table.set_column(table.column_names.index("is_fraud"), "is_fraud", labels), path)
+    with pytest.raises(DataError, match="label column 'is_fraud' has 1 null value"):
+        load_dataset([path.as_uri()], CONFIG.data, "binary_classification")
+
+
+def test_a_snapshot_too_small_to_split_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "part.parquet"
+    pq.write_table(transactions(date(2026, 1, 1), 1, seed=1), path)
+    with pytest.raises(DataError, match="holdout split left 1 training and 0 holdout rows|holdout split left 0 training and 1 holdout rows"):
+        load_dataset([path.as_uri()], CONFIG.data, "binary_classification")

@@ -40,4 +40,6 @@ def describe(event: dict[str, Any]) -> str | None:
             f"training finished at step {event['final_step']}: weights sha256 {event['weights_sha256'][:16]}..., "
             f"MLflow run {event['mlflow_run_id']}"
         )
+    if kind == "error":
+        return f"training failed on rank {event['rank']}: {event['error']}"
     return None

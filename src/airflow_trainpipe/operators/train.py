@@ -118,6 +118,7 @@ class DistributedTrainOperator(BaseOperator):
         launcher = self._launcher = LocalLauncher(spec, nproc, env={**self.env, "TRAINPIPE_TRY_NUMBER": str(try_number)})
         launcher.start()
         result: dict[str, Any] | None = None
+        errors: list[str] = []
         tail: deque[str] = deque(maxlen=30)
         try:
             for line in launcher.lines():
@@ -132,15 +133,18 @@ class DistributedTrainOperator(BaseOperator):
                     store.set("checkpoint", {"step": event["step"], "uri": event["uri"]})
                 elif event["event"] == "result":
                     result = event
+                elif event["event"] == "error":
+                    errors.append(f"rank {event['rank']}: {event['error']}")
                 if (text := describe(event)) is not None:
                     self.log.info("%s", text)
             code = launcher.wait()
         finally:
             launcher.kill()  # timeouts and exceptions land here: no rank outlives the task
         if code != 0:
+            reason = f": {errors[0]}" if errors else ""
             raise AirflowException(
-                f"training job exited with code {code} (try {try_number}); a retry resumes from the newest complete "
-                f"checkpoint under {spec.run_dir}/checkpoints. Last output:\n" + "\n".join(tail)
+                f"training job exited with code {code} (try {try_number}){reason}; a retry resumes from the newest "
+                f"complete checkpoint under {spec.run_dir}/checkpoints. Last output:\n" + "\n".join(tail)
             )
         if result is None:
             raise AirflowException("training job exited 0 without reporting a result")

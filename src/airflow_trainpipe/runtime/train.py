@@ -434,7 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
-    Trainer(spec).run()
+    try:
+        Trainer(spec).run()
+    except Exception as exc:
+        # A structured line, so the launcher can say why the job failed without digging through
+        # torchrun's failure summary; the traceback still follows on stderr.
+        emit("error", rank=int(rank), error=f"{type(exc).__name__}: {exc}")
+        raise
     dist.barrier()
     dist.destroy_process_group()
     return 0
