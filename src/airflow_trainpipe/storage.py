@@ -44,6 +44,16 @@ def local_path(uri: str) -> Path:
     return Path(urlsplit(uri).path) if uri.startswith("file:") else Path(uri)
 
 
+def node_local_dir(uri: str, purpose: str) -> Path:
+    """This node's own directory for a URI: the URI's path when local, else a stable spot under
+    TRAINPIPE_HOME (staged checkpoints, the progress mark of an s3:// run)."""
+    if is_local(uri):
+        return local_path(uri)
+    import hashlib
+
+    return trainpipe_home() / purpose / hashlib.sha1(uri.encode()).hexdigest()[:16]
+
+
 def filesystem(uri: str) -> tuple[AbstractFileSystem, str]:
     """The fsspec filesystem for a URI and the path inside it."""
     from fsspec.core import url_to_fs

@@ -13,7 +13,6 @@ one that the next attempt skips (with a warning that names it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.digest import sha256_of
 from airflow_trainpipe.events import emit
 from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.storage import filesystem, is_local, join, local_path, trainpipe_home
+from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +85,7 @@ class CheckpointManager:
         self.remote = not is_local(self.root)
         # DeepSpeed writes to a local directory. A local destination is written in place; a
         # remote one is staged on this node's disk and uploaded from there.
-        self.staging = (
-            local_path(self.root)
-            if not self.remote
-            else trainpipe_home() / "staging" / hashlib.sha1(self.root.encode()).hexdigest()[:16]
-        )
+        self.staging = node_local_dir(self.root, "staging")
         self._fs, self._root_path = filesystem(self.root)
         self._local_fs = filesystem(self.staging.as_uri())[0]
         self._pending: _PendingSave | None = None

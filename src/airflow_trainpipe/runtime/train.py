@@ -42,7 +42,7 @@ from airflow_trainpipe.runtime.metrics import compute_metrics  # noqa: E402
 from airflow_trainpipe.runtime.models import build_model  # noqa: E402
 from airflow_trainpipe.runtime.sampler import ResumableSampler  # noqa: E402
 from airflow_trainpipe.runtime.tracking import Tracker, flatten  # noqa: E402
-from airflow_trainpipe.storage import filesystem, is_local, join, local_path, trainpipe_home  # noqa: E402
+from airflow_trainpipe.storage import filesystem, join, node_local_dir  # noqa: E402
 from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
 
 log = logging.getLogger("airflow_trainpipe.train")
@@ -107,7 +107,7 @@ class Progress:
     """High-water mark of steps reached, so a resumed attempt can say how many it recomputes."""
 
     def __init__(self, run_dir: str):
-        local = local_path(run_dir) if is_local(run_dir) else trainpipe_home() / "progress" / hashlib.sha1(run_dir.encode()).hexdigest()[:16]
+        local = node_local_dir(run_dir, "progress")
         local.mkdir(parents=True, exist_ok=True)
         self.path = local / "progress.json"
 
