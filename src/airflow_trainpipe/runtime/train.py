@@ -33,6 +33,7 @@ import deepspeed  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from airflow_trainpipe.config.catalog import METRICS  # noqa: E402
+from airflow_trainpipe.config.training import Hyperparameters  # noqa: E402
 from airflow_trainpipe.digest import content_digest  # noqa: E402
 from airflow_trainpipe.events import emit  # noqa: E402
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager  # noqa: E402
@@ -50,9 +51,9 @@ log = logging.getLogger("airflow_trainpipe.train")
 SYNC_EVERY = 10  # steps between the collectives that gather losses and checkpoint decisions
 
 
-def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool) -> dict[str, Any]:
-    training = spec.config.training
-    hp, ds = training.hyperparameters, training.deepspeed
+def deepspeed_config(spec: TrainSpec, hp: Hyperparameters, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool) -> dict[str, Any]:
+    """`hp` are the run's effective hyperparameters (config plus the run's overrides)."""
+    ds = spec.config.training.deepspeed
     precision = ds.precision
     if precision == "auto":
         precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if on_gpu else "fp32"
@@ -186,13 +187,10 @@ class Trainer:
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = int(resume.marker["global_batch"]) if resume else self.hp.batch_size * self.hp.gradient_accumulation_steps * self.world_size
         universal = bool(resume) and resume.world_size != self.world_size and self.training.deepspeed.zero_stage > 0
-        self.ds_config = deepspeed_config(self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu)
+        self.ds_config = deepspeed_config(self.spec, self.hp, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu)
         self.dtype = torch.bfloat16 if self.ds_config["bf16"]["enabled"] else torch.float16 if self.ds_config["fp16"]["enabled"] else torch.float32
 
-        model = build_model(
-            self.training.model, num_numeric=len(data.encoder.numeric), cardinalities=data.encoder.cardinalities,
-            task=self.task, **self.hp.model_args,
-        )
+        model = self._build_model(data)
         optimizer = torch.optim.AdamW(model.parameters(), lr=self.hp.learning_rate, weight_decay=self.hp.weight_decay)
         warmup = self.hp.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
@@ -240,6 +238,10 @@ class Trainer:
                 tracker.flush()
             raise
         return result
+
+    def _build_model(self, data: Dataset) -> torch.nn.Module:
+        return build_model(self.training.model, num_numeric=len(data.encoder.numeric),
+                           cardinalities=data.encoder.cardinalities, task=self.task, **self.hp.model_args)
 
     def _tracker(self) -> Tracker:
         tags = {"trainpipe.pipeline": self.config.pipeline, "trainpipe.run_id": self.spec.run_id, **self.spec.tags}
@@ -394,8 +396,7 @@ class Trainer:
             "timing": state["timing"],
             "mlflow_run_id": tracker.run_id,
         }
-        model = build_model(self.training.model, num_numeric=len(data.encoder.numeric), cardinalities=data.encoder.cardinalities,
-                            task=self.task, **self.hp.model_args)
+        model = self._build_model(data)
         model.load_state_dict(weights)
         model.eval()
         tracker.log_metrics({**{f"holdout_{k}": v for k, v in holdout.items()}, f"{'gpu' if self.on_gpu else 'cpu'}_hours": compute_hours}, state["step"], flush=True)
