@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from airflow_trainpipe.storage import filesystem, join, trainpipe_home
@@ -24,6 +25,19 @@ def default_tracking_uri() -> str:
     home = trainpipe_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
+
+
+def artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Where a new experiment keeps its artifacts.
+
+    A database-backed store without a server defaults artifacts to ``./mlruns`` relative to the
+    process's working directory, which scatters them wherever a job happened to start; keep them
+    next to the database instead. A tracking server chooses for itself (None).
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri.removeprefix("sqlite:///"))
+    return (database.parent / "mlartifacts" / experiment).as_uri()
 
 
 def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:
@@ -42,14 +56,19 @@ class Tracker:
         import mlflow
         from mlflow.tracking import MlflowClient
 
-        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
+        tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+        mlflow.set_tracking_uri(tracking_uri)
         self.client = MlflowClient()
         self._fs, self._id_path = filesystem(join(run_dir, RUN_ID_FILE))
         run_id = run_id or self._stored_run_id()
         self.resumed = run_id is not None
         if run_id is None:
             experiment_obj = self.client.get_experiment_by_name(experiment)
-            experiment_id = experiment_obj.experiment_id if experiment_obj else self.client.create_experiment(experiment)
+            experiment_id = (
+                experiment_obj.experiment_id
+                if experiment_obj
+                else self.client.create_experiment(experiment, artifact_location=artifact_location(tracking_uri, experiment))
+            )
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
             self._fs.makedirs(self._id_path.rsplit("/", 1)[0], exist_ok=True)
             self._fs.pipe_file(self._id_path, json.dumps({"run_id": run_id}).encode())
