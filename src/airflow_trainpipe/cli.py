@@ -67,21 +67,25 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.progress import describe
-    from airflow_trainpipe.snapshot import partition_files, render_partition
+    from airflow_trainpipe.snapshot import render_partition, resolve_snapshot
     from airflow_trainpipe.train_spec import TrainSpec
 
     try:
         config = load_config(args.config)
-        files = args.data or partition_files(config.data, render_partition(config.data.partition, args.ds))
+        if args.data:
+            files, digest = args.data, None
+        else:
+            manifest = resolve_snapshot(config.data, render_partition(config.data.partition, args.ds))
+            files, digest = manifest.file_uris, manifest.digest
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
     except TrainpipeError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
-    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
+    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
     nproc = args.nproc or config.training.resources.nproc_per_node
-    print(f"run directory {spec.run_dir}; {len(files)} data file(s); torchrun with {nproc} process(es)", file=sys.stderr)
+    print(f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)", file=sys.stderr)
     launcher = LocalLauncher(spec, nproc)
     launcher.start()
     tail: deque[str] = deque(maxlen=40)
