@@ -69,7 +69,7 @@ def test_files_that_disagree_on_the_schema_are_named(tmp_path: Path) -> None:
 
 
 def test_missing_partition_names_the_uri(tmp_path: Path) -> None:
-    with pytest.raises(SnapshotError, match=f"no \\*.parquet data files under {tmp_path.as_uri()}/{PARTITION}"):
+    with pytest.raises(SnapshotError, match=f"no \\*.parquet files under {tmp_path.as_uri()}/{PARTITION}"):
         resolve_snapshot(_data(tmp_path), PARTITION)
     with pytest.raises(SnapshotError, match="no snapshot with digest sha256:abc"):
         load_manifest(_data(tmp_path), "sha256:abc")

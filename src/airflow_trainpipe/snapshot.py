@@ -104,7 +104,7 @@ def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = No
     uri = partition_uri(data, partition)
     files = list_data_files(uri, data.format, conn_id)
     if not files:
-        raise SnapshotError(f"no *.{data.format} data files under {uri}")
+        raise SnapshotError(f"no *.{data.format} files under {uri}")
     fs, _ = filesystem(uri, conn_id)
     entries: list[SnapshotFile] = []
     columns: dict[str, str] | None = None
