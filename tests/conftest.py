@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
@@ -30,3 +34,50 @@ def trainpipe_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return write_day(tmp_path_factory.mktemp("data").as_uri(), date(2026, 1, 1), 1200, seed=5)
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment of a migrated Airflow (SQLite) with its own dags folder, for `dag.test()` runs."""
+    root = tmp_path_factory.mktemp("airflow_dag_tests")
+    (root / "dags").mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_HOME": str(root / "home"),
+    }
+    airflow = Path(sys.executable).parent / "airflow"
+    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with bucket `trainpipe`; AWS_* variables point at it."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    # Inherited by training processes; botocore (and so s3fs) reads AWS_ENDPOINT_URL.
+    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="trainpipe")
+    yield endpoint
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

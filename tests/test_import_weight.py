@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import EXAMPLE_CONFIGS
 
 HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas")
@@ -47,6 +49,18 @@ def test_provider_info_is_light() -> None:
     assert _heavy(modules, (*HEAVY, "airflow")) == []
 
 
-def test_operator_modules_import_no_heavy_library() -> None:
-    modules = _modules_after("import airflow_trainpipe.operators.train")
-    assert _heavy(modules, HEAVY) == []
+def _provider_modules() -> list[str]:
+    from airflow_trainpipe.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    return sorted({m for kind in ("operators", "sensors", "hooks", "triggers") for entry in info.get(kind, [])
+                   for m in entry["python-modules"]})
+
+
+def test_every_resource_kind_is_probed() -> None:
+    assert {m.split(".")[1] for m in _provider_modules()} >= {"operators", "sensors", "triggers"}
+
+
+@pytest.mark.parametrize("module", _provider_modules())
+def test_provider_modules_import_no_heavy_library(module: str) -> None:
+    assert _heavy(_modules_after(f"import {module}"), HEAVY) == []

@@ -23,6 +23,12 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.operators.train"]},
         ],
+        "sensors": [
+            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.sensors.snapshot"]},
+        ],
+        "triggers": [
+            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.triggers.snapshot"]},
+        ],
         "integrations": [
             {
                 "integration-name": "Trainpipe",

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
-from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
@@ -15,31 +12,6 @@ from airflow_trainpipe.train_spec import TrainSpec
 from tests.jobs import job_config, run_job
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    # Inherited by the training processes; botocore (and so s3fs) reads AWS_ENDPOINT_URL.
-    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    import boto3
-
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="trainpipe")
-    yield endpoint
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, trainpipe_home: Path, job_files: list[str], s3_endpoint: str) -> None:

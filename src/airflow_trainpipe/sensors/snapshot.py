@@ -1,0 +1,91 @@
+"""DataSnapshotSensor: the `wait_for_data` task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_trainpipe.config.data import DataSection
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class DataSnapshotSensor(BaseSensorOperator):
+    """Wait until the run's partition `<data.uri>/<partition>/` is complete.
+
+    Complete means the writer's marker file exists (`data.wait.marker`, `_SUCCESS` by default)
+    and/or the partition's files hold at least `data.wait.min_rows` rows, read from file footers.
+    Works on `file://` and `s3://`; with `conn_id` the credentials and endpoint come from that
+    Airflow connection (an AWS connection for s3://), as with ObjectStoragePath.
+
+    :param data: the pipeline's `data` section; `wait` gives the rule, mode, interval and timeout.
+    :param partition: sub-path of the run's snapshot (templated); default `data.partition`.
+    :param conn_id: Airflow connection for the storage (e.g. `aws_default`); default: environment.
+    :param deferrable: wait in the triggerer; default: `data.wait.mode == "deferrable"`.
+    """
+
+    template_fields: Sequence[str] = ("partition", "conn_id")
+    ui_color = "#d6eaf8"
+
+    def __init__(self, *, data: DataSection, partition: str | None = None, conn_id: str | None = None,
+                 deferrable: bool | None = None, **kwargs: Any) -> None:
+        wait = data.wait
+        kwargs.setdefault("mode", "reschedule" if wait.mode == "reschedule" else "poke")
+        kwargs.setdefault("poke_interval", wait.poke_interval)
+        kwargs.setdefault("timeout", wait.timeout)
+        super().__init__(**kwargs)
+        self.data = data
+        self.partition = partition if partition is not None else data.partition
+        self.conn_id = conn_id
+        self.deferrable = wait.mode == "deferrable" if deferrable is None else deferrable
+
+    @property
+    def partition_uri(self) -> str:
+        from airflow_trainpipe.snapshot import partition_uri
+
+        return partition_uri(self.data, self.partition)
+
+    def _ready(self) -> tuple[bool, str]:
+        from airflow_trainpipe.snapshot import partition_ready
+
+        wait = self.data.wait
+        return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
+
+    def poke(self, context: Context) -> bool:
+        ready, reason = self._ready()
+        self.log.info("%s: %s", "complete" if ready else "not complete", reason)
+        return ready
+
+    def execute(self, context: Context) -> str:
+        if not self.deferrable:
+            super().execute(context)
+            return self.partition_uri
+        if self.poke(context):
+            return self.partition_uri
+        from airflow_trainpipe.triggers.snapshot import DataSnapshotTrigger
+
+        wait = self.data.wait
+        self.defer(
+            trigger=DataSnapshotTrigger(
+                uri=self.partition_uri, format=self.data.format, marker=wait.marker, min_rows=wait.min_rows,
+                conn_id=self.conn_id, poke_interval=_seconds(self.poke_interval),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=_seconds(self.timeout)),
+        )
+        raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
+        if not event or event.get("status") != "ready":
+            raise AirflowException(f"waiting for {self.partition_uri} failed: {(event or {}).get('message', 'no event')}")
+        self.log.info("complete: %s", event["message"])
+        return self.partition_uri
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)

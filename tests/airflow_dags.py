@@ -1,0 +1,67 @@
+"""Run a DAG file through Airflow's own `dag.test()` in a fresh process, as a user would.
+
+`dag.test()` needs the DAG in a file of the configured dags folder and a migrated metadata DB;
+the DB is migrated once per session (`airflow_env` in conftest.py) and shared by every DAG test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULT_MARK = "TEST-RESULT "
+
+# Appended to each DAG file: run it once and print the states (and XComs) the test asserts on.
+RUNNER = '''
+if __name__ == "__main__":
+    import json as _json
+    from datetime import datetime as _datetime, timezone as _timezone
+
+    _run = dag.test(logical_date=_datetime.fromisoformat({logical_date!r}).replace(tzinfo=_timezone.utc))
+    _tis = {{ti.task_id: ti for ti in _run.get_task_instances()}}
+    print({mark!r} + _json.dumps({{
+        "state": str(_run.state),
+        "tasks": {{k: str(ti.state) for k, ti in _tis.items()}},
+        "tries": {{k: ti.try_number for k, ti in _tis.items()}},
+    }}))
+'''
+
+
+@dataclass
+class DagTestRun:
+    state: str
+    tasks: dict[str, str]
+    tries: dict[str, int]
+    output: str
+
+
+def run_dag_file(env: dict[str, str], name: str, source: str, logical_date: str = "2026-01-02",
+                 timeout: float = 300, on_line: Callable[[str], None] | None = None) -> DagTestRun:
+    """Run the DAG once; `on_line` sees each output line as it comes (to act while a task runs)."""
+    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
+    path = dags / f"{name}.py"
+    path.write_text(source + RUNNER.format(logical_date=logical_date, mark=RESULT_MARK))
+    process = subprocess.Popen([sys.executable, str(path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killer = threading.Timer(timeout, process.kill)
+    killer.start()
+    lines = []
+    try:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+        code = process.wait()
+    finally:
+        killer.cancel()
+        process.kill()
+    output = "".join(lines)
+    if RESULT_MARK not in output:
+        raise AssertionError(f"dag.test() of {name} printed no result (exit {code}):\n{output[-6000:]}")
+    summary: dict[str, Any] = json.loads(output.split(RESULT_MARK, 1)[1].splitlines()[0])
+    return DagTestRun(output=output, **summary)
