@@ -85,7 +85,9 @@ def _common(config: PipelineConfig, task_id: str, watcher: EventWatcher, name: s
         "namespace": k8s_cfg.namespace,
         "name": name,
         "random_name_suffix": False,  # the name is per try already; the Job's pods' DNS names depend on it
-        "labels": labels,
+        # Without try_number: the operator adds the try's own, and looks up pods of earlier tries
+        # (reattach) by the remaining labels.
+        "labels": {key: value for key, value in labels.items() if key != "try_number"},
         "base_container_name": CONTAINER,
         "get_logs": True,
         "log_formatter": watcher,
