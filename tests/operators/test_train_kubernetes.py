@@ -100,7 +100,17 @@ def test_one_node_is_a_durable_kubernetes_pod_operator(tmp_path: Path) -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["priorityClassName"] == "ml-batch" and pod["spec"]["restartPolicy"] == "Never"
+    # Nothing of the rendered manifest is lost or overridden on the way through the operator.
+    assert _pruned(pod["spec"]) == _pruned(pod_operator.pod_template_dict["spec"])
     _validate(tmp_path, [pod])
+
+
+def _pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v not in (None, [], {}, False) or k in ("readOnly", "allowPrivilegeEscalation", "automountServiceAccountToken", "enableServiceLinks")}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
 
 
 def test_dry_run_prints_the_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,6 +141,7 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
     assert template["spec"]["subdomain"] == name  # the headless Service's name: <job>-0.<job> is rank 0
     command = template["spec"]["containers"][0]["command"]
     assert f"{name}-0.{name}:29500" in command
+    assert _pruned(template["spec"]) == _pruned(job_operator.pod_template_dict["spec"])
     _validate(tmp_path, [job])
 
 

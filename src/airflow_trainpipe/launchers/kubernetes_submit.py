@@ -93,6 +93,7 @@ def _common(config: PipelineConfig, task_id: str, watcher: EventWatcher, name: s
         "log_formatter": watcher,
         "startup_timeout_seconds": timeout,
         "schedule_timeout_seconds": timeout,
+        "termination_message_policy": "FallbackToLogsOnError",  # the last log lines say why it died
         "log_events_on_failure": True,
         # The pod spec holds no secret values (Secrets are references), so logging it is safe.
         "log_pod_spec_on_failure": True,
@@ -121,10 +122,11 @@ def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, tas
     manifest = job_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
     job_spec = manifest["spec"]
     pod_template = {"metadata": job_spec["template"]["metadata"], "spec": job_spec["template"]["spec"]}
-    # Fields the operator has no parameter for (successPolicy) come in through full_job_spec.
+    # Fields the operator has no parameter for (successPolicy) come in through full_job_spec; its
+    # pod template stays empty, since the operator would concatenate the two templates' lists.
     extra = {k: v for k, v in job_spec.items() if k not in ("template", "completionMode", "completions", "parallelism",
                                                              "backoffLimit", "ttlSecondsAfterFinished")}
-    full_job_spec = to_model({"spec": {**extra, "template": pod_template}}, "V1Job") if extra else None
+    full_job_spec = to_model({"spec": {**extra, "template": {}}}, "V1Job") if extra else None
     return KubernetesJobOperator(
         pod_template_dict=pod_template,
         full_job_spec=full_job_spec,
@@ -158,7 +160,7 @@ def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: Run
     }]
     operator.client.create_namespaced_service(namespace=namespace, body=service)
     log.info("created Job %s/%s (%d pods) and its headless Service", namespace, name, job.spec.parallelism)
-    succeeded = False
+    job_failed = False
     try:
         leader = _leader_pod(operator, namespace, name, int(config.training.kubernetes.startup_timeout.total_seconds()))
         asyncio.run(operator.pod_manager.await_pod_start(
@@ -170,11 +172,14 @@ def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: Run
         )
         finished = operator.hook.wait_until_job_complete(job_name=name, namespace=namespace, job_poll_interval=operator.job_poll_interval)
         if error := operator.hook.is_job_failed(job=finished):
+            job_failed = True
             raise RuntimeError(f"Kubernetes Job {namespace}/{name} failed: {error}")
-        succeeded = True
     finally:
-        if succeeded:
-            _delete_job(operator, namespace, name)  # the Service goes with it (ownerReferences)
+        # A failed Job stays for `kubectl describe` (its pods are stopped; the TTL or the next
+        # try removes it); a finished one, or one this task stops watching (timeout, error),
+        # goes now, with its Service (ownerReferences).
+        if not job_failed:
+            _delete_job(operator, namespace, name)
 
 
 def _leader_pod(operator: KubernetesJobOperator, namespace: str, job_name: str, timeout_s: int) -> k8s.V1Pod:
