@@ -212,3 +212,32 @@ def test_render_cli_refuses_a_local_launcher_config(capsys: pytest.CaptureFixtur
 
 def test_example_config_loads() -> None:
     assert load_config(EXAMPLE_CONFIGS / "house_prices.yaml").training.kubernetes.min_nodes == 1
+
+
+def _with_aws_connection() -> str:
+    return _single_node_config().replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n")
+
+
+def test_an_airflow_connection_becomes_a_per_try_secret_reference() -> None:
+    from airflow_trainpipe.launchers.kubernetes import connection_secret, connection_secret_name
+
+    (pod_manifest,) = _render(_with_aws_connection())
+    labels = RunLabels("house_prices", "train", RUN_ID, 2)
+    assert pod_manifest["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": connection_secret_name(labels)}}]
+    config = parse_config(_with_aws_connection())
+    secret = connection_secret(config, labels, "ml-training", {"AWS_SECRET_ACCESS_KEY": SECRET_VALUES[1]})
+    assert secret["metadata"]["name"] == connection_secret_name(labels) and secret["metadata"]["labels"]["try_number"] == "2"
+    assert SECRET_VALUES[1] not in yaml.safe_dump(pod_manifest)
+
+
+def test_aws_environment_comes_from_the_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_trainpipe.launchers.kubernetes_submit import aws_environment
+
+    monkeypatch.setenv("AIRFLOW_CONN_TRAINPIPE_AWS", json.dumps({
+        "conn_type": "aws", "login": SECRET_VALUES[0], "password": SECRET_VALUES[1],
+        "extra": {"region_name": "eu-west-1", "endpoint_url": "http://minio:9000"},
+    }))
+    assert aws_environment("trainpipe_aws") == {
+        "AWS_ACCESS_KEY_ID": SECRET_VALUES[0], "AWS_SECRET_ACCESS_KEY": SECRET_VALUES[1],
+        "AWS_DEFAULT_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://minio:9000",
+    }

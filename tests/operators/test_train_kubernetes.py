@@ -165,3 +165,25 @@ def test_the_example_s_pod_labels_find_earlier_tries(tmp_path: Path) -> None:
     pod_operator = operator.kubernetes_operator(_context(), operator._spec(store=None))
     assert "try_number" not in pod_operator.labels
     assert "try_number" not in pod_operator._build_find_pod_label_selector(_context())
+
+
+def test_connection_credentials_stay_out_of_the_pod_and_the_error(tmp_path: Path, kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    secret_value = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    monkeypatch.setenv("AIRFLOW_CONN_TRAINPIPE_AWS", json.dumps({"conn_type": "aws", "login": "AKIAEXAMPLE", "password": secret_value}))
+    config = Path(_config_file(tmp_path, nodes=1))
+    config.write_text(config.read_text().replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n"))
+    from airflow.sdk import DAG
+
+    with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
+        operator = DistributedTrainOperator(task_id="train", config=str(config), data_files=DATA)
+    context = _context()
+    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
+    assert pod["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": pod["metadata"]["name"] + "-conn"}}]
+    assert secret_value not in json.dumps(pod)
+    # The try reaches the API for the Secret first; nothing of the connection leaks into the error.
+    with pytest.raises(AirflowException, match="/api/v1/namespaces/ml-training/secrets") as caught:
+        operator.execute(context)
+    assert secret_value not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)

@@ -114,6 +114,9 @@ class KubernetesSection(Section):
     env_keys: list[EnvKey] = []
     """Single environment variables from Secret keys: `{name: AWS_ACCESS_KEY_ID, from: trainpipe-aws, key: access-key-id}`."""
 
+    aws_conn_id: str | None = Field(default=None, min_length=1)
+    """Airflow AWS connection for s3://: resolved when the task runs into a Kubernetes Secret of that try, which the pods read (values never enter the manifest or the log)."""
+
     volumes: list[VolumeMount] = []
     """PersistentVolumeClaims mounted into every pod (for `file://` data or checkpoints)."""
 

@@ -140,8 +140,9 @@ def pod_spec(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if k8s.env_from:
-        container["envFrom"] = [{"secretRef": {"name": name}} for name in k8s.env_from]
+    env_from = [*k8s.env_from, *([connection_secret_name(labels)] if k8s.aws_conn_id else [])]
+    if env_from:
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in env_from]
     if multi_node:
         container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}]
     spec_dict: dict = {
@@ -183,6 +184,22 @@ def pod_spec(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_
     if multi_node:
         spec_dict["subdomain"] = job_name  # pods become <job>-<index>.<service>
     return spec_dict
+
+
+def connection_secret_name(labels: RunLabels) -> str:
+    """The Secret holding this try's credentials from Airflow connections."""
+    return f"{labels.workload_name()}-conn"
+
+
+def connection_secret(config: PipelineConfig, labels: RunLabels, namespace: str, values: dict[str, str]) -> dict:
+    """Credentials resolved from Airflow connections, for the API only: never rendered or logged."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {k: v for k, v in _metadata(connection_secret_name(labels), namespace, labels, config).items() if k != "annotations"},
+        "type": "Opaque",
+        "stringData": values,
+    }
 
 
 def _metadata(name: str, namespace: str, labels: RunLabels, config: PipelineConfig) -> dict:

@@ -31,7 +31,9 @@ from airflow_trainpipe.launchers.kubernetes import (
     CONTAINER,
     JOB_NAME_PREFIX,
     RunLabels,
+    connection_secret,
     job_manifest,
+    label_value,
     pod_manifest,
     service_manifest,
 )
@@ -141,16 +143,81 @@ def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, tas
     )
 
 
-def run_pod(operator: KubernetesPodOperator, context: Any) -> None:
-    # execute_sync is what KubernetesPodOperator.execute runs when not deferrable; calling it
-    # directly keeps the reattach logic and avoids re-entering execute() of another operator.
-    operator.execute_sync(context)
+def aws_environment(conn_id: str) -> dict[str, str]:
+    """The standard AWS variables for an Airflow AWS connection (s3fs and boto read them)."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    credentials = hook.get_credentials()
+    env = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
+    if credentials.token:
+        env["AWS_SESSION_TOKEN"] = credentials.token
+    if hook.region_name:
+        env["AWS_DEFAULT_REGION"] = hook.region_name
+    if endpoint := hook.conn_config.get_service_endpoint_url("s3"):
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return env
+
+
+def apply_connection_secret(operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, namespace: str, log: Any) -> str | None:
+    """Put this try's connection credentials into the Secret its pods reference by name."""
+    conn_id = config.training.kubernetes.aws_conn_id
+    if conn_id is None:
+        return None
+    for earlier in operator.client.list_namespaced_secret(namespace=namespace, label_selector=_task_selector(labels)).items:
+        if (earlier.metadata.labels or {}).get("try_number") != str(labels.try_number):
+            _delete_secret(operator, namespace, earlier.metadata.name)
+    body = connection_secret(config, labels, namespace, aws_environment(conn_id))
+    name = body["metadata"]["name"]
+    try:
+        operator.client.create_namespaced_secret(namespace=namespace, body=body)
+    except ApiException as exc:
+        if exc.status != 409:  # the same try again (a reattached worker): refresh it
+            raise
+        operator.client.replace_namespaced_secret(name=name, namespace=namespace, body=body)
+    log.info("credentials of Airflow connection %s are in Secret %s/%s for this try's pods", conn_id, namespace, name)
+    return name
+
+
+def _delete_secret(operator: KubernetesPodOperator, namespace: str, name: str) -> None:
+    try:
+        operator.client.delete_namespaced_secret(name=name, namespace=namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _task_selector(labels: RunLabels) -> str:
+    return f"dag_id={label_value(labels.dag_id)},task_id={label_value(labels.task_id)},run_id={label_value(labels.run_id)}"
+
+
+def run_pod(operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
+    operator.pod_request_obj = operator.build_pod_request_obj(context)  # execute_sync uses it
+    namespace = operator.pod_request_obj.metadata.namespace
+    secret = apply_connection_secret(operator, config, labels, namespace, log)
+    try:
+        # execute_sync is what KubernetesPodOperator.execute runs when not deferrable; calling it
+        # directly keeps the reattach logic and avoids nesting another operator's execute().
+        operator.execute_sync(context)
+    finally:
+        if secret:  # the container read it when it started
+            _delete_secret(operator, namespace, secret)
 
 
 def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
     job = operator.build_job_request_obj(context)
     namespace, name = job.metadata.namespace, job.metadata.name
     _delete_earlier_tries(operator, namespace, labels, log)
+    secret = apply_connection_secret(operator, config, labels, namespace, log)
+    try:
+        _run_job(operator, config, labels, job, log)
+    finally:
+        if secret:
+            _delete_secret(operator, namespace, secret)
+
+
+def _run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, job: k8s.V1Job, log: Any) -> None:
+    namespace, name = job.metadata.namespace, job.metadata.name
     created = operator.hook.create_job(job=job)
     operator.job = job  # on_kill deletes it
     service = service_manifest(config, labels, namespace, name)
@@ -196,10 +263,7 @@ def _leader_pod(operator: KubernetesJobOperator, namespace: str, job_name: str, 
 
 def _delete_earlier_tries(operator: KubernetesJobOperator, namespace: str, labels: RunLabels, log: Any) -> None:
     """A worker that died mid-try leaves its Job training; two Jobs must never share a run directory."""
-    from airflow_trainpipe.launchers.kubernetes import label_value
-
-    selector = f"dag_id={label_value(labels.dag_id)},task_id={label_value(labels.task_id)},run_id={label_value(labels.run_id)}"
-    for job in operator.job_client.list_namespaced_job(namespace=namespace, label_selector=selector).items:
+    for job in operator.job_client.list_namespaced_job(namespace=namespace, label_selector=_task_selector(labels)).items:
         if (job.metadata.labels or {}).get("try_number") != str(labels.try_number):
             log.warning("deleting Job %s/%s left by try %s", namespace, job.metadata.name, job.metadata.labels.get("try_number"))
             _delete_job(operator, namespace, job.metadata.name)

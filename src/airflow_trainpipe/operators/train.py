@@ -176,12 +176,10 @@ class DistributedTrainOperator(BaseOperator):
         resources = self.config.training.resources
         self.log.info("starting %d pod(s) x %d process(es) on Kubernetes; run directory %s",
                       resources.nodes, resources.nproc_per_node, spec.run_dir)
+        labels = RunLabels(self.dag_id, self.task_id, context["run_id"], try_number)
         try:
-            if resources.nodes == 1:
-                submit.run_pod(operator, context)
-            else:
-                labels = RunLabels(self.dag_id, self.task_id, context["run_id"], try_number)
-                submit.run_job(operator, self.config, labels, context, self.log)
+            run = submit.run_pod if resources.nodes == 1 else submit.run_job
+            run(operator, self.config, labels, context, self.log)
         except Exception as exc:
             reason = f": {watcher.errors[0]}" if watcher.errors else f": {exc}"
             raise AirflowException(
