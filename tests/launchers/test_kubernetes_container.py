@@ -105,7 +105,7 @@ def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(tmp_path: P
     data_root = Path(job_files[0].removeprefix("file://")).parents[1]
     checkpoints = tmp_path / "checkpoints"
     config = parse_config(kubernetes_config(checkpoints, data_root, tmp_path / "mlflow.db"))
-    spec = TrainSpec(config=config, run_id=RUN_ID, data_files=job_files)
+    spec = TrainSpec(config=config, run_id=RUN_ID, data_files=job_files, max_steps=2 * EVERY_STEPS)
 
     def pod_of_try(try_number: int) -> dict[str, Any]:
         (pod,) = manifests(config, spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))
@@ -132,7 +132,7 @@ def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(tmp_path: P
     result = next(e for e in events if e["event"] == "result")
     assert resumed["resumed_from"] == EVERY_STEPS and result["resumed_from_step"] == EVERY_STEPS
     assert resumed["mlflow_run_id"] == start["mlflow_run_id"]  # the same MLflow run continues
-    assert result["final_step"] == resumed["total_steps"] and result["world_size"] == 2
+    assert result["final_step"] == resumed["total_steps"] == 2 * EVERY_STEPS and result["world_size"] == 2
     assert min(e["step"] for e in events if e["event"] == "step") == EVERY_STEPS + 1
     assert (checkpoints / config.pipeline / "scheduled__2026-01-01T00_00_00_00_00" / "result.json").exists()
     # The Secret is named in the manifest, its value is not.

@@ -204,8 +204,8 @@ class DistributedTrainOperator(BaseOperator):
 
 
 def _stored_result(run_dir: str) -> dict[str, Any]:
-    """The job's result.json: Indexed Jobs' logs are not parsed live, and a reattached pod's
-    early log lines may be gone."""
+    """The job's result.json, when the followed log did not carry the result event (a worker
+    that reattached after the pod finished)."""
     import json
 
     from airflow_trainpipe.storage import filesystem, join
