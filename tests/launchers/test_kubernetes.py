@@ -13,7 +13,12 @@ import yaml
 
 from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config, parse_config
-from airflow_trainpipe.launchers.kubernetes import RunLabels, label_value, manifests, torchrun_command
+from airflow_trainpipe.launchers.kubernetes import (
+    RunLabels,
+    label_value,
+    manifests,
+    torchrun_command,
+)
 from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -57,7 +62,7 @@ def test_manifests_validate_strictly(tmp_path: Path, version: str, pod: dict, jo
     path = tmp_path / "manifests.yaml"
     path.write_text(yaml.safe_dump_all([pod, *job_and_service, *static_job]))
     cli = Path(sys.executable).with_name("kubernetes-validate")
-    done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True)
+    done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     passed = [line for line in done.stdout.splitlines() if "passed" in line]
     assert len(passed) == 5 and all(f"against version {version.rsplit('.', 1)[0]}" in line for line in passed), done.stdout
@@ -71,7 +76,7 @@ def test_the_validator_rejects_a_broken_manifest(tmp_path: Path, pod: dict) -> N
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
     cli = Path(sys.executable).with_name("kubernetes-validate")
-    done = subprocess.run([str(cli), "--strict", "-k", "1.33.0", str(path)], capture_output=True, text=True)
+    done = subprocess.run([str(cli), "--strict", "-k", "1.33.0", str(path)], capture_output=True, text=True, check=False)
     assert done.returncode != 0 and "gpus" in done.stdout + done.stderr
 
 
@@ -219,7 +224,10 @@ def _with_aws_connection() -> str:
 
 
 def test_an_airflow_connection_becomes_a_per_try_secret_reference() -> None:
-    from airflow_trainpipe.launchers.kubernetes import connection_secret, connection_secret_name
+    from airflow_trainpipe.launchers.kubernetes import (
+        connection_secret,
+        connection_secret_name,
+    )
 
     (pod_manifest,) = _render(_with_aws_connection())
     labels = RunLabels("house_prices", "train", RUN_ID, 2)

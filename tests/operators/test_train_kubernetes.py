@@ -68,7 +68,7 @@ def _validate(tmp_path: Path, documents: list[dict]) -> None:
     path.write_text(yaml.safe_dump_all(documents))
     cli = Path(sys.executable).with_name("kubernetes-validate")
     for version in ("1.30.0", "1.31.0", "1.32.0", "1.33.0"):
-        done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True)
+        done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
 
 

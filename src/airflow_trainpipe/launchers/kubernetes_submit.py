@@ -206,7 +206,7 @@ def run_pod(operator: KubernetesPodOperator, config: PipelineConfig, labels: Run
 
 def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
     job = operator.build_job_request_obj(context)
-    namespace, name = job.metadata.namespace, job.metadata.name
+    namespace = job.metadata.namespace
     _delete_earlier_tries(operator, namespace, labels, log)
     secret = apply_connection_secret(operator, config, labels, namespace, log)
     try:
