@@ -27,6 +27,10 @@ class JobRun:
 
 
 def job_config(checkpoint_root: Path, zero_stage: int = 1):
+    return parse_config(job_config_text(checkpoint_root, zero_stage))
+
+
+def job_config_text(checkpoint_root: Path, zero_stage: int = 1) -> str:
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     for old, new in (
         ("uri: checkpoints", f"uri: {checkpoint_root.as_uri()}"),
@@ -39,7 +43,7 @@ def job_config(checkpoint_root: Path, zero_stage: int = 1):
     ):
         assert old in text, old
         text = text.replace(old, new)
-    return parse_config(text)
+    return text
 
 
 def make_spec(checkpoint_root: Path, files: list[str], run_id: str, zero_stage: int = 1) -> TrainSpec:

@@ -64,3 +64,17 @@ def test_every_resource_kind_is_probed() -> None:
 @pytest.mark.parametrize("module", _provider_modules())
 def test_provider_modules_import_no_heavy_library(module: str) -> None:
     assert _heavy(_modules_after(f"import {module}"), HEAVY) == []
+
+
+def test_manifest_builder_and_render_import_neither_kubernetes_nor_heavy_libraries() -> None:
+    modules = _modules_after(
+        "from airflow_trainpipe.cli import main\n"
+        "import contextlib, io\n"
+        f"with contextlib.redirect_stdout(io.StringIO()): assert main(['render', {str(EXAMPLE_CONFIGS / 'house_prices.yaml')!r}]) == 0"
+    )
+    assert _heavy(modules, (*HEAVY, "kubernetes", "airflow")) == []
+
+
+def test_operator_module_does_not_import_the_kubernetes_client() -> None:
+    modules = _modules_after("import airflow_trainpipe.operators.train")
+    assert _heavy(modules, ("kubernetes", "kubernetes_asyncio")) == []

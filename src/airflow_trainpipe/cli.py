@@ -134,6 +134,45 @@ def _make_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _render(args: argparse.Namespace) -> int:
+    """The manifests the `train` task submits with `launcher: kubernetes`, for a sample run."""
+    import yaml
+
+    from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+    from airflow_trainpipe.launchers.kubernetes import RunLabels, manifests
+    from airflow_trainpipe.snapshot import partition_uri, render_partition
+    from airflow_trainpipe.storage import join
+    from airflow_trainpipe.train_spec import TrainSpec
+
+    try:
+        config = load_config(args.config)
+        partition = render_partition(config.data.partition, args.ds)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except TrainpipeError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 1
+    if config.training.launcher != "kubernetes":
+        print(f"{args.config}: training.launcher is {config.training.launcher!r}; only launcher kubernetes submits manifests", file=sys.stderr)
+        return 1
+    run_id = args.run_id or f"scheduled__{args.ds}T00:00:00+00:00"
+    # The operator lists the partition's files when the task runs; a sample file stands in here.
+    files = args.data or [join(partition_uri(config.data, partition), f"part-00000.{config.data.format}")]
+    spec = TrainSpec(config=config, run_id=run_id, data_files=files,
+                     tags={"airflow.dag_id": config.pipeline, "airflow.task_id": args.task})
+    docs = manifests(config, spec, RunLabels(config.pipeline, args.task, run_id, args.try_number))
+    print(f"# trainpipe render {args.config}: run {run_id}, try {args.try_number}, data {', '.join(files)}")
+
+    class _NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data: object) -> bool:
+            return True
+
+    sys.stdout.write(yaml.dump_all(docs, Dumper=_NoAliases, sort_keys=False, width=120))
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config.reference import json_schema, markdown_reference
 
@@ -188,6 +227,15 @@ def build_parser() -> argparse.ArgumentParser:
              "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...]",
     )
     make_data.set_defaults(handler=_make_data)
+
+    render = commands.add_parser("render", help="print the Kubernetes manifests the train task submits (launcher kubernetes)")
+    render.add_argument("config", help="pipeline config file")
+    render.add_argument("--task", default="train", choices=("train",), help="task whose manifests to print (only train runs in pods)")
+    render.add_argument("--ds", default=_today(), help="date of the sample run (renders data.partition; default: today, UTC)")
+    render.add_argument("--run-id", help="run id (default: scheduled__<ds>T00:00:00+00:00)")
+    render.add_argument("--try-number", type=int, default=1, help="try whose names and labels to render")
+    render.add_argument("--data", nargs="+", metavar="URI", help="data files (default: a sample file of the partition)")
+    render.set_defaults(handler=_render)
 
     schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
     schema.add_argument("--format", choices=("json", "markdown"), default="json")

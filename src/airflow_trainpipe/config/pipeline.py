@@ -11,7 +11,7 @@ from airflow_trainpipe.config.gate import GateSection
 from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.suggest import did_you_mean
-from airflow_trainpipe.config.training import TrainingSection
+from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
 from airflow_trainpipe.config.types import DagId
 from airflow_trainpipe.config.validation import ValidationSection
 
@@ -101,6 +101,8 @@ class PipelineConfig(Section):
                     (("validation", "schema", "columns"),
                      f"the contract leaves out {', '.join(map(repr, missing))}, which data uses (label, features, holdout key)")
                 )
+        if self.training.launcher == "kubernetes":
+            problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
 

@@ -9,6 +9,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 
 from airflow_trainpipe.config.base import Section, field_problems
 from airflow_trainpipe.config.catalog import Task, available_models
+from airflow_trainpipe.config.kubernetes import KubernetesSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import Quantity, StorageUri
 
@@ -200,6 +201,9 @@ class TrainingSection(Section):
     image: str | None = None
     """Trainer container image (required with `launcher: kubernetes`)."""
 
+    kubernetes: KubernetesSection = KubernetesSection()
+    """Pods, scheduling and Secrets of `launcher: kubernetes`."""
+
     checkpoint: CheckpointSection = CheckpointSection()
     """Checkpointing and resume."""
 
@@ -232,6 +236,11 @@ class TrainingSection(Section):
         problems = []
         if self.launcher == "kubernetes" and not self.image:
             problems.append((("image",), "launcher kubernetes needs `image`, the trainer container image"))
+        if self.launcher == "kubernetes":
+            problems.extend(pod_storage_problems(self.checkpoint.uri, self.kubernetes, ("checkpoint", "uri")))
+        min_nodes = self.kubernetes.min_nodes
+        if min_nodes is not None and min_nodes > self.resources.nodes:
+            problems.append((("kubernetes", "min_nodes"), f"{min_nodes} exceeds resources.nodes {self.resources.nodes}"))
         if self.launcher == "local" and self.resources.nodes > 1:
             problems.append(
                 (("resources", "nodes"), f"launcher local runs on one node, got {self.resources.nodes}; "
@@ -244,3 +253,17 @@ class TrainingSection(Section):
             )
         field_problems(problems)
         return self
+
+
+def pod_storage_problems(uri: str, kubernetes: KubernetesSection, loc: tuple[str, ...]) -> list[tuple[tuple[str | int, ...], str]]:
+    """Pods do not share the worker's TRAINPIPE_HOME: their storage is s3:// or a mounted volume."""
+    if uri.startswith("s3://"):
+        return []
+    if not uri.startswith("file://"):
+        return [(loc, f"{uri!r} is relative to the Airflow worker's TRAINPIPE_HOME, which pods do not see; "
+                      "use s3://... or file:// on a volume in training.kubernetes.volumes")]
+    path = uri.removeprefix("file://")
+    if not any(path == v.mount_path.rstrip("/") or path.startswith(v.mount_path.rstrip("/") + "/") for v in kubernetes.volumes):
+        mounts = ", ".join(v.mount_path for v in kubernetes.volumes) or "none"
+        return [(loc, f"{uri} is not on a volume the pods mount (training.kubernetes.volumes: {mounts})")]
+    return []

@@ -1,8 +1,10 @@
 """DistributedTrainOperator: the `train` task, a DeepSpeed job launched with torchrun.
 
-`launcher: local` (the embedded default) runs torchrun as a child of the Airflow worker. A retry
-of the task resumes from the run's newest complete checkpoint; `task_state_store` carries the
-MLflow run id and the checkpoint pointer from one try to the next.
+`launcher: local` (the embedded default) runs torchrun as a child of the Airflow worker;
+`launcher: kubernetes` runs the same command in a KubernetesPodOperator pod (one node) or an
+Indexed Job with a headless Service (several nodes). A retry of the task resumes from the run's
+newest complete checkpoint; `task_state_store` carries the MLflow run id and the checkpoint
+pointer from one try to the next.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class DistributedTrainOperator(BaseOperator):
         self.nproc = nproc
         self.env = env or {}
         self._launcher: LocalLauncher | None = None
+        self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
     def _spec(self, store: Any) -> TrainSpec:
         from pydantic import ValidationError
@@ -108,8 +111,6 @@ class DistributedTrainOperator(BaseOperator):
         from airflow_trainpipe.launchers.local import LocalLauncher
         from airflow_trainpipe.launchers.progress import describe
 
-        if self.config.training.launcher != "local":
-            raise AirflowFailException(f"training.launcher {self.config.training.launcher!r} is not supported by this version; use 'local'")
         store = context.get("task_state_store")
         try_number = context["ti"].try_number
         spec = self._spec(store)
@@ -117,6 +118,8 @@ class DistributedTrainOperator(BaseOperator):
         if previous:
             self.log.info("try %d: the previous try's last complete checkpoint is step %s at %s; resuming from the newest complete one",
                           try_number, previous["step"], previous["uri"])
+        if self.config.training.launcher == "kubernetes":
+            return self._execute_kubernetes(context, spec, store, try_number)
         nproc = self.nproc or self.config.training.resources.nproc_per_node
         self.log.info("starting torchrun with %d process(es); run directory %s", nproc, spec.run_dir)
         launcher = self._launcher = LocalLauncher(spec, nproc, env={**self.env, "TRAINPIPE_TRY_NUMBER": str(try_number)})
@@ -155,7 +158,41 @@ class DistributedTrainOperator(BaseOperator):
         result.pop("event", None)
         return {"run_dir": spec.run_dir, **result}
 
+    def kubernetes_operator(self, context: Context, spec: TrainSpec, store: Any = None) -> Any:
+        """The KubernetesPodOperator (one node) or KubernetesJobOperator (several) of this try."""
+        from airflow_trainpipe.launchers import kubernetes_submit as submit
+        from airflow_trainpipe.launchers.kubernetes import RunLabels
+
+        labels = RunLabels(self.dag_id, self.task_id, context["run_id"], context["ti"].try_number)
+        build = submit.pod_operator if self.config.training.resources.nodes == 1 else submit.job_operator
+        return build(self.config, spec, labels, self.task_id, submit.EventWatcher(store))
+
+    def _execute_kubernetes(self, context: Context, spec: TrainSpec, store: Any, try_number: int) -> dict[str, Any]:
+        from airflow_trainpipe.launchers import kubernetes_submit as submit
+        from airflow_trainpipe.launchers.kubernetes import RunLabels
+
+        operator = self._k8s_operator = self.kubernetes_operator(context, spec, store)
+        watcher = operator.log_formatter
+        resources = self.config.training.resources
+        self.log.info("starting %d pod(s) x %d process(es) on Kubernetes; run directory %s",
+                      resources.nodes, resources.nproc_per_node, spec.run_dir)
+        labels = RunLabels(self.dag_id, self.task_id, context["run_id"], try_number)
+        try:
+            run = submit.run_pod if resources.nodes == 1 else submit.run_job
+            run(operator, self.config, labels, context, self.log)
+        except Exception as exc:
+            reason = f": {watcher.errors[0]}" if watcher.errors else f": {exc}"
+            raise AirflowException(
+                f"training on Kubernetes failed (try {try_number}){reason}; a retry starts new pods that resume from "
+                f"the newest complete checkpoint under {spec.run_dir}/checkpoints. Last output:\n" + "\n".join(watcher.tail)
+            ) from exc
+        result = watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
+        return {"run_dir": spec.run_dir, **result}
+
     def on_kill(self) -> None:
+        if self._k8s_operator is not None:
+            self._k8s_operator.on_kill()  # deletes the pod / the Job (and with it the Service)
+            return
         if self._launcher is None:
             return
         # SIGTERM lets DeepSpeed and MLflow close cleanly; SIGKILL whatever is left.
@@ -164,3 +201,17 @@ class DistributedTrainOperator(BaseOperator):
         while time.monotonic() < deadline and self._launcher.process is not None and self._launcher.process.poll() is None:
             time.sleep(0.2)
         self._launcher.kill(signal.SIGKILL)
+
+
+def _stored_result(run_dir: str) -> dict[str, Any]:
+    """The job's result.json, when the followed log did not carry the result event (a worker
+    that reattached after the pod finished)."""
+    import json
+
+    from airflow_trainpipe.storage import filesystem, join
+
+    fs, path = filesystem(join(run_dir, "result.json"))
+    try:
+        return json.loads(fs.cat_file(path))
+    except FileNotFoundError as exc:
+        raise AirflowException(f"the training pods finished but {run_dir}/result.json does not exist") from exc

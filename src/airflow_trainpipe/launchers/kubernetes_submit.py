@@ -1,0 +1,293 @@
+"""Submit a training job to Kubernetes with the cncf.kubernetes provider's operators and hook.
+
+Imported by DistributedTrainOperator.execute only (it pulls in the kubernetes client).
+
+- One node: a KubernetesPodOperator with `durable=True`, so a worker that restarts mid-training
+  reattaches to the running pod (task_state_store) instead of starting another.
+- Several nodes: a KubernetesJobOperator builds the Indexed Job (labels, namespace, templating);
+  this module creates it with a headless Service owned by the Job (deleting the Job deletes the
+  Service), follows the index-0 pod's log and waits for the Job. A retry first deletes what an
+  earlier try of the same task left running, then starts a new Job that resumes from the
+  checkpoint in the run directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from kubernetes.client import ApiClient
+from kubernetes.client import models as k8s
+from kubernetes.client.rest import ApiException
+
+from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.events import parse
+from airflow_trainpipe.launchers.kubernetes import (
+    CONTAINER,
+    JOB_NAME_PREFIX,
+    RunLabels,
+    connection_secret,
+    job_manifest,
+    label_value,
+    pod_manifest,
+    service_manifest,
+)
+from airflow_trainpipe.launchers.progress import describe
+from airflow_trainpipe.train_spec import TrainSpec
+
+
+class EventWatcher:
+    """KubernetesPodOperator `log_formatter`: turns the job's event lines into progress lines and
+    keeps what the task needs (result, errors, MLflow run id, checkpoint pointer)."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self.result: dict[str, Any] | None = None
+        self.errors: list[str] = []
+        self.tail: deque[str] = deque(maxlen=30)
+
+    def __call__(self, container: str, message: str) -> str:
+        event = parse(message)
+        if event is None:
+            self.tail.append(message)
+            return message
+        kind = event.get("event")
+        if kind == "start" and self.store is not None and event.get("mlflow_run_id"):
+            self.store.set("mlflow_run_id", event["mlflow_run_id"])
+        elif kind == "checkpoint" and self.store is not None:
+            self.store.set("checkpoint", {"step": event["step"], "uri": event["uri"]})
+        elif kind == "result":
+            self.result = {k: v for k, v in event.items() if k != "event"}
+        elif kind == "error":
+            self.errors.append(f"rank {event.get('rank')}: {event.get('error')}")
+        return describe(event) or message
+
+
+def to_model(data: dict, klass: str) -> Any:
+    """A kubernetes client model from a manifest dict, through the client's public deserializer."""
+
+    class _Response:
+        def __init__(self, text: str):
+            self.data = text
+
+    return ApiClient().deserialize(_Response(json.dumps(data)), klass)
+
+
+def _common(config: PipelineConfig, task_id: str, watcher: EventWatcher, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    k8s_cfg = config.training.kubernetes
+    timeout = int(k8s_cfg.startup_timeout.total_seconds())
+    return {
+        "task_id": task_id,
+        "kubernetes_conn_id": k8s_cfg.kubernetes_conn_id,
+        "namespace": k8s_cfg.namespace,
+        "name": name,
+        "random_name_suffix": False,  # the name is per try already; the Job's pods' DNS names depend on it
+        # Without try_number: the operator adds the try's own, and looks up pods of earlier tries
+        # (reattach) by the remaining labels.
+        "labels": {key: value for key, value in labels.items() if key != "try_number"},
+        "base_container_name": CONTAINER,
+        "get_logs": True,
+        "log_formatter": watcher,
+        "startup_timeout_seconds": timeout,
+        "schedule_timeout_seconds": timeout,
+        "termination_message_policy": "FallbackToLogsOnError",  # the last log lines say why it died
+        "log_events_on_failure": True,
+        # The pod spec holds no secret values (Secrets are references), so logging it is safe.
+        "log_pod_spec_on_failure": True,
+    }
+
+
+def _without_namespace(manifest: dict) -> dict:
+    # With no namespace in the config, the operator picks the connection's, or in-cluster, one.
+    metadata = {k: v for k, v in manifest["metadata"].items() if k != "namespace"}
+    return {**manifest, "metadata": metadata}
+
+
+def pod_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: EventWatcher) -> KubernetesPodOperator:
+    manifest = pod_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
+    if config.training.kubernetes.namespace is None:
+        manifest = _without_namespace(manifest)
+    return KubernetesPodOperator(
+        pod_template_dict=manifest,
+        durable=True,
+        on_finish_action="delete_succeeded_pod",  # a failed pod stays for `kubectl describe`
+        **_common(config, task_id, watcher, manifest["metadata"]["name"], manifest["metadata"]["labels"]),
+    )
+
+
+def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: EventWatcher) -> KubernetesJobOperator:
+    manifest = job_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
+    job_spec = manifest["spec"]
+    pod_template = {"metadata": job_spec["template"]["metadata"], "spec": job_spec["template"]["spec"]}
+    # Fields the operator has no parameter for (successPolicy) come in through full_job_spec; its
+    # pod template stays empty, since the operator would concatenate the two templates' lists.
+    extra = {k: v for k, v in job_spec.items() if k not in ("template", "completionMode", "completions", "parallelism",
+                                                             "backoffLimit", "ttlSecondsAfterFinished")}
+    full_job_spec = to_model({"spec": {**extra, "template": {}}}, "V1Job") if extra else None
+    return KubernetesJobOperator(
+        pod_template_dict=pod_template,
+        full_job_spec=full_job_spec,
+        completion_mode="Indexed",
+        completions=job_spec["completions"],
+        parallelism=job_spec["parallelism"],
+        backoff_limit=job_spec["backoffLimit"],
+        ttl_seconds_after_finished=job_spec["ttlSecondsAfterFinished"],
+        wait_until_job_complete=True,
+        on_finish_action="delete_succeeded_pod",
+        **_common(config, task_id, watcher, manifest["metadata"]["name"].removeprefix(JOB_NAME_PREFIX), manifest["metadata"]["labels"]),
+    )
+
+
+def aws_environment(conn_id: str) -> dict[str, str]:
+    """The standard AWS variables for an Airflow AWS connection (s3fs and boto read them)."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    credentials = hook.get_credentials()
+    env = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
+    if credentials.token:
+        env["AWS_SESSION_TOKEN"] = credentials.token
+    if hook.region_name:
+        env["AWS_DEFAULT_REGION"] = hook.region_name
+    if endpoint := hook.conn_config.get_service_endpoint_url("s3"):
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return env
+
+
+def apply_connection_secret(operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, namespace: str, log: Any) -> str | None:
+    """Put this try's connection credentials into the Secret its pods reference by name."""
+    conn_id = config.training.kubernetes.aws_conn_id
+    if conn_id is None:
+        return None
+    for earlier in operator.client.list_namespaced_secret(namespace=namespace, label_selector=_task_selector(labels)).items:
+        if (earlier.metadata.labels or {}).get("try_number") != str(labels.try_number):
+            _delete_secret(operator, namespace, earlier.metadata.name)
+    body = connection_secret(config, labels, namespace, aws_environment(conn_id))
+    name = body["metadata"]["name"]
+    try:
+        operator.client.create_namespaced_secret(namespace=namespace, body=body)
+    except ApiException as exc:
+        if exc.status != 409:  # the same try again (a reattached worker): refresh it
+            raise
+        operator.client.replace_namespaced_secret(name=name, namespace=namespace, body=body)
+    log.info("credentials of Airflow connection %s are in Secret %s/%s for this try's pods", conn_id, namespace, name)
+    return name
+
+
+def _delete_secret(operator: KubernetesPodOperator, namespace: str, name: str) -> None:
+    try:
+        operator.client.delete_namespaced_secret(name=name, namespace=namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _task_selector(labels: RunLabels) -> str:
+    return f"dag_id={label_value(labels.dag_id)},task_id={label_value(labels.task_id)},run_id={label_value(labels.run_id)}"
+
+
+def run_pod(operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
+    operator.pod_request_obj = operator.build_pod_request_obj(context)  # execute_sync uses it
+    namespace = operator.pod_request_obj.metadata.namespace
+    secret = apply_connection_secret(operator, config, labels, namespace, log)
+    try:
+        # execute_sync is what KubernetesPodOperator.execute runs when not deferrable; calling it
+        # directly keeps the reattach logic and avoids nesting another operator's execute().
+        operator.execute_sync(context)
+    finally:
+        if secret:  # the container read it when it started
+            _delete_secret(operator, namespace, secret)
+
+
+def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
+    job = operator.build_job_request_obj(context)
+    namespace = job.metadata.namespace
+    _delete_earlier_tries(operator, namespace, labels, log)
+    secret = apply_connection_secret(operator, config, labels, namespace, log)
+    try:
+        _run_job(operator, config, labels, job, log)
+    finally:
+        if secret:
+            _delete_secret(operator, namespace, secret)
+
+
+def _run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, job: k8s.V1Job, log: Any) -> None:
+    namespace, name = job.metadata.namespace, job.metadata.name
+    created = operator.hook.create_job(job=job)
+    operator.job = job  # on_kill deletes it
+    service = service_manifest(config, labels, namespace, name)
+    service["metadata"]["ownerReferences"] = [{
+        "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": created.metadata.uid,
+        "controller": False, "blockOwnerDeletion": False,
+    }]
+    operator.client.create_namespaced_service(namespace=namespace, body=service)
+    log.info("created Job %s/%s (%d pods) and its headless Service", namespace, name, job.spec.parallelism)
+    job_failed = False
+    try:
+        leader = _leader_pod(operator, namespace, name, int(config.training.kubernetes.startup_timeout.total_seconds()))
+        asyncio.run(operator.pod_manager.await_pod_start(
+            pod=leader, schedule_timeout=operator.schedule_timeout_seconds,
+            startup_timeout=operator.startup_timeout_seconds, check_interval=operator.startup_check_interval_seconds,
+        ))
+        operator.pod_manager.fetch_requested_container_logs(
+            pod=leader, containers=CONTAINER, follow_logs=True, log_formatter=operator.log_formatter,
+        )
+        finished = operator.hook.wait_until_job_complete(job_name=name, namespace=namespace, job_poll_interval=operator.job_poll_interval)
+        if error := operator.hook.is_job_failed(job=finished):
+            job_failed = True
+            raise RuntimeError(f"Kubernetes Job {namespace}/{name} failed: {error}")
+    finally:
+        # A failed Job stays for `kubectl describe` (its pods are stopped; the TTL or the next
+        # try removes it); a finished one, or one this task stops watching (timeout, error),
+        # goes now, with its Service (ownerReferences).
+        if not job_failed:
+            _delete_job(operator, namespace, name)
+
+
+def _leader_pod(operator: KubernetesJobOperator, namespace: str, job_name: str, timeout_s: int) -> k8s.V1Pod:
+    selector = f"batch.kubernetes.io/job-name={job_name},batch.kubernetes.io/job-completion-index=0"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = operator.client.list_namespaced_pod(namespace=namespace, label_selector=selector).items
+        if pods:
+            return pods[0]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no pod of Job {namespace}/{job_name} appeared within {timeout_s}s")
+        time.sleep(2)
+
+
+def _delete_earlier_tries(operator: KubernetesJobOperator, namespace: str, labels: RunLabels, log: Any) -> None:
+    """A worker that died mid-try leaves its Job training; two Jobs must never share a run directory."""
+    for job in operator.job_client.list_namespaced_job(namespace=namespace, label_selector=_task_selector(labels)).items:
+        if (job.metadata.labels or {}).get("try_number") != str(labels.try_number):
+            log.warning("deleting Job %s/%s left by try %s", namespace, job.metadata.name, job.metadata.labels.get("try_number"))
+            _delete_job(operator, namespace, job.metadata.name)
+            _wait_gone(operator, namespace, job.metadata.name)
+
+
+def _wait_gone(operator: KubernetesJobOperator, namespace: str, name: str, timeout_s: float = 300) -> None:
+    # Foreground deletion removes the Job only after its pods are gone, so their last
+    # checkpoint writes are over before the new Job starts.
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            operator.job_client.read_namespaced_job(name=name, namespace=namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(2)
+    raise RuntimeError(f"Job {namespace}/{name} of an earlier try is still terminating after {timeout_s:.0f}s")
+
+
+def _delete_job(operator: KubernetesJobOperator, namespace: str, name: str) -> None:
+    try:
+        operator.job_client.delete_namespaced_job(name=name, namespace=namespace, propagation_policy="Foreground")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

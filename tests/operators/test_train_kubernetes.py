@@ -1,0 +1,189 @@
+"""DistributedTrainOperator with `launcher: kubernetes`, as far as it goes without a cluster: the
+KubernetesPodOperator / KubernetesJobOperator it builds, the Pod and Job objects those operators
+would submit (validated like the rendered manifests), and a try against an API server that is
+not there."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from tests.conftest import EXAMPLE_CONFIGS
+
+RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
+DATA = ["s3://ml-data/house-sales/week=2026-01-05/part-0.csv"]
+SINGLE_NODE = "    nodes: 1\n"
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A kubeconfig whose API server address has nothing listening (there is no cluster here)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "none",
+        "clusters": [{"name": "none", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+        "users": [{"name": "none", "user": {}}],
+    }))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}))
+    return str(path)
+
+
+def _config_file(tmp_path: Path, nodes: int) -> str:
+    text = (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()
+    if nodes == 1:
+        text = text.replace("    nodes: 2\n", SINGLE_NODE).replace("    min_nodes: 1 ", "    # min_nodes: 1 ")
+    path = tmp_path / "house_prices.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _operator(tmp_path: Path, nodes: int) -> DistributedTrainOperator:
+    from airflow.sdk import DAG
+
+    with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
+        return DistributedTrainOperator(task_id="train", config=_config_file(tmp_path, nodes), data_files=DATA)
+
+
+def _context(try_number: int = 2) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="house_prices", task_id="train", try_number=try_number, map_index=-1)
+    return {"ti": ti, "run_id": RUN_ID, "dag": SimpleNamespace(dag_id="house_prices"), "task_state_store": None}
+
+
+def _validate(tmp_path: Path, documents: list[dict]) -> None:
+    path = tmp_path / "submitted.yaml"
+    path.write_text(yaml.safe_dump_all(documents))
+    cli = Path(sys.executable).with_name("kubernetes-validate")
+    for version in ("1.30.0", "1.31.0", "1.32.0", "1.33.0"):
+        done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _serialize(model: Any) -> dict:
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(model)
+
+
+def test_one_node_is_a_durable_kubernetes_pod_operator(tmp_path: Path) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    operator = _operator(tmp_path, nodes=1)
+    context = _context()
+    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    assert type(pod_operator) is KubernetesPodOperator
+    assert pod_operator.durable is True and pod_operator.reattach_on_restart is True
+    assert pod_operator.namespace == "ml-training" and pod_operator.kubernetes_conn_id == "kubernetes_default"
+    assert pod_operator.random_name_suffix is False and pod_operator.name.endswith("-2")
+    assert "pod_template_dict" in pod_operator.template_fields and pod_operator.pod_template_dict["kind"] == "Pod"
+
+    pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
+    labels = pod["metadata"]["labels"]
+    assert {k: labels[k] for k in ("dag_id", "task_id", "try_number", "kubernetes_pod_operator")} == {
+        "dag_id": "house_prices", "task_id": "train", "try_number": "2", "kubernetes_pod_operator": "True"}
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == pod_operator.pod_template_dict["spec"]["containers"][0]["command"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["priorityClassName"] == "ml-batch" and pod["spec"]["restartPolicy"] == "Never"
+    # Nothing of the rendered manifest is lost or overridden on the way through the operator.
+    assert _pruned(pod["spec"]) == _pruned(pod_operator.pod_template_dict["spec"])
+    _validate(tmp_path, [pod])
+
+
+def _pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v not in (None, [], {}, False) or k in ("readOnly", "allowPrivilegeEscalation", "automountServiceAccountToken", "enableServiceLinks")}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def test_dry_run_prints_the_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    operator = _operator(tmp_path, nodes=1)
+    operator.kubernetes_operator(_context(), operator._spec(store=None)).dry_run()
+    out = capsys.readouterr().out.splitlines()
+    # The operator's "Building pod" log line may share stdout; the YAML document follows it.
+    pod = yaml.safe_load("\n".join(out[next(i for i, line in enumerate(out) if line.startswith("api_version:")):]))
+    assert pod["kind"] == "Pod" and pod["spec"]["containers"][0]["name"] == "base"
+    assert {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": "16Gi"}} in pod["spec"]["volumes"]
+
+
+def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> None:
+    from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+
+    operator = _operator(tmp_path, nodes=2)
+    context = _context()
+    job_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    assert type(job_operator) is KubernetesJobOperator
+    job = _serialize(job_operator.build_job_request_obj(context))
+    name = job["metadata"]["name"]
+    assert name.startswith("job-house-prices-") and name.endswith("-2")
+    assert job["metadata"]["namespace"] == "ml-training"
+    assert (job["spec"]["completionMode"], job["spec"]["completions"], job["spec"]["parallelism"]) == ("Indexed", 2, 2)
+    assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}  # came in through full_job_spec
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"]["try_number"] == "2"
+    assert template["spec"]["subdomain"] == name  # the headless Service's name: <job>-0.<job> is rank 0
+    command = template["spec"]["containers"][0]["command"]
+    assert f"{name}-0.{name}:29500" in command
+    assert _pruned(template["spec"]) == _pruned(job_operator.pod_template_dict["spec"])
+    _validate(tmp_path, [job])
+
+
+@pytest.mark.slow  # the provider retries the API call with back-off (~16 s)
+def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(tmp_path: Path, kubeconfig: str) -> None:
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    operator = _operator(tmp_path, nodes=1)
+    with pytest.raises(AirflowException, match=r"training on Kubernetes failed \(try 2\)") as caught:
+        operator.execute(_context())
+    assert not isinstance(caught.value, AirflowFailException)  # Airflow retries it
+    message = str(caught.value)
+    assert "Failed to establish a new connection" in message and "/api/v1/namespaces/ml-training/pods" in message
+    assert "a retry starts new pods that resume from the newest complete checkpoint under s3://ml-checkpoints/trainpipe/house_prices/" in message
+    # Reattach looks for pods of any earlier try of this task instance, not only this try's.
+    assert "try_number" not in message.split("labelSelector=")[1].split(" ")[0]
+
+
+def test_the_example_s_pod_labels_find_earlier_tries(tmp_path: Path) -> None:
+    operator = _operator(tmp_path, nodes=1)
+    pod_operator = operator.kubernetes_operator(_context(), operator._spec(store=None))
+    assert "try_number" not in pod_operator.labels
+    assert "try_number" not in pod_operator._build_find_pod_label_selector(_context())
+
+
+def test_connection_credentials_stay_out_of_the_pod_and_the_error(tmp_path: Path, kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    secret_value = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    monkeypatch.setenv("AIRFLOW_CONN_TRAINPIPE_AWS", json.dumps({"conn_type": "aws", "login": "AKIAEXAMPLE", "password": secret_value}))
+    config = Path(_config_file(tmp_path, nodes=1))
+    config.write_text(config.read_text().replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n"))
+    from airflow.sdk import DAG
+
+    with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
+        operator = DistributedTrainOperator(task_id="train", config=str(config), data_files=DATA)
+    context = _context()
+    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
+    assert pod["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": pod["metadata"]["name"] + "-conn"}}]
+    assert secret_value not in json.dumps(pod)
+    # The try reaches the API for the Secret first; nothing of the connection leaks into the error.
+    with pytest.raises(AirflowException, match="/api/v1/namespaces/ml-training/secrets") as caught:
+        operator.execute(context)
+    assert secret_value not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)
