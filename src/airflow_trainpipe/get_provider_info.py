@@ -21,7 +21,7 @@ def get_provider_info() -> dict:
         ),
         "versions": [__version__],
         "operators": [
-            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.operators.train"]},
+            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.operators.train", "airflow_trainpipe.operators.validate"]},
         ],
         "sensors": [
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.sensors.snapshot"]},

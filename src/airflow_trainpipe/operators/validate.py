@@ -1,0 +1,118 @@
+"""DataValidateOperator: the `validate_data` task. Bad data stops the run before training."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_trainpipe.config import PipelineConfig, load_config
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class DataValidateOperator(BaseOperator):
+    """Freeze the run's partition into a snapshot and run the config's checks on it.
+
+    Checks: the schema contract, volume against the previous validated snapshot, the Great
+    Expectations suite, and drift of each feature against the reference snapshot (the previous
+    validated one, or the one the champion trained on). Writes `report.json` and GX Data Docs
+    next to the snapshot, logs a table of the failures, and returns a summary. A failure raises
+    AirflowFailException: retrying cannot fix bad data, so the task fails at once.
+
+    XCom: `return_value` is the summary; `data_files` and `data_digest` are the snapshot the
+    train task must read (exactly these files).
+
+    :param config: the parsed pipeline config, or the path of its YAML file.
+    :param partition: sub-path of the run's snapshot (templated); default `data.partition`.
+    :param conn_id: Airflow connection for the data's storage (e.g. `aws_default` for s3://).
+    """
+
+    template_fields: Sequence[str] = ("partition", "conn_id")
+    ui_color = "#fdebd0"
+
+    def __init__(self, *, config: PipelineConfig | str, partition: str | None = None, conn_id: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.partition = partition if partition is not None else self.config.data.partition
+        self.conn_id = conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.snapshot import SnapshotError, resolve_snapshot
+        from airflow_trainpipe.validation import history
+        from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
+
+        config, data = self.config, self.config.data
+        try:
+            manifest = resolve_snapshot(data, self.partition, self.conn_id)
+        except SnapshotError as exc:
+            raise AirflowException(str(exc)) from exc  # storage hiccup or a late file: worth a retry
+        self.log.info("snapshot %s: %d file(s), %d rows, %d columns", manifest.digest, len(manifest.files),
+                      manifest.rows, len(manifest.columns))
+        previous = history.previous(data, config.pipeline, self.partition, self.conn_id)
+        reference = self._reference(previous)
+        report = validate_snapshot(config, self.partition, manifest, reference=reference, previous=previous,
+                                   conn_id=self.conn_id)
+        written = write_report(report, self.conn_id)
+        self.log.info("report: %s", written["report"])
+        if "data_docs" in written:
+            self.log.info("Great Expectations Data Docs: %s", written["data_docs"])
+        if report.drift_scores:
+            self.log.info("drift vs %s: %s", report.reference["partition"] if report.reference else "-",
+                          ", ".join(f"{k}={v:.4f}" for k, v in report.drift_scores.items()))
+        enforce = config.validation.fail_on == "error"
+        if report.passed or not enforce:
+            history.record(data, config.pipeline, self.partition, history_payload(report), self.conn_id)
+        summary = {
+            "passed": report.passed, "digest": manifest.digest, "rows": manifest.rows,
+            "partition_uri": manifest.partition_uri, "reference": report.reference, "drift": report.drift_scores,
+            "failures": [c.to_dict() for c in report.failures], **{f"{k}_uri": v for k, v in written.items()},
+        }
+        if not report.passed:
+            self.log.warning("%d check(s) failed:\n%s", len(report.failures), report.failure_table())
+            if enforce:
+                raise AirflowFailException(
+                    f"snapshot {manifest.digest} of {manifest.partition_uri} failed validation "
+                    f"({report.failure_summary()}); nothing is trained on it. Report: {written['report']}"
+                )
+            self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
+        else:
+            self.log.info("all %d check(s) passed", len(report.checks))
+        ti = context["ti"]
+        ti.xcom_push(key="data_files", value=manifest.file_uris)
+        ti.xcom_push(key="data_digest", value=manifest.digest)
+        return summary
+
+    def _reference(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        drift = self.config.validation.drift
+        if drift is None or drift.reference == "previous":
+            return previous
+        from airflow_trainpipe.validation import history
+
+        digest = self._champion_data_digest()
+        record = history.by_digest(self.config.data, self.config.pipeline, digest, self.conn_id) if digest else None
+        if record is None:
+            self.log.warning("drift reference 'champion': %s; comparing with the previous validated snapshot instead",
+                             "no champion yet" if digest is None else f"the champion's snapshot {digest} was never validated here")
+            return previous
+        return {**record, "reference_kind": "champion"}
+
+    def _champion_data_digest(self) -> str | None:
+        """The data digest the current champion was trained on (its lineage tag)."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        from airflow_trainpipe.runtime.tracking import default_tracking_uri
+
+        client = MlflowClient(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
+        registration = self.config.registration
+        try:
+            version = client.get_model_version_by_alias(self.config.registered_model_name, registration.alias)
+        except MlflowException:
+            return None
+        return version.tags.get("trainpipe.data_digest") or client.get_run(version.run_id).data.tags.get("trainpipe.data_digest")

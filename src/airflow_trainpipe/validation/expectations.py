@@ -1,0 +1,167 @@
+"""Great Expectations 1.x on a snapshot, streamed in batches where an expectation allows it.
+
+Row-wise ("map") expectations judge each row on its own, so their counts add up over batches:
+they run once per batch and their results are merged. The others (uniqueness, ordering,
+aggregates such as mean or quantiles, table-level ones) need the whole column: they run once on
+a frame holding only the columns they name (table-level ones without a column get every column).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from airflow_trainpipe.config.validation import ExpectationSpec
+
+# Row-wise although their names say "values": each needs to see every row at once.
+_WHOLE_COLUMN_VALUES = {
+    "expect_column_values_to_be_unique",
+    "expect_column_values_to_be_increasing",
+    "expect_column_values_to_be_decreasing",
+}
+_ROW_WISE_OTHERS = {
+    "expect_column_pair_values_to_be_equal",
+    "expect_column_pair_values_a_to_be_greater_than_b",
+    "expect_column_pair_values_to_be_in_set",
+    "expect_select_column_values_to_be_unique_within_record",
+    "expect_multicolumn_sum_to_equal",
+}
+# Their unexpected share is of all rows, not of the non-null ones.
+_NULL_EXPECTATIONS = {"expect_column_values_to_not_be_null", "expect_column_values_to_be_null"}
+PARTIAL_EXAMPLES = 20
+
+
+def streamable(spec: ExpectationSpec) -> bool:
+    return (spec.type.startswith("expect_column_values_to_") and spec.type not in _WHOLE_COLUMN_VALUES) or (
+        spec.type in _ROW_WISE_OTHERS
+    )
+
+
+def columns_of(spec: ExpectationSpec) -> list[str]:
+    kwargs = spec.kwargs
+    names = [kwargs[k] for k in ("column", "column_A", "column_B") if k in kwargs]
+    return [*names, *kwargs.get("column_list", [])]
+
+
+def plain(value: Any) -> Any:
+    """JSON-safe copy: GX 1.24 leaves numpy scalars in results (numpy.bool_ `success` from
+    expect_column_quantile_values_to_be_between), which json and result stores reject."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+@dataclass
+class ExpectationOutcome:
+    spec: ExpectationSpec
+    success: bool
+    result: dict[str, Any]
+    whole_column: bool
+    error: str | None = None
+
+
+class ExpectationRunner:
+    """One ephemeral GX context per validation; no GX project on disk."""
+
+    def __init__(self, specs: list[ExpectationSpec]) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.gx = gx
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self.source = self.context.data_sources.add_pandas(f"trainpipe-{uuid.uuid4().hex[:8]}")
+        self.streamed = [s for s in specs if streamable(s)]
+        self.whole = [s for s in specs if not streamable(s)]
+        self._merged: list[dict[str, Any]] = [
+            {"element_count": 0, "missing_count": 0, "unexpected_count": 0, "partial_unexpected_list": [],
+             "success": True, "error": None}
+            for _ in self.streamed
+        ]
+        self.last_suite_result: Any = None
+        self._whole_results: list[Any] = []
+
+    def _validate(self, frame: Any, specs: list[ExpectationSpec]) -> Any:
+        asset = self.source.add_dataframe_asset(f"batch-{uuid.uuid4().hex[:8]}")
+        suite = self.gx.ExpectationSuite(name=f"suite-{uuid.uuid4().hex[:8]}")
+        for spec in specs:
+            suite.add_expectation(self._expectation(spec))
+        batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": frame})
+        return batch.validate(suite, result_format="SUMMARY")
+
+    def _expectation(self, spec: ExpectationSpec) -> Any:
+        from great_expectations.expectations.registry import get_expectation_impl
+
+        return get_expectation_impl(spec.type)(**spec.kwargs)
+
+    def add_batch(self, frame: Any) -> None:
+        if not self.streamed:
+            return
+        suite_result = self._validate(frame, self.streamed)
+        self.last_suite_result = suite_result
+        for merged, evr in zip(self._merged, suite_result.results, strict=True):
+            result = plain(evr.result)
+            if evr.exception_info and evr.exception_info.get("raised_exception"):
+                merged["error"] = merged["error"] or evr.exception_info.get("exception_message")
+            merged["success"] = merged["success"] and bool(evr.success)
+            for key in ("element_count", "missing_count", "unexpected_count"):
+                merged[key] += int(result.get(key) or 0)
+            room = PARTIAL_EXAMPLES - len(merged["partial_unexpected_list"])
+            merged["partial_unexpected_list"] += (result.get("partial_unexpected_list") or [])[: max(room, 0)]
+
+    def run_whole(self, frame: Any) -> None:
+        if self.whole:
+            self._whole_results = list(self._validate(frame, self.whole).results)
+
+    def outcomes(self) -> list[ExpectationOutcome]:
+        outcomes = []
+        for spec, merged in zip(self.streamed, self._merged, strict=True):
+            mostly = float(spec.kwargs.get("mostly", 1.0))
+            base = merged["element_count"] - (0 if spec.type in _NULL_EXPECTATIONS else merged["missing_count"])
+            share = merged["unexpected_count"] / base if base else 0.0
+            # With `mostly` < 1 a batch may fail on its own while the whole snapshot passes.
+            success = merged["error"] is None and (merged["success"] if mostly >= 1.0 else share <= 1.0 - mostly + 1e-12)
+            result = {**{k: v for k, v in merged.items() if k not in ("success", "error")},
+                      "unexpected_percent": round(100 * share, 6)}
+            outcomes.append(ExpectationOutcome(spec, success, result, whole_column=False, error=merged["error"]))
+        for spec, evr in zip(self.whole, self._whole_results, strict=False):
+            info = evr.exception_info or {}
+            error = info.get("exception_message") if info.get("raised_exception") else None
+            outcomes.append(ExpectationOutcome(spec, bool(evr.success) and error is None, plain(evr.result), True, error))
+        return outcomes
+
+    def data_docs_html(self, outcomes: list[ExpectationOutcome]) -> str | None:
+        """GX's own validation page for the merged results (counts over the whole snapshot)."""
+        from great_expectations.core.expectation_validation_result import (
+            ExpectationSuiteValidationResult,
+            ExpectationValidationResult,
+        )
+        from great_expectations.render.renderer import ValidationResultsPageRenderer
+        from great_expectations.render.view import DefaultJinjaPageView
+
+        results = [
+            ExpectationValidationResult(
+                success=o.success, expectation_config=self._expectation(o.spec).configuration, result=o.result,
+                exception_info={"raised_exception": o.error is not None, "exception_message": o.error, "exception_traceback": None},
+            )
+            for o in outcomes
+        ]
+        evaluated = len(results)
+        passed = sum(o.success for o in outcomes)
+        suite_result = ExpectationSuiteValidationResult(
+            success=passed == evaluated, results=results, suite_name="trainpipe",
+            statistics={"evaluated_expectations": evaluated, "successful_expectations": passed,
+                        "unsuccessful_expectations": evaluated - passed,
+                        "success_percent": 100.0 * passed / evaluated if evaluated else 100.0},
+            meta={"great_expectations_version": self.gx.__version__},
+        )
+        return DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(suite_result))

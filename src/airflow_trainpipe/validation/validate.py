@@ -1,0 +1,220 @@
+"""Validate one snapshot: schema contract, volume, GX expectations and drift, in one read.
+
+The data is read once, in row-group batches of at most `validation.batch_rows` rows, with
+only the columns some check needs. Row-wise expectations and the drift profiles consume each
+batch and drop it; only expectations that need a whole column read their columns in full
+(see expectations.py), so memory is bounded by one batch plus those columns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from airflow_trainpipe.config.pipeline import PipelineConfig
+from airflow_trainpipe.snapshot import STATE_DIR, Manifest
+from airflow_trainpipe.storage import filesystem, join
+from airflow_trainpipe.validation.checks import Check, schema_checks, volume_checks
+from airflow_trainpipe.validation.drift import (
+    CategoricalAccumulator,
+    NumericAccumulator,
+    categorical_score,
+    numeric_score,
+)
+from airflow_trainpipe.validation.expectations import ExpectationRunner, columns_of
+
+NUMERIC_TYPES = ("int", "uint", "float", "double", "halffloat", "decimal")
+
+
+@dataclass
+class ValidationReport:
+    pipeline: str
+    partition: str
+    manifest: Manifest
+    reference: dict[str, Any] | None
+    checks: list[Check] = field(default_factory=list)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data_docs_html: str | None = None
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def drift_scores(self) -> dict[str, float]:
+        return {c.column: c.observed for c in self.checks if c.kind == "drift" and c.column}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "partition": self.partition, "partition_uri": self.manifest.partition_uri,
+            "digest": self.manifest.digest, "rows": self.manifest.rows, "passed": self.passed,
+            "reference": self.reference, "checks": [c.to_dict() for c in self.checks],
+            "drift": self.drift_scores,
+        }
+
+    def failure_table(self) -> str:
+        rows = [("check", "column", "observed", "expected", "message")]
+        rows += [(f"{c.kind}:{c.name}", c.column or "-", _short(c.observed), _short(c.expected), c.message) for c in self.failures]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)
+
+    def failure_summary(self) -> str:
+        by_kind: dict[str, list[str]] = {}
+        for check in self.failures:
+            by_kind.setdefault(check.kind, []).append(f"{check.column}" if check.column else check.name)
+        return "; ".join(f"{kind}: {', '.join(dict.fromkeys(names))}" for kind, names in by_kind.items())
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_numeric(arrow_type: str) -> bool:
+    return arrow_type.startswith(NUMERIC_TYPES)
+
+
+def _batches(manifest: Manifest, columns: list[str], batch_rows: int, conn_id: str | None) -> Iterator[Any]:
+    import pyarrow as pa
+
+    for entry in manifest.files:
+        fs, path = filesystem(entry.uri, conn_id)
+        with fs.open(path, "rb") as handle:
+            if manifest.format == "parquet":
+                import pyarrow.parquet as pq
+
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows, columns=columns):
+                    yield pa.Table.from_batches([batch])
+            else:
+                import pyarrow.csv as pcsv
+
+                options = pcsv.ConvertOptions(include_columns=columns)
+                for batch in pcsv.open_csv(handle, convert_options=options):
+                    yield pa.Table.from_batches([batch])
+
+
+def _whole(manifest: Manifest, columns: list[str], conn_id: str | None) -> Any:
+    import pyarrow as pa
+
+    return pa.concat_tables(list(_batches(manifest, columns, 1 << 30, conn_id))).to_pandas()
+
+
+def validate_snapshot(config: PipelineConfig, partition: str, manifest: Manifest, *,
+                      reference: dict[str, Any] | None, previous: dict[str, Any] | None,
+                      conn_id: str | None = None) -> ValidationReport:
+    """Run every configured check; `reference` is the drift baseline, `previous` the volume one
+    (both validated-snapshot records from history.py, or None)."""
+    rules = config.validation
+    report = ValidationReport(config.pipeline, partition, manifest, reference=_describe(reference))
+    present = manifest.columns
+    report.checks += schema_checks(config, present, previous)
+    report.checks += volume_checks(config, manifest.rows, previous)
+
+    # A column that is missing or retyped is reported by the schema check; expectations on it
+    # are reported as not run instead of failing on a type error that hides the cause.
+    broken = {c.column: c.message for c in report.checks if c.kind == "schema" and not c.passed and c.column in present}
+    broken.update({c: f"column {c!r} is missing" for s in rules.expectations for c in columns_of(s) if c not in present})
+    runnable = [s for s in rules.expectations if not any(c in broken for c in columns_of(s))]
+    for spec in rules.expectations:
+        if spec not in runnable:
+            column = next(c for c in columns_of(spec) if c in broken)
+            report.checks.append(Check("expectation", spec.type, column, False, "not run", spec.kwargs,
+                                       f"{spec.type} not run: {broken[column]}"))
+
+    features = [f for f in config.data.features.all if f in present and f not in broken]
+    numeric = [f for f in features if f in config.data.features.numeric and _is_numeric(present[f])]
+    categorical = [f for f in features if f in config.data.features.categorical]
+    ref_profiles = (reference or {}).get("profiles", {})
+    accumulators: dict[str, Any] = {}
+    for name in numeric:
+        ref = ref_profiles.get(name)
+        edges = ref["edges"] if ref and ref.get("kind") == "numeric" and ref["edges"] else None
+        accumulators[name] = NumericAccumulator(manifest.rows, None if edges is None else np.asarray(edges))
+    for name in categorical:
+        accumulators[name] = CategoricalAccumulator()
+
+    runner = ExpectationRunner(runnable) if runnable else None
+    stream_columns = sorted({*accumulators, *(c for s in (runner.streamed if runner else []) for c in columns_of(s))})
+    if runner is not None and runner.streamed and not stream_columns:
+        stream_columns = list(present)
+    if stream_columns:
+        for table in _batches(manifest, stream_columns, rules.batch_rows, conn_id):
+            for name, accumulator in accumulators.items():
+                accumulator.add(table[name])
+            if runner is not None and runner.streamed:
+                runner.add_batch(table.to_pandas())
+            del table
+    if runner is not None and runner.whole:
+        needed = sorted({c for s in runner.whole for c in columns_of(s)})
+        table_level = any(not columns_of(s) for s in runner.whole)
+        runner.run_whole(_whole(manifest, list(present) if table_level or not needed else needed, conn_id))
+    if runner is not None:
+        outcomes = runner.outcomes()
+        for outcome in outcomes:
+            column = (columns_of(outcome.spec) or [None])[0]
+            observed = outcome.result.get("observed_value", outcome.result.get("unexpected_count"))
+            unexpected = outcome.result.get("partial_unexpected_list") or []
+            detail = outcome.error or (
+                f"{outcome.result.get('unexpected_count', 0)} unexpected of {outcome.result.get('element_count', 0)}"
+                + (f", e.g. {unexpected[:5]}" if unexpected else "")
+                if "unexpected_count" in outcome.result else f"observed {observed!r}"
+            )
+            report.checks.append(Check("expectation", outcome.spec.type, column, outcome.success, observed,
+                                       outcome.spec.kwargs, f"{outcome.spec.type}({column or ''}): {detail}"))
+        report.data_docs_html = runner.data_docs_html(outcomes)
+
+    report.profiles = {name: acc.profile() for name, acc in accumulators.items()}
+    if rules.drift is not None and reference is not None:
+        drift = rules.drift
+        for name, accumulator in accumulators.items():
+            ref = ref_profiles.get(name)
+            if ref is None or ref.get("kind") != report.profiles[name]["kind"]:
+                continue
+            threshold = drift.feature_thresholds.get(name, drift.threshold)
+            if isinstance(accumulator, NumericAccumulator):
+                if accumulator.at_or_below is None:
+                    continue
+                method, score = drift.numeric_method, numeric_score(drift.numeric_method, ref, accumulator)
+            else:
+                method = drift.categorical_method
+                score = categorical_score(method, ref, report.profiles[name])
+            score = round(score, 6)
+            report.checks.append(Check(
+                "drift", method, name, score <= threshold, score, f"<= {threshold}",
+                f"{name}: {method} {score:.4f} vs {report.reference['partition']} (threshold {threshold})",
+            ))
+    return report
+
+
+def _describe(reference: dict[str, Any] | None) -> dict[str, Any] | None:
+    if reference is None:
+        return None
+    return {"partition": reference["partition"], "digest": reference["digest"], "rows": reference["rows"],
+            "kind": reference.get("reference_kind", "previous")}
+
+
+def history_payload(report: ValidationReport) -> dict[str, Any]:
+    manifest = report.manifest
+    return {"digest": manifest.digest, "rows": manifest.rows, "columns": manifest.columns,
+            "profiles": report.profiles, "passed": report.passed}
+
+
+def write_report(report: ValidationReport, conn_id: str | None = None) -> dict[str, str]:
+    """The JSON report and GX Data Docs page next to the snapshot; returns their URIs."""
+    folder = join(report.manifest.partition_uri, STATE_DIR, report.pipeline, report.manifest.short_digest)
+    fs, base = filesystem(folder, conn_id)
+    fs.makedirs(base, exist_ok=True)
+    written = {"report": join(folder, "report.json")}
+    fs.pipe_file(f"{base}/report.json", json.dumps(report.to_dict(), indent=1, default=str).encode())
+    if report.data_docs_html is not None:
+        written["data_docs"] = join(folder, "data_docs.html")
+        fs.pipe_file(f"{base}/data_docs.html", report.data_docs_html.encode())
+    return written
