@@ -30,3 +30,13 @@ def trainpipe_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return write_day(tmp_path_factory.mktemp("data").as_uri(), date(2026, 1, 1), 1200, seed=5)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real `mlflow server` (basic auth, sqlite, local artifacts) on 127.0.0.1 for the session."""
+    from tests.mlflow_server import start_mlflow_server, stop_mlflow_server
+
+    server = start_mlflow_server(tmp_path_factory.mktemp("mlflow_server"))
+    yield server
+    stop_mlflow_server(server.process)

@@ -48,5 +48,13 @@ def test_provider_info_is_light() -> None:
 
 
 def test_operator_modules_import_no_heavy_library() -> None:
-    modules = _modules_after("import airflow_trainpipe.operators.train")
+    modules = _modules_after(
+        "import airflow_trainpipe.operators.train, airflow_trainpipe.operators.gate, airflow_trainpipe.operators.register"
+    )
+    assert _heavy(modules, (*HEAVY, "matplotlib")) == []
+
+
+def test_hook_links_and_gate_rules_import_no_heavy_library() -> None:
+    modules = _modules_after("import airflow_trainpipe.hooks.mlflow, airflow_trainpipe.links.mlflow")
     assert _heavy(modules, HEAVY) == []
+    assert _heavy(_modules_after("import airflow_trainpipe.promotion"), (*HEAVY, "airflow")) == []

@@ -21,7 +21,24 @@ def get_provider_info() -> dict:
         ),
         "versions": [__version__],
         "operators": [
-            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.operators.train"]},
+            {
+                "integration-name": "Trainpipe",
+                "python-modules": [
+                    "airflow_trainpipe.operators.train",
+                    "airflow_trainpipe.operators.gate",
+                    "airflow_trainpipe.operators.register",
+                ],
+            },
+        ],
+        "hooks": [
+            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.hooks.mlflow"]},
+        ],
+        "connection-types": [
+            {"connection-type": "mlflow", "hook-class-name": "airflow_trainpipe.hooks.mlflow.MlflowHook", "hook-name": "MLflow"},
+        ],
+        "extra-links": [
+            "airflow_trainpipe.links.mlflow.MlflowRunLink",
+            "airflow_trainpipe.links.mlflow.MlflowModelVersionLink",
         ],
         "integrations": [
             {
