@@ -154,13 +154,18 @@ class MlflowHook(BaseHook):
         MLflow reads credentials from the environment on every request, so they are set for
         the block and the previous values restored afterwards.
         """
+        # MLflow's own registry store resolves logged models through a default MlflowClient(),
+        # i.e. the process-wide tracking URI: set that too, not just this hook's client.
+        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
         wanted = self.environment()
         saved = {name: os.environ.get(name) for name in (TRACKING_URI_ENV, *CREDENTIAL_ENVS)}
         for name in CREDENTIAL_ENVS:
             os.environ.pop(name, None)
         os.environ.update(wanted)
         try:
-            yield
+            with _use_tracking_uri(self.tracking_uri):
+                yield
         finally:
             for name, value in saved.items():
                 if value is None:

@@ -111,7 +111,7 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
     def _decide(self, client: Any, run_id: str, force: bool) -> tuple[Decision, dict[str, float], dict[str, float] | None, str | None]:
         from mlflow.exceptions import MlflowException
 
-        from airflow_trainpipe.promotion import comparison_table, decide
+        from airflow_trainpipe.promotion import Decision, comparison_table, decide
 
         try:
             run = client.get_run(run_id)
@@ -138,9 +138,17 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
                     f"MLflow run {run_id} has no metric {', '.join('champion_' + m for m in missing)} for champion "
                     f"version {scored_version}: {cause}"
                 )
-            champion = None if missing else champion
         self._check_champion_unchanged(client, run_id, scored_version, force)
-        decision = decide(self.config.gate, self.config.training.task, candidate, champion, force=force)
+        if champion is not None and missing:  # forced, and the champion could not be scored
+            cause = tags.get("trainpipe.champion.error") or f"metric(s) {', '.join(missing)} not logged"
+            champion = None
+            decision = Decision(
+                promote=True, forced=True, metric=self.config.gate.metric, direction=self.config.gate_direction,
+                candidate=candidate[self.config.gate.metric], champion=None,
+                reason=f"forced promotion; champion version {scored_version} could not be compared: {cause}",
+            )
+        else:
+            decision = decide(self.config.gate, self.config.training.task, candidate, champion, force=force)
         self.log.info("candidate run %s vs champion %s\n%s", run_id,
                       "none" if scored_version == NO_CHAMPION else f"{self.config.registered_model_name} v{scored_version}",
                       comparison_table(decision, candidate, champion))
