@@ -36,8 +36,6 @@ from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 
-CONFIG = __CONFIG__
-
 
 class RegisterCrashingOnce(RegisterModelOperator):
     """With conf crash_register: try 1 registers the version, then dies before returning."""
@@ -49,30 +47,32 @@ class RegisterCrashingOnce(RegisterModelOperator):
         return result
 
 
-with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
-         render_template_as_native_obj=True) as dag:
-    if __TRAIN__:
-        upstream = DistributedTrainOperator(
-            task_id="train", config=CONFIG, data_files=__FILES__, nproc=1,
-            hyperparameter_overrides="{{ dag_run.conf.get('overrides', {}) }}",
-        )
-        run_id = None
-    else:
-        upstream = None
-        run_id = "{{ dag_run.conf['mlflow_run_id'] }}"
-    gate = BaselineGateOperator(task_id="gate", config=CONFIG, mlflow_run_id=run_id,
-                                force="{{ dag_run.conf.get('force', False) }}")
-    register = RegisterCrashingOnce(task_id="register", config=CONFIG, retries=1, retry_delay=timedelta(seconds=0))
-    if upstream is not None:
-        upstream >> gate
-    gate >> register
+def pipeline(dag_id, config, files):
+    """train -> gate -> register; without files, gate -> register on conf's mlflow_run_id."""
+    with DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+             render_template_as_native_obj=True) as dag:
+        run_id = None if files else "{{ dag_run.conf['mlflow_run_id'] }}"
+        gate = BaselineGateOperator(task_id="gate", config=config, mlflow_run_id=run_id,
+                                    force="{{ dag_run.conf.get('force', False) }}")
+        register = RegisterCrashingOnce(task_id="register", config=config, retries=1, retry_delay=timedelta(seconds=0))
+        if files:
+            DistributedTrainOperator(
+                task_id="train", config=config, data_files=files, nproc=1,
+                hyperparameter_overrides="{{ dag_run.conf.get('overrides', {}) }}",
+            ) >> gate
+        gate >> register
 
-    @task
-    def log_connection_environment():
-        """What a careless DAG author might log: the masker must hide the secret."""
-        logging.getLogger("airflow.task").info("environment %s", MlflowHook().environment())
+        @task
+        def log_connection_environment():
+            """What a careless DAG author might log: the masker must hide the secret."""
+            logging.getLogger("airflow.task").info("environment %s", MlflowHook().environment())
 
-    log_connection_environment()
+        log_connection_environment()
+    return dag
+
+
+DAGS = {"pipeline_train": pipeline("pipeline_train", __TRAIN_CONFIG__, __FILES__),
+        "pipeline_gate": pipeline("pipeline_gate", __GATE_CONFIG__, None)}
 
 if __name__ == "__main__":
     # dag.test() runs tasks in this process and prints their logs with airflow-core's console
@@ -81,22 +81,21 @@ if __name__ == "__main__":
     from airflow.sdk.log import configure_logging
 
     configure_logging(output=sys.stdout, colored_console_log=False)
-    for conf in json.loads(sys.argv[1]):
-        run = dag.test(run_conf=conf)
+    for dag_id, conf in json.loads(sys.argv[1]):
+        run = DAGS[dag_id].test(run_conf=conf)
         print("TEST-RUN " + json.dumps({"run_id": run.run_id, "state": str(run.state)}), flush=True)
 '''
 
 
 class Pipeline:
-    """A dags folder, an Airflow home and a TRAINPIPE_HOME in tmp_path; runs the DAG for each conf."""
+    """A dags folder, an Airflow home and a TRAINPIPE_HOME in tmp_path; runs DAGs with confs."""
 
-    def __init__(self, tmp_path: Path, config: Path, train: bool, files: list[str] | None, connection: str | None):
-        self.tmp_path, self.dag_id = tmp_path, "pipeline_train" if train else "pipeline_gate"
+    def __init__(self, tmp_path: Path, train_config: Path, gate_config: Path, files: list[str], connection: str | None):
         dags = tmp_path / "dags"
-        dags.mkdir(exist_ok=True)
-        text = (DAG_FILE.replace("__CONFIG__", repr(str(config))).replace("__DAG_ID__", self.dag_id)
-                .replace("__TRAIN__", repr(train)).replace("__FILES__", repr(files)))
-        self.dag_file = dags / f"{self.dag_id}.py"
+        dags.mkdir()
+        text = (DAG_FILE.replace("__TRAIN_CONFIG__", repr(str(train_config))).replace("__GATE_CONFIG__", repr(str(gate_config)))
+                .replace("__FILES__", repr(files)))
+        self.dag_file = dags / "pipelines.py"
         self.dag_file.write_text(text)
         self.airflow_home = tmp_path / "airflow"
         self.env = {
@@ -114,25 +113,25 @@ class Pipeline:
         subprocess.run([str(airflow), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
         self.output = ""
 
-    def run(self, *confs: dict) -> list[str]:
-        done = subprocess.run([sys.executable, str(self.dag_file), json.dumps(list(confs))], env=self.env,
+    def run(self, *runs: tuple[str, dict]) -> list[str]:
+        done = subprocess.run([sys.executable, str(self.dag_file), json.dumps(list(runs))], env=self.env,
                               capture_output=True, text=True, timeout=600)
         self.output += done.stdout + done.stderr
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-        runs = [json.loads(line.split("TEST-RUN ", 1)[1]) for line in done.stdout.splitlines() if "TEST-RUN " in line]
-        assert [r["state"] for r in runs] == ["success"] * len(confs), self.output[-6000:]
-        return [r["run_id"] for r in runs]
+        results = [json.loads(line.split("TEST-RUN ", 1)[1]) for line in done.stdout.splitlines() if "TEST-RUN " in line]
+        assert [r["state"] for r in results] == ["success"] * len(runs), self.output[-6000:]
+        return [r["run_id"] for r in results]
 
     def _query(self, sql: str, *args: object) -> list[tuple]:
         with sqlite3.connect(self.airflow_home / "airflow.db") as db:
             return db.execute(sql, args).fetchall()
 
     def tasks(self, run_id: str) -> dict[str, tuple[str, int]]:
-        rows = self._query("select task_id, state, try_number from task_instance where dag_id = ? and run_id = ?", self.dag_id, run_id)
+        rows = self._query("select task_id, state, try_number from task_instance where run_id = ?", run_id)
         return {task_id: (state, tries) for task_id, state, tries in rows}
 
     def xcom(self, run_id: str, task_id: str, key: str = "return_value"):
-        rows = self._query("select value from xcom where dag_id = ? and run_id = ? and task_id = ? and key = ?", self.dag_id, run_id, task_id, key)
+        rows = self._query("select value from xcom where run_id = ? and task_id = ? and key = ?", run_id, task_id, key)
         return json.loads(rows[0][0]) if rows else None
 
 
@@ -162,24 +161,50 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_bootstrap_promote_reject_and_retry_through_dag_test(backend: str, request: pytest.FixtureRequest,
-                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Trained candidates: bootstrap, better (register crashes once), worse. Logged runs standing in
+    for training (another registered model): a guardrail breach and a forced promotion."""
     from airflow_trainpipe.synthetic import write_day
 
     connection, client_env = _registry(backend, request, tmp_path)
-    name = f"e2e_{backend}_{uuid.uuid4().hex[:6]}"
-    replacements = (("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"), ("batch_size: 256", "batch_size: 64"))
-    config = write_config(tmp_path / "pipeline.yaml", name, replacements)
-    files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 1200, seed=5)
-    pipeline = Pipeline(tmp_path, config, train=True, files=files, connection=connection)
-    # 2 steps: barely trained (bootstrap); 30 steps: better; 2 steps again: worse than that
-    bootstrap, better, worse = pipeline.run(
-        {"overrides": {"max_steps": 2}},
-        {"overrides": {"max_steps": 30}, "crash_register": True},
-        {"overrides": {"max_steps": 2}},
-    )
+    (tmp_path / "home").mkdir()
     client = _client(monkeypatch, client_env)
+    name, guarded = f"e2e_{backend}_{uuid.uuid4().hex[:6]}", f"guard_{backend}_{uuid.uuid4().hex[:6]}"
+    replacements = (("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"), ("batch_size: 256", "batch_size: 64"))
+    files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 1200, seed=5)
+    champion = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50}
+    logged = {
+        "bootstrap": log_candidate_run(guarded, champion, None, None, model_name=guarded),
+        # better primary metric, but log_loss worse by 0.05 (allowed 0.01)
+        "breach": log_candidate_run(guarded, {"roc_auc": 0.90, "log_loss": 0.35, "recall": 0.50}, champion, "1", model_name=guarded),
+        # worse, promoted anyway by force (the trigger form's override)
+        "forced": log_candidate_run(guarded, {"roc_auc": 0.70, "log_loss": 0.40, "recall": 0.40}, champion, "1", model_name=guarded),
+    }
+    pipeline = Pipeline(tmp_path, write_config(tmp_path / "train.yaml", name, replacements),
+                        write_config(tmp_path / "gate.yaml", guarded), files, connection)
+    runs = pipeline.run(
+        # 2 steps: barely trained (bootstrap); 30 steps: better; 2 steps again: worse than that
+        ("pipeline_train", {"overrides": {"max_steps": 2}}),
+        ("pipeline_train", {"overrides": {"max_steps": 30}, "crash_register": True}),
+        ("pipeline_train", {"overrides": {"max_steps": 2}}),
+        ("pipeline_gate", {"mlflow_run_id": logged["bootstrap"]}),
+        ("pipeline_gate", {"mlflow_run_id": logged["breach"]}),
+        ("pipeline_gate", {"mlflow_run_id": logged["forced"], "force": True}),
+    )
+    _check_trained(pipeline, client, name, *runs[:3])
+    _check_guardrail_and_force(pipeline, client, guarded, logged, *runs[3:])
+    if backend == "server":
+        server = request.getfixturevalue("mlflow_server")
+        second = pipeline.xcom(runs[1], "train")
+        experiment = second["mlflow_experiment_id"]
+        assert pipeline.xcom(runs[1], "train", "_link_MlflowRunLink") == f"{server.url}/#/experiments/{experiment}/runs/{second['mlflow_run_id']}"
+        assert pipeline.xcom(runs[1], "register", "_link_MlflowModelVersionLink") == f"{server.url}/#/models/{name}/versions/2"
+        _assert_secret_never_leaks(server.password, pipeline, [tmp_path, server.root])
+    else:
+        assert pipeline.xcom(runs[1], "train", "_link_MlflowRunLink") in (None, "")  # no UI for the embedded store
 
+
+def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better: str, worse: str) -> None:
     assert pipeline.tasks(bootstrap)["register"] == ("success", 1)
     first = pipeline.xcom(bootstrap, "train")
     assert first["evaluation"]["champion"] is None and pipeline.xcom(bootstrap, "gate")["champion_version"] is None
@@ -215,14 +240,20 @@ def test_bootstrap_promote_reject_and_retry_through_dag_test(backend: str, reque
     assert v2.tags["airflow.dag_run_id"] == better and v2.tags["trainpipe.champion_compared"] == f"{name}/1"
     assert v2.tags["trainpipe.config_hash"].startswith("sha256:") and v2.tags["trainpipe.data_digest"].startswith("sha256:")
 
-    if backend == "server":
-        server = request.getfixturevalue("mlflow_server")
-        experiment = second["mlflow_experiment_id"]
-        assert pipeline.xcom(better, "train", "_link_MlflowRunLink") == f"{server.url}/#/experiments/{experiment}/runs/{second['mlflow_run_id']}"
-        assert pipeline.xcom(better, "register", "_link_MlflowModelVersionLink") == f"{server.url}/#/models/{name}/versions/2"
-        _assert_secret_never_leaks(server.password, pipeline, [tmp_path, server.root])
-    else:
-        assert pipeline.xcom(better, "train", "_link_MlflowRunLink") in (None, "")  # no UI for the embedded store
+
+def _check_guardrail_and_force(pipeline: Pipeline, client, name: str, logged: dict[str, str], bootstrap: str, breach: str, forced: str) -> None:
+    assert pipeline.tasks(bootstrap)["register"][0] == "success"
+    assert pipeline.tasks(breach)["register"][0] == "skipped" and pipeline.tasks(breach)["gate"][0] == "success"
+    decision = pipeline.xcom(breach, "gate")
+    assert decision["promote"] is False and decision["reason"].startswith("guardrail log_loss worsens by 0.05")
+    assert [g["passed"] for g in decision["guardrails"]] == [False, True]
+    assert "guardrail BREACHED" in pipeline.output
+    assert pipeline.tasks(forced)["register"][0] == "success"
+    assert pipeline.xcom(forced, "gate")["forced"] is True
+    versions = {str(v.version): v for v in client.search_model_versions(f"name = '{name}'")}
+    assert sorted(versions) == ["1", "2"] and versions["2"].run_id == logged["forced"]
+    assert versions["2"].tags["trainpipe.gate.forced"] == "true"
+    assert _aliases(client, name) == {"champion": "2", "previous_champion": "1"}
 
 
 def _assert_secret_never_leaks(password: str, pipeline: Pipeline, roots: list[Path]) -> None:
@@ -236,39 +267,3 @@ def _assert_secret_never_leaks(password: str, pipeline: Pipeline, roots: list[Pa
     assert leaked == [], leaked
     rendered = pipeline._query("select rendered_fields from rendered_task_instance_fields")
     assert rendered and all(password not in str(row) for row in rendered)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_guardrail_breach_is_not_registered_and_force_promotes(backend: str, request: pytest.FixtureRequest,
-                                                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Real MLflow runs with logged metrics and a small logged model stand in for training."""
-    connection, client_env = _registry(backend, request, tmp_path)
-    (tmp_path / "home").mkdir()
-    name = f"guard_{backend}_{uuid.uuid4().hex[:6]}"
-    config = write_config(tmp_path / "pipeline.yaml", name)
-    client = _client(monkeypatch, client_env)
-    champion = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50}
-    runs = {
-        "bootstrap": log_candidate_run(name, champion, None, None, model_name=name),
-        # better primary metric, but log_loss worse by 0.05 (allowed 0.01)
-        "breach": log_candidate_run(name, {"roc_auc": 0.90, "log_loss": 0.35, "recall": 0.50}, champion, "1", model_name=name),
-        # worse, promoted anyway by force (the trigger form's override)
-        "forced": log_candidate_run(name, {"roc_auc": 0.70, "log_loss": 0.40, "recall": 0.40}, champion, "1", model_name=name),
-    }
-    pipeline = Pipeline(tmp_path, config, train=False, files=None, connection=connection)
-    bootstrap, breach, forced = pipeline.run(
-        {"mlflow_run_id": runs["bootstrap"]}, {"mlflow_run_id": runs["breach"]}, {"mlflow_run_id": runs["forced"], "force": True},
-    )
-    assert pipeline.tasks(bootstrap)["register"][0] == "success"
-    assert pipeline.tasks(breach)["register"][0] == "skipped"
-    decision = pipeline.xcom(breach, "gate")
-    assert decision["promote"] is False and decision["reason"].startswith("guardrail log_loss worsens by 0.05")
-    assert [g["passed"] for g in decision["guardrails"]] == [False, True]
-    assert "guardrail BREACHED" in pipeline.output
-    assert pipeline.tasks(forced)["register"][0] == "success"
-    assert pipeline.xcom(forced, "gate")["forced"] is True
-    versions = {str(v.version): v for v in client.search_model_versions(f"name = '{name}'")}
-    assert sorted(versions) == ["1", "2"] and versions["2"].run_id == runs["forced"]
-    assert versions["2"].tags["trainpipe.gate.forced"] == "true"
-    assert _aliases(client, name) == {"champion": "2", "previous_champion": "1"}
