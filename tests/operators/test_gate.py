@@ -82,7 +82,7 @@ def test_metric_not_logged_fails_naming_run_and_metric(gate_setup) -> None:
 
 
 def test_unscored_champion_fails_with_its_error_unless_forced(gate_setup) -> None:
-    hook, config, model_name, candidate = gate_setup
+    hook, config, _, candidate = gate_setup
     from airflow_trainpipe.operators.register import register
 
     champion_run = candidate(CHAMPION, None, None)

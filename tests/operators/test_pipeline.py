@@ -144,7 +144,6 @@ def _registry(backend: str, request: pytest.FixtureRequest, tmp_path: Path):
 
 
 def _client(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]):
-    import mlflow
     from mlflow import MlflowClient
 
     from mlflow.tracking._tracking_service import utils
