@@ -67,21 +67,25 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.progress import describe
-    from airflow_trainpipe.snapshot import partition_files, render_partition
+    from airflow_trainpipe.snapshot import render_partition, resolve_snapshot
     from airflow_trainpipe.train_spec import TrainSpec
 
     try:
         config = load_config(args.config)
-        files = args.data or partition_files(config.data, render_partition(config.data.partition, args.ds))
+        if args.data:
+            files, digest = args.data, None
+        else:
+            manifest = resolve_snapshot(config.data, render_partition(config.data.partition, args.ds))
+            files, digest = manifest.file_uris, manifest.digest
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
     except TrainpipeError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
-    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
+    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
     nproc = args.nproc or config.training.resources.nproc_per_node
-    print(f"run directory {spec.run_dir}; {len(files)} data file(s); torchrun with {nproc} process(es)", file=sys.stderr)
+    print(f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)", file=sys.stderr)
     launcher = LocalLauncher(spec, nproc)
     launcher.start()
     tail: deque[str] = deque(maxlen=40)
@@ -101,6 +105,33 @@ def _train(args: argparse.Namespace) -> int:
         print(f"training job exited with code {code}; its last output:", file=sys.stderr)
         print("\n".join(tail), file=sys.stderr)
     return code
+
+
+def _make_data(args: argparse.Namespace) -> int:
+    from datetime import date, timedelta
+
+    from airflow_trainpipe.synthetic import Problem, write_day
+
+    try:
+        start = date.fromisoformat(args.start)
+        problems: dict[date, list[Problem]] = {}
+        for text in args.problem:
+            day, sep, spec = text.partition("=")
+            if not sep:
+                raise ValueError(f"--problem {text!r}: expected DAY=KIND[:ARGS], e.g. 2026-01-03=drift:amount")
+            problems.setdefault(date.fromisoformat(day), []).append(Problem.parse(spec))
+        days = [start + timedelta(days=i) for i in range(args.days)]
+        if stray := sorted(set(problems) - set(days)):
+            raise ValueError(f"--problem for {stray[0]}, which is not among the {args.days} day(s) from {start}")
+        root = args.out if "://" in args.out else Path(args.out).resolve().as_uri()
+        for day in days:
+            files = write_day(root, day, args.rows, seed=args.seed, files=args.files, problems=problems.get(day, ()))
+            injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
+            print(f"{files[0].rsplit('/', 2)[0]}/ds={day}: {len(files)} file(s), {injected}")
+    except ValueError as exc:
+        print(f"trainpipe make-data: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -141,6 +172,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data", nargs="+", metavar="URI", help="train on these files instead of the partition")
     train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
     train.set_defaults(handler=_train)
+
+    make_data = commands.add_parser(
+        "make-data", help="write synthetic daily partitions of card transactions, optionally with injected problems"
+    )
+    make_data.add_argument("--out", required=True, help="dataset root: a folder or a URI (s3://bucket/prefix)")
+    make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
+    make_data.add_argument("--days", type=int, default=1, help="number of daily partitions (default 1)")
+    make_data.add_argument("--rows", type=int, default=20_000, help="rows per day before problems (default 20000)")
+    make_data.add_argument("--files", type=int, default=1, help="parquet files per day (default 1)")
+    make_data.add_argument("--seed", type=int, default=0, help="the same seed always writes the same bytes")
+    make_data.add_argument(
+        "--problem", action="append", default=[], metavar="DAY=KIND[:ARGS]",
+        help="inject a problem into one day (repeatable): drop:COL, rename:COL:NEW, dtype:COL, nulls:COL[:FRACTION], "
+             "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...]",
+    )
+    make_data.set_defaults(handler=_make_data)
 
     schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
     schema.add_argument("--format", choices=("json", "markdown"), default="json")

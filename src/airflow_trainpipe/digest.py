@@ -29,8 +29,13 @@ def file_sha256(uri: str) -> str:
     return sha256_of(*filesystem(uri))
 
 
-def content_digest(uris: list[str]) -> str:
+def combine(file_digests: list[str]) -> str:
+    """The snapshot digest of files whose sha256 hex digests are given, in order."""
     combined = hashlib.sha256()
-    for uri in uris:
-        combined.update(file_sha256(uri).encode() + b"\n")
+    for hexdigest in file_digests:
+        combined.update(hexdigest.encode() + b"\n")
     return f"sha256:{combined.hexdigest()}"
+
+
+def content_digest(uris: list[str]) -> str:
+    return combine([file_sha256(uri) for uri in uris])

@@ -1,36 +1,169 @@
-"""Resolve the files of one run's partition.
+"""Snapshots: the exact files of one run's partition, frozen into a manifest with a content digest.
 
-The data issue turns this into an immutable manifest (files, sizes, rows, schema, digest);
-until then a snapshot is the sorted list of data files under `<data.uri>/<partition>/`.
+A manifest lists every data file with its size, sha256 and row count, the snapshot's schema and
+row total, and the digest over the files' contents (`digest.combine`). The digest is the data
+version: it is tagged on the MLflow run and the registered model, and training reads exactly the
+manifest's files, so a model can be traced to, and retrained on, the bytes it saw.
+
+Manifests are stored content-addressed at `<data.uri>/_trainpipe/snapshots/<hex>.json`: written
+once, never changed. Names starting with `_` or `.` inside a partition are bookkeeping
+(`_SUCCESS`, `_trainpipe/`, Spark's `.crc` files) and never data.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.digest import combine, sha256_of
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.storage import filesystem, join, resolve
 
+STATE_DIR = "_trainpipe"
+
 
 class SnapshotError(TrainpipeError):
-    """The partition is missing or holds no data files."""
+    """The partition is missing, holds no data files, or its files disagree with each other."""
+
+
+class SnapshotFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uri: str
+    size: int
+    sha256: str
+    rows: int
+
+
+class Manifest(BaseModel):
+    """One snapshot; small enough to pass between tasks as XCom."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition_uri: str
+    format: str
+    files: list[SnapshotFile]
+    rows: int
+    columns: dict[str, str]
+    """Column name -> Arrow type name, in file order."""
+    digest: str
+
+    @property
+    def file_uris(self) -> list[str]:
+        return [f.uri for f in self.files]
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest.removeprefix("sha256:")[:12]
 
 
 def partition_uri(data: DataSection, partition: str) -> str:
     return join(resolve(data.uri), partition)
 
 
-def partition_files(data: DataSection, partition: str) -> list[str]:
-    uri = partition_uri(data, partition)
-    fs, path = filesystem(uri)
-    suffix = ".parquet" if data.format == "parquet" else ".csv"
+def _is_data(relative: str, suffix: str) -> bool:
+    return relative.endswith(suffix) and not any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def list_data_files(uri: str, fmt: str, conn_id: str | None = None) -> list[str]:
+    """Data files under a partition URI, sorted: the snapshot's order (it enters the digest)."""
+    fs, base = filesystem(uri, conn_id)
+    suffix = ".parquet" if fmt == "parquet" else ".csv"
     try:
-        names = sorted(p for p in fs.find(path) if p.endswith(suffix))
+        found = fs.find(base)
     except FileNotFoundError:
-        names = []
-    if not names:
-        raise SnapshotError(f"no *{suffix} files under {uri}")
-    protocol = uri.split("://", 1)[0]
-    return [f"{protocol}://{name}" if protocol != "file" else f"file://{name}" for name in names]
+        found = []
+    base = base.rstrip("/")
+    names = sorted(p for p in found if _is_data(p[len(base) + 1:], suffix))
+    scheme = uri.split("://", 1)[0]
+    return [f"{scheme}://{name}" if scheme != "file" else f"file://{name}" for name in names]
+
+
+def _file_facts(fs: Any, path: str, fmt: str) -> tuple[int, dict[str, str]]:
+    """Rows and schema of one file: the Parquet footer only; a CSV is streamed once."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with fs.open(path, "rb") as handle:
+            meta = pq.ParquetFile(handle).metadata
+            schema = meta.schema.to_arrow_schema()
+            return meta.num_rows, {f.name: str(f.type) for f in schema}
+    import pyarrow.csv as pcsv
+
+    with fs.open(path, "rb") as handle:
+        reader = pcsv.open_csv(handle)
+        rows = sum(batch.num_rows for batch in reader)
+        return rows, {f.name: str(f.type) for f in reader.schema}
+
+
+def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = None) -> Manifest:
+    """Freeze the partition into a manifest and store it (idempotent: same bytes, same manifest)."""
+    uri = partition_uri(data, partition)
+    files = list_data_files(uri, data.format, conn_id)
+    if not files:
+        raise SnapshotError(f"no *.{data.format} files under {uri}")
+    fs, _ = filesystem(uri, conn_id)
+    entries: list[SnapshotFile] = []
+    columns: dict[str, str] | None = None
+    for file_uri in files:
+        path = filesystem(file_uri)[1]
+        rows, schema = _file_facts(fs, path, data.format)
+        if columns is None:
+            columns = schema
+        elif schema != columns:
+            changed = sorted(set(schema.items()) ^ set(columns.items()))
+            raise SnapshotError(
+                f"{file_uri} does not have the schema of {files[0]} (differing columns: "
+                f"{', '.join(f'{n}: {t}' for n, t in changed)}); a snapshot's files must agree"
+            )
+        entries.append(SnapshotFile(uri=file_uri, size=fs.size(path), sha256=sha256_of(fs, path), rows=rows))
+    manifest = Manifest(
+        partition_uri=uri, format=data.format, files=entries, rows=sum(e.rows for e in entries),
+        columns=columns or {}, digest=combine([e.sha256 for e in entries]),
+    )
+    store_manifest(data, manifest, conn_id)
+    return manifest
+
+
+def manifest_uri(data: DataSection, digest: str) -> str:
+    return join(resolve(data.uri), STATE_DIR, "snapshots", f"{digest.removeprefix('sha256:')}.json")
+
+
+def store_manifest(data: DataSection, manifest: Manifest, conn_id: str | None = None) -> str:
+    uri = manifest_uri(data, manifest.digest)
+    fs, path = filesystem(uri, conn_id)
+    if not fs.exists(path):  # content-addressed: an existing one has the same content
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, manifest.model_dump_json(indent=1).encode())
+    return uri
+
+
+def load_manifest(data: DataSection, digest: str, conn_id: str | None = None) -> Manifest:
+    """The stored manifest of a digest: how a past training run is reproduced."""
+    uri = manifest_uri(data, digest)
+    fs, path = filesystem(uri, conn_id)
+    try:
+        return Manifest.model_validate(json.loads(fs.cat_file(path)))
+    except FileNotFoundError:
+        raise SnapshotError(f"no snapshot with digest {digest} under {resolve(data.uri)} ({uri} is missing)") from None
+
+
+def partition_ready(uri: str, fmt: str, marker: str | None, min_rows: int | None,
+                    conn_id: str | None = None) -> tuple[bool, str]:
+    """Whether a partition is complete by the config's rule, and why not (for the sensor's log)."""
+    fs, base = filesystem(uri, conn_id)
+    if marker is not None and not fs.exists(f"{base.rstrip('/')}/{marker}"):
+        return False, f"{join(uri, marker)} does not exist yet"
+    if min_rows is not None:
+        files = list_data_files(uri, fmt, conn_id)
+        rows = sum(_file_facts(fs, filesystem(f)[1], fmt)[0] for f in files)
+        if rows < min_rows:
+            return False, f"{uri} holds {rows} row(s) in {len(files)} file(s), fewer than {min_rows}"
+        return True, f"{uri} holds {rows} row(s) in {len(files)} file(s)"
+    return True, f"{join(uri, marker or '')} exists"
 
 
 def render_partition(template: str, ds: str) -> str:

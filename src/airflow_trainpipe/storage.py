@@ -54,8 +54,17 @@ def node_local_dir(uri: str, purpose: str) -> Path:
     return trainpipe_home() / purpose / hashlib.sha1(uri.encode()).hexdigest()[:16]
 
 
-def filesystem(uri: str) -> tuple[AbstractFileSystem, str]:
-    """The fsspec filesystem for a URI and the path inside it."""
+def filesystem(uri: str, conn_id: str | None = None) -> tuple[AbstractFileSystem, str]:
+    """The fsspec filesystem for a URI and the path inside it.
+
+    With `conn_id`, credentials and endpoint come from that Airflow connection (what
+    ObjectStoragePath uses); without, from the environment (pods, the training runtime).
+    """
     from fsspec.core import url_to_fs
 
-    return url_to_fs(uri)
+    fs, path = url_to_fs(uri)
+    if conn_id:
+        from airflow.sdk.io.fs import get_fs
+
+        fs = get_fs(urlsplit(uri).scheme or "file", conn_id)
+    return fs, path

@@ -1,11 +1,17 @@
 """Synthetic card transactions with a learnable fraud label, for the demo, tests and benchmarks.
 
 One day is one partition `ds=YYYY-MM-DD/part-NNNNN.parquet` plus a `_SUCCESS` marker, fully
-determined by (seed, day): the same call always writes the same bytes.
+determined by (seed, day, problems): the same call always writes the same bytes.
+
+Problems are what breaks real upstream exports, injected into a chosen day so the validation
+checks can be shown to catch each one: `drop:COL`, `rename:COL:NEW`, `dtype:COL` (becomes
+strings), `nulls:COL[:FRACTION]`, `out_of_range:COL[:VALUE]`, `volume:FRACTION` (keep that share
+of rows) and `drift:COL[,COL...]` (shifted numeric / reweighted categorical distributions).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 
 import numpy as np
@@ -50,9 +56,89 @@ def transactions(day: date, rows: int, seed: int) -> pa.Table:
     })
 
 
-def write_day(root_uri: str, day: date, rows: int, seed: int = 0, files: int = 1) -> list[str]:
+PROBLEM_KINDS = ("drop", "rename", "dtype", "nulls", "out_of_range", "volume", "drift")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One injected data problem: `kind` and its colon-separated arguments."""
+
+    kind: str
+    args: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Problem:
+        kind, *args = text.split(":")
+        arity = {"drop": (1, 1), "rename": (2, 2), "dtype": (1, 1), "nulls": (1, 2), "out_of_range": (1, 2),
+                 "volume": (1, 1), "drift": (1, 1)}
+        if kind not in arity:
+            raise ValueError(f"unknown problem {kind!r} in {text!r}; known: {', '.join(PROBLEM_KINDS)}")
+        low, high = arity[kind]
+        if not low <= len(args) <= high or not all(args):
+            raise ValueError(f"problem {text!r}: {kind} takes {low}{'' if low == high else f'-{high}'} argument(s)")
+        return cls(kind, tuple(args))
+
+    def __str__(self) -> str:
+        return ":".join((self.kind, *self.args))
+
+
+def _column(table: pa.Table, name: str, problem: Problem) -> pa.ChunkedArray:
+    if name not in table.column_names:
+        raise ValueError(f"problem {problem}: no column {name!r}; columns: {', '.join(table.column_names)}")
+    return table[name]
+
+
+def _replace(table: pa.Table, name: str, values: pa.Array | np.ndarray) -> pa.Table:
+    return table.set_column(table.column_names.index(name), name, pa.array(values) if isinstance(values, np.ndarray) else values)
+
+
+def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Table:
+    """Apply one problem to a clean day."""
+    kind, args = problem.kind, problem.args
+    if kind == "volume":
+        keep = float(args[0])
+        return table.slice(0, int(round(table.num_rows * keep)))
+    name = args[0]
+    if kind == "drift":
+        for column in name.split(","):
+            values = _column(table, column, problem).to_numpy()
+            if values.dtype.kind in "iuf":
+                # A shift of one standard deviation plus a 50% stretch: far beyond the PSI 0.2 line.
+                shifted = values * 1.5 + values.std()
+                values = np.round(shifted).astype(values.dtype) if values.dtype.kind in "iu" else np.round(shifted, 4)
+            else:
+                # Reverse the category frequencies: the rare become common.
+                categories, counts = np.unique(values, return_counts=True)
+                order = np.argsort(counts)
+                weights = counts[order][::-1] / counts.sum()
+                values = rng.choice(categories[order], len(values), p=weights)
+            table = _replace(table, column, values)
+        return table
+    column = _column(table, name, problem)
+    if kind == "drop":
+        return table.drop_columns([name])
+    if kind == "rename":
+        return table.rename_columns([args[1] if c == name else c for c in table.column_names])
+    if kind == "dtype":
+        return _replace(table, name, column.cast(pa.string()))
+    mask = rng.random(table.num_rows) < (float(args[1]) if kind == "nulls" and len(args) > 1 else 0.05)
+    if kind == "nulls":
+        return _replace(table, name, pa.array(column.to_numpy(zero_copy_only=False), mask=mask))
+    # out_of_range: a sentinel no valid row has (upstream "unknown" codes are the usual culprit).
+    sentinel = float(args[1]) if len(args) > 1 else -999.0
+    values = column.to_numpy().copy()
+    values[mask] = sentinel
+    return _replace(table, name, values)
+
+
+def write_day(root_uri: str, day: date, rows: int, seed: int = 0, files: int = 1,
+              problems: list[Problem] | tuple[Problem, ...] = ()) -> list[str]:
     """Write one day's partition; returns the file URIs in order."""
     table = transactions(day, rows, seed)
+    rng = np.random.default_rng([seed, day.toordinal(), 1])
+    for problem in problems:
+        table = inject(table, problem, rng)
+    rows = table.num_rows
     partition = join(root_uri, f"ds={day:%Y-%m-%d}")
     fs, base = filesystem(partition)
     fs.makedirs(base, exist_ok=True)

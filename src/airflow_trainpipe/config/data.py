@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from datetime import timedelta
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import Section, field_problems
-from airflow_trainpipe.config.types import ColumnName, StorageUri
+from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
 
 class FeatureColumns(Section):
@@ -50,6 +52,34 @@ class HoldoutSection(Section):
     """Split by a hash of this column instead of by row, so a key never lands on both sides."""
 
 
+class WaitSection(Section):
+    """When `wait_for_data` considers a partition complete, and how it waits."""
+
+    marker: str | None = "_SUCCESS"
+    """File inside the partition the writer creates last (Spark/Hive `_SUCCESS`); null: not required."""
+
+    min_rows: PositiveInt | None = None
+    """Also (or instead) wait until the partition's files hold this many rows (read from file footers)."""
+
+    mode: Literal["poke", "reschedule", "deferrable"] = "deferrable"
+    """`deferrable` waits in the triggerer (no worker slot); `reschedule` frees the slot between checks;
+    `poke` holds a worker slot."""
+
+    poke_interval: PositiveDuration = timedelta(minutes=5)
+    """Time between checks."""
+
+    timeout: PositiveDuration = timedelta(hours=12)
+    """Give up (the task fails) when the partition is not complete after this long."""
+
+    @model_validator(mode="after")
+    def _some_completion_rule(self) -> WaitSection:
+        if self.marker is None and self.min_rows is None:
+            raise ValueError("set `marker`, `min_rows` or both: otherwise an empty partition would count as complete")
+        if self.marker is not None and (not self.marker or "/" in self.marker):
+            field_problems([(("marker",), f"expected a file name inside the partition, got {self.marker!r}")])
+        return self
+
+
 class DataSection(Section):
     """The data a run trains on: `<uri>/<partition>/` holds one snapshot."""
 
@@ -70,6 +100,9 @@ class DataSection(Section):
 
     holdout: HoldoutSection = HoldoutSection()
     """Holdout split."""
+
+    wait: WaitSection = WaitSection()
+    """How the pipeline waits for the partition to be complete."""
 
     @field_validator("partition")
     @classmethod

@@ -102,6 +102,15 @@ class PipelineConfig(Section):
                         (("validation", "drift", "feature_thresholds", name),
                          f"{name!r} is not a feature in data.features{did_you_mean(name, features)}")
                     )
+        contract = self.validation.contract.columns
+        if contract:
+            needed = [self.data.label, *features, *filter(None, [self.data.holdout.key_column])]
+            missing = [name for name in needed if name not in contract]
+            if missing:
+                problems.append(
+                    (("validation", "schema", "columns"),
+                     f"the contract leaves out {', '.join(map(repr, missing))}, which data uses (label, features, holdout key)")
+                )
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, model_validator
+from pydantic import AfterValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import Section, field_problems
 from airflow_trainpipe.config.gx_catalog import EXPECTATIONS
@@ -43,6 +44,38 @@ class ExpectationSpec(Section):
         return self
 
 
+# Arrow type names as `str(pyarrow type)` prints them, plus the usual aliases; checked without
+# importing pyarrow because configs are parsed in the DAG processor.
+_ARROW_ALIASES = {"float64": "double", "float32": "float", "str": "string", "utf8": "string", "boolean": "bool"}
+_ARROW_TYPE = re.compile(
+    r"^(u?int(8|16|32|64)|float|double|halffloat|string|large_string|binary|large_binary|bool|date32\[day\]|date64\[ms\]"
+    r"|timestamp\[(s|ms|us|ns)(, tz=[A-Za-z0-9_/+-]+)?\]|decimal128\(\d+, \d+\)|dictionary<.+>)$"
+)
+
+
+def arrow_type_name(value: str) -> str:
+    name = _ARROW_ALIASES.get(value, value)
+    if not _ARROW_TYPE.match(name):
+        raise ValueError(
+            f"unknown Arrow type {value!r}; use e.g. int64, double, string, bool, timestamp[us], date32[day]"
+        )
+    return name
+
+
+ArrowTypeName = Annotated[str, AfterValidator(arrow_type_name)]
+
+
+class SchemaContract(Section):
+    """Columns a snapshot must have, with their types: a renamed, dropped or retyped column fails fast."""
+
+    columns: dict[ColumnName, ArrowTypeName] = {}
+    """Required columns and their Arrow types (`int64`, `double`, `string`, `bool`, `timestamp[us]`, ...).
+    Empty: the label, features and holdout key are required, typed like the previous validated snapshot."""
+
+    allow_extra_columns: bool = False
+    """Accept columns that are not in the contract (otherwise an unexpected column fails the check)."""
+
+
 class VolumeRule(Section):
     """Row-count rules: too few rows, or a sudden change, usually means a broken upstream."""
 
@@ -75,6 +108,10 @@ class DriftRule(Section):
 class ValidationSection(Section):
     """Checks run on each snapshot; a failure stops the run before training, without retries."""
 
+    # `schema` would shadow BaseModel.schema(), hence the alias.
+    contract: SchemaContract = Field(default=SchemaContract(), alias="schema")
+    """Schema contract: required columns, their types, whether other columns may appear."""
+
     expectations: list[ExpectationSpec] = []
     """Great Expectations expectations."""
 
@@ -86,3 +123,6 @@ class ValidationSection(Section):
 
     fail_on: Literal["error", "never"] = Field(default="error")
     """`error` stops the pipeline on a failed check; `never` only reports (for a burn-in period)."""
+
+    batch_rows: PositiveInt = 1_000_000
+    """Rows per streamed batch for the checks that allow streaming; bounds the validator's memory."""

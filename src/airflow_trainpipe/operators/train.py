@@ -32,9 +32,10 @@ class DistributedTrainOperator(BaseOperator):
     :param config: the parsed pipeline config, or the path of its YAML file.
     :param run_id: scopes checkpoints (`<checkpoint.uri>/<pipeline>/<run_id>/`) and the MLflow run.
     :param partition: sub-path of the run's snapshot; defaults to `data.partition` (templated).
-    :param data_files: exact files to train on (e.g. from the snapshot task's XCom); default: every
-        data file under `<data.uri>/<partition>/`.
-    :param data_digest: content digest of the snapshot; computed from the files when not given.
+    :param data_files: exact files to train on (the validate task's `data_files` XCom); default: the
+        files of a snapshot resolved from `<data.uri>/<partition>/` now.
+    :param data_digest: content digest of the snapshot (the validate task's `data_digest` XCom);
+        computed from the files when not given.
     :param hyperparameter_overrides: per-run overrides of `training.hyperparameters` (trigger form).
     :param max_steps: stop after this many optimizer steps.
     :param nproc: processes per node; default `training.resources` (2 in the CPU example).
@@ -79,16 +80,19 @@ class DistributedTrainOperator(BaseOperator):
     def _spec(self, store: Any) -> TrainSpec:
         from pydantic import ValidationError
 
-        from airflow_trainpipe.snapshot import SnapshotError, partition_files
+        from airflow_trainpipe.snapshot import SnapshotError, resolve_snapshot
         from airflow_trainpipe.train_spec import TrainSpec
 
-        files = self.data_files
+        files, digest = self.data_files, self.data_digest
         if isinstance(files, str):  # a template that rendered one path
             files = [files]
-        try:
-            files = list(files) if files else partition_files(self.config.data, self.partition)
-        except SnapshotError as exc:
-            raise AirflowException(str(exc)) from exc  # data may still arrive: retryable
+        if not files:
+            try:
+                manifest = resolve_snapshot(self.config.data, self.partition)
+            except SnapshotError as exc:
+                raise AirflowException(str(exc)) from exc  # data may still arrive: retryable
+            files, digest = manifest.file_uris, manifest.digest
+            self.log.info("snapshot %s: %d file(s), %d rows", manifest.digest, len(files), manifest.rows)
         try:
             self.config.training.hyperparameters.model_validate(
                 {**self.config.training.hyperparameters.model_dump(), **self.hyperparameter_overrides}
@@ -98,8 +102,8 @@ class DistributedTrainOperator(BaseOperator):
         return TrainSpec(
             config=self.config,
             run_id=self.run_id,
-            data_files=files,
-            data_digest=self.data_digest,
+            data_files=list(files),
+            data_digest=digest,
             max_steps=self.max_steps,
             hyperparameter_overrides=self.hyperparameter_overrides,
             mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,

@@ -1,0 +1,92 @@
+"""Snapshot manifests: the same bytes always give the same digest; any changed byte changes it."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pytest
+
+from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.digest import content_digest
+from airflow_trainpipe.snapshot import SnapshotError, load_manifest, partition_ready, resolve_snapshot
+from airflow_trainpipe.synthetic import Problem, write_day
+
+DAY = date(2026, 1, 2)
+PARTITION = "ds=2026-01-02"
+
+
+def _data(root: Path, fmt: str = "parquet") -> DataSection:
+    return DataSection.model_validate(
+        {"uri": root.as_uri(), "format": fmt, "label": "is_fraud", "features": {"numeric": ["amount"]}}
+    )
+
+
+def test_same_bytes_same_digest_wherever_they_live(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_day((tmp_path / name).as_uri(), DAY, 800, seed=4, files=3)
+    a, b = resolve_snapshot(_data(tmp_path / "a"), PARTITION), resolve_snapshot(_data(tmp_path / "b"), PARTITION)
+    assert a.digest == b.digest == content_digest(a.file_uris)
+    assert (a.rows, len(a.files)) == (800, 3)
+    assert a.columns["amount"] == "double" and a.columns["transaction_id"] == "string"
+    assert resolve_snapshot(_data(tmp_path / "a"), PARTITION) == a  # resolving again changes nothing
+    assert load_manifest(_data(tmp_path / "a"), a.digest) == a
+
+
+def test_one_changed_byte_changes_the_digest(tmp_path: Path) -> None:
+    files = write_day(tmp_path.as_uri(), DAY, 800, seed=4)
+    before = resolve_snapshot(_data(tmp_path), PARTITION)
+    path = Path(files[0].removeprefix("file://"))
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 3] ^= 0x01  # inside a data page: the footer still reads
+    path.write_bytes(bytes(raw))
+    after = resolve_snapshot(_data(tmp_path), PARTITION)
+    assert after.digest != before.digest and after.rows == before.rows
+    assert load_manifest(_data(tmp_path), before.digest) == before  # the old version stays on record
+
+
+def test_bookkeeping_files_are_not_data(tmp_path: Path) -> None:
+    write_day(tmp_path.as_uri(), DAY, 300, seed=1)
+    before = resolve_snapshot(_data(tmp_path), PARTITION)
+    partition = tmp_path / PARTITION
+    (partition / "_trainpipe").mkdir(exist_ok=True)
+    (partition / "_trainpipe" / "stale.parquet").write_bytes(b"x")
+    (partition / ".part-00000.parquet.crc").write_bytes(b"x")
+    assert resolve_snapshot(_data(tmp_path), PARTITION).digest == before.digest
+    write_day((tmp_path / "extra").as_uri(), DAY, 10, seed=9)
+    (tmp_path / "extra" / PARTITION / "part-00000.parquet").rename(partition / "part-00001.parquet")
+    assert resolve_snapshot(_data(tmp_path), PARTITION).digest != before.digest  # an added file is new data
+
+
+def test_files_that_disagree_on_the_schema_are_named(tmp_path: Path) -> None:
+    write_day(tmp_path.as_uri(), DAY, 300, seed=1)
+    write_day((tmp_path / "other").as_uri(), DAY, 300, seed=1, problems=[Problem.parse("dtype:hour")])
+    (tmp_path / "other" / PARTITION / "part-00000.parquet").rename(tmp_path / PARTITION / "part-00001.parquet")
+    with pytest.raises(SnapshotError, match=r"part-00001.parquet does not have the schema of .*part-00000.parquet.*hour: string"):
+        resolve_snapshot(_data(tmp_path), PARTITION)
+
+
+def test_missing_partition_names_the_uri(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match=f"no \\*.parquet files under {tmp_path.as_uri()}/{PARTITION}"):
+        resolve_snapshot(_data(tmp_path), PARTITION)
+    with pytest.raises(SnapshotError, match="no snapshot with digest sha256:abc"):
+        load_manifest(_data(tmp_path), "sha256:abc")
+
+
+def test_csv_snapshot_counts_rows_and_types(tmp_path: Path) -> None:
+    (tmp_path / PARTITION).mkdir()
+    pcsv.write_csv(pa.table({"amount": [1.5, 2.0, 3.25], "is_fraud": [0, 1, 0]}), tmp_path / PARTITION / "part-0.csv")
+    manifest = resolve_snapshot(_data(tmp_path, "csv"), PARTITION)
+    assert manifest.rows == 3 and manifest.columns == {"amount": "double", "is_fraud": "int64"}
+
+
+def test_partition_ready_by_marker_and_by_rows(tmp_path: Path) -> None:
+    uri = f"{tmp_path.as_uri()}/{PARTITION}"
+    ready, why = partition_ready(uri, "parquet", "_SUCCESS", None)
+    assert not ready and why == f"{uri}/_SUCCESS does not exist yet"
+    write_day(tmp_path.as_uri(), DAY, 300, seed=1, files=2)
+    assert partition_ready(uri, "parquet", "_SUCCESS", None)[0]
+    assert partition_ready(uri, "parquet", None, 300) == (True, f"{uri} holds 300 row(s) in 2 file(s)")
+    assert partition_ready(uri, "parquet", "_SUCCESS", 301) == (False, f"{uri} holds 300 row(s) in 2 file(s), fewer than 301")

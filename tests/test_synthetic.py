@@ -1,0 +1,67 @@
+"""`trainpipe make-data`: deterministic days, and each injected problem does what it says."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_trainpipe.cli import main as trainpipe
+from airflow_trainpipe.synthetic import Problem, write_day
+
+DAY = date(2026, 1, 3)
+
+
+def _day(tmp_path: Path, *problems: str):
+    files = write_day(tmp_path.as_uri(), DAY, 2000, seed=3, problems=[Problem.parse(p) for p in problems])
+    return pq.read_table(files[0].removeprefix("file://"))
+
+
+def test_same_seed_same_bytes_and_another_seed_differs(tmp_path: Path) -> None:
+    a = write_day((tmp_path / "a").as_uri(), DAY, 500, seed=1, problems=[Problem.parse("drift:amount,channel")])
+    b = write_day((tmp_path / "b").as_uri(), DAY, 500, seed=1, problems=[Problem.parse("drift:amount,channel")])
+    c = write_day((tmp_path / "c").as_uri(), DAY, 500, seed=2)
+    read = lambda uri: Path(uri.removeprefix("file://")).read_bytes()  # noqa: E731
+    assert read(a[0]) == read(b[0]) != read(c[0])
+    assert (tmp_path / "a" / "ds=2026-01-03" / "_SUCCESS").exists()
+
+
+def test_each_problem_changes_what_it_names(tmp_path: Path) -> None:
+    clean = _day(tmp_path / "clean")
+    assert "amount" not in _day(tmp_path / "drop", "drop:amount").column_names
+    renamed = _day(tmp_path / "rename", "rename:amount:amt")
+    assert "amt" in renamed.column_names and "amount" not in renamed.column_names
+    assert str(_day(tmp_path / "dtype", "dtype:hour").schema.field("hour").type) == "string"
+    assert _day(tmp_path / "nulls", "nulls:amount:0.3")["amount"].null_count == pytest.approx(600, rel=0.15)
+    assert (_day(tmp_path / "range", "out_of_range:hour:99")["hour"].to_numpy() == 99).sum() > 50
+    assert _day(tmp_path / "volume", "volume:0.25").num_rows == 500
+    drifted = _day(tmp_path / "drift", "drift:amount")
+    assert drifted["amount"].to_numpy().mean() > 1.8 * clean["amount"].to_numpy().mean()
+    assert drifted["hour"].equals(clean["hour"])  # only the named feature moves
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--problem", "2026-01-01=explode:amount"], "unknown problem 'explode'"),
+        (["--problem", "2026-01-01=drop:no_such"], "no column 'no_such'"),
+        (["--problem", "2026-01-01=rename:amount"], "rename takes 2 argument(s)"),
+        (["--problem", "drop:amount"], "expected DAY=KIND[:ARGS]"),
+        (["--problem", "2026-02-01=drop:amount"], "not among the 1 day(s)"),
+    ],
+)
+def test_make_data_rejects_bad_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    assert trainpipe(["make-data", "--out", str(tmp_path), "--rows", "100", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_make_data_writes_the_days_it_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = trainpipe(["make-data", "--out", str(tmp_path), "--days", "3", "--rows", "300", "--files", "2",
+                      "--problem", "2026-01-03=drift:amount"])
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-01-01", "ds=2026-01-02", "ds=2026-01-03"]
+    assert len(list((tmp_path / "ds=2026-01-02").glob("*.parquet"))) == 2
+    assert "ds=2026-01-03: 2 file(s), drift:amount" in capsys.readouterr().out
