@@ -81,3 +81,13 @@ def s3_endpoint() -> Iterator[str]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real `mlflow server` (basic auth, sqlite, local artifacts) on 127.0.0.1 for the session."""
+    from tests.mlflow_server import start_mlflow_server, stop_mlflow_server
+
+    server = start_mlflow_server(tmp_path_factory.mktemp("mlflow_server"))
+    yield server
+    stop_mlflow_server(server.process)

@@ -33,6 +33,7 @@ def test_every_listed_class_imports() -> None:
     info = get_provider_info()
     dotted = [cls for kind in ("operators", "sensors", "hooks", "triggers") for entry in info.get(kind, []) for cls in entry.get("python-modules", [])]
     dotted += [entry["hook-class-name"] for entry in info.get("connection-types", [])]
+    dotted += info.get("extra-links", [])
     for path in dotted:
         module, _, attr = path.rpartition(".") if path.count(".") > 2 and path.rsplit(".", 1)[1][:1].isupper() else (path, "", "")
         imported = importlib.import_module(module)

@@ -78,3 +78,12 @@ def test_manifest_builder_and_render_import_neither_kubernetes_nor_heavy_librari
 def test_operator_module_does_not_import_the_kubernetes_client() -> None:
     modules = _modules_after("import airflow_trainpipe.operators.train")
     assert _heavy(modules, ("kubernetes", "kubernetes_asyncio")) == []
+
+
+def test_gate_does_not_import_matplotlib_at_parse_time() -> None:
+    assert _heavy(_modules_after("import airflow_trainpipe.operators.gate"), ("matplotlib",)) == []
+
+
+def test_extra_links_and_gate_rules_are_light() -> None:
+    assert _heavy(_modules_after("import airflow_trainpipe.links.mlflow"), HEAVY) == []
+    assert _heavy(_modules_after("import airflow_trainpipe.promotion"), (*HEAVY, "airflow")) == []

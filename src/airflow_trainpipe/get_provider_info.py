@@ -21,13 +21,31 @@ def get_provider_info() -> dict:
         ),
         "versions": [__version__],
         "operators": [
-            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.operators.train", "airflow_trainpipe.operators.validate"]},
+            {
+                "integration-name": "Trainpipe",
+                "python-modules": [
+                    "airflow_trainpipe.operators.train",
+                    "airflow_trainpipe.operators.validate",
+                    "airflow_trainpipe.operators.gate",
+                    "airflow_trainpipe.operators.register",
+                ],
+            },
         ],
         "sensors": [
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.sensors.snapshot"]},
         ],
         "triggers": [
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.triggers.snapshot"]},
+        ],
+        "hooks": [
+            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.hooks.mlflow"]},
+        ],
+        "connection-types": [
+            {"connection-type": "mlflow", "hook-class-name": "airflow_trainpipe.hooks.mlflow.MlflowHook", "hook-name": "MLflow"},
+        ],
+        "extra-links": [
+            "airflow_trainpipe.links.mlflow.MlflowRunLink",
+            "airflow_trainpipe.links.mlflow.MlflowModelVersionLink",
         ],
         "integrations": [
             {

@@ -55,6 +55,16 @@ class PipelineConfig(Section):
         return self.registration.model_name or self.pipeline
 
     @property
+    def content_hash(self) -> str:
+        """sha256 of the validated config as canonical JSON: formatting and comments do not change
+        it, any setting does. Recorded on MLflow runs and model versions (lineage)."""
+        import hashlib
+        import json
+
+        text = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    @property
     def gate_direction(self) -> str:
         return self.gate.direction or METRICS[self.training.task][self.gate.metric]
 

@@ -19,6 +19,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.links.mlflow import MlflowRunLink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -41,11 +42,14 @@ class DistributedTrainOperator(BaseOperator):
     :param max_steps: stop after this many optimizer steps.
     :param nproc: processes per node; default `training.resources` (2 in the CPU example).
     :param env: extra environment for the job (never put secrets here; use connections).
+    :param mlflow_conn_id: `mlflow` connection the job logs to; its URI and credentials reach the
+        job as environment variables. Undefined `mlflow_default`: the embedded sqlite store.
     """
 
     template_fields: Sequence[str] = ("run_id", "partition", "data_files", "data_digest", "hyperparameter_overrides")
     template_fields_renderers = {"data_files": "json", "hyperparameter_overrides": "json"}
     ui_color = "#e8d5f5"
+    operator_extra_links = (MlflowRunLink(),)
 
     def __init__(
         self,
@@ -59,6 +63,7 @@ class DistributedTrainOperator(BaseOperator):
         max_steps: int | None = None,
         nproc: int | None = None,
         env: dict[str, str] | None = None,
+        mlflow_conn_id: str | None = "mlflow_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -71,6 +76,7 @@ class DistributedTrainOperator(BaseOperator):
         self.max_steps = max_steps
         self.nproc = nproc
         self.env = env or {}
+        self.mlflow_conn_id = mlflow_conn_id
         self._launcher: LocalLauncher | None = None
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
@@ -108,6 +114,7 @@ class DistributedTrainOperator(BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.launchers.local import LocalLauncher
         from airflow_trainpipe.launchers.progress import describe
 
@@ -122,7 +129,11 @@ class DistributedTrainOperator(BaseOperator):
             return self._execute_kubernetes(context, spec, store, try_number)
         nproc = self.nproc or self.config.training.resources.nproc_per_node
         self.log.info("starting torchrun with %d process(es); run directory %s", nproc, spec.run_dir)
-        launcher = self._launcher = LocalLauncher(spec, nproc, env={**self.env, "TRAINPIPE_TRY_NUMBER": str(try_number)})
+        hook = MlflowHook(self.mlflow_conn_id)
+        self.log.info("MLflow tracking URI %s", hook.tracking_uri)
+        # Credentials travel as environment only: never on the command line or in the spec file.
+        env = {**self.env, **hook.environment(), "TRAINPIPE_TRY_NUMBER": str(try_number)}
+        launcher = self._launcher = LocalLauncher(spec, nproc, env=env)
         launcher.start()
         result: dict[str, Any] | None = None
         errors: list[str] = []
@@ -156,6 +167,7 @@ class DistributedTrainOperator(BaseOperator):
         if result is None:
             raise AirflowException("training job exited 0 without reporting a result")
         result.pop("event", None)
+        MlflowRunLink.persist(context, hook.run_url(result.get("mlflow_experiment_id", ""), result["mlflow_run_id"]))
         return {"run_dir": spec.run_dir, **result}
 
     def kubernetes_operator(self, context: Context, spec: TrainSpec, store: Any = None) -> Any:

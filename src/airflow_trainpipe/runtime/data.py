@@ -133,6 +133,8 @@ class Dataset:
     train_y: np.ndarray
     holdout_x: np.ndarray
     holdout_y: np.ndarray
+    holdout_table: pa.Table | None = None
+    """The raw holdout rows: the final evaluation encodes them again with the champion's encoder."""
 
 
 def load_dataset(files: list[str], data: DataSection, task: str) -> Dataset:
@@ -151,4 +153,5 @@ def load_dataset(files: list[str], data: DataSection, task: str) -> Dataset:
         encoder.labels(train, data.label),
         encoder.features(holdout),
         encoder.labels(holdout, data.label),
+        holdout,
     )

@@ -70,10 +70,12 @@ class Tracker:
                 else self.client.create_experiment(experiment, artifact_location=artifact_location(tracking_uri, experiment))
             )
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+            self.experiment_id = experiment_id
             self._fs.makedirs(self._id_path.rsplit("/", 1)[0], exist_ok=True)
             self._fs.pipe_file(self._id_path, json.dumps({"run_id": run_id}).encode())
         else:
             self.client.update_run(run_id, status="RUNNING")
+            self.experiment_id = self.client.get_run(run_id).info.experiment_id
             for key, value in tags.items():
                 self.client.set_tag(run_id, key, value)
         self.run_id = run_id

@@ -32,12 +32,14 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 import deepspeed  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from airflow_trainpipe import __version__  # noqa: E402
 from airflow_trainpipe.config.catalog import METRICS  # noqa: E402
 from airflow_trainpipe.config.training import Hyperparameters  # noqa: E402
 from airflow_trainpipe.digest import content_digest  # noqa: E402
 from airflow_trainpipe.events import emit  # noqa: E402
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager  # noqa: E402
 from airflow_trainpipe.runtime.data import Dataset, load_dataset  # noqa: E402
+from airflow_trainpipe.runtime.evaluation import evaluate_final  # noqa: E402
 from airflow_trainpipe.runtime.faults import fault_point  # noqa: E402
 from airflow_trainpipe.runtime.metrics import compute_metrics  # noqa: E402
 from airflow_trainpipe.runtime.models import build_model  # noqa: E402
@@ -223,7 +225,8 @@ class Trainer:
             params.update({"world_size": str(self.world_size), "global_batch": str(global_batch), "data_files": str(len(self.spec.data_files))})
             tracker.log_params_once(params)
             digest = self.spec.data_digest or content_digest(self.spec.data_files)
-            tracker.set_tags({"trainpipe.data_digest": digest, "trainpipe.world_size": str(self.world_size), "trainpipe.resumed_from_step": str(resumed_from)})
+            tracker.set_tags({"trainpipe.data_digest": digest, "trainpipe.world_size": str(self.world_size), "trainpipe.resumed_from_step": str(resumed_from),
+                              "trainpipe.config_hash": self.config.content_hash, "trainpipe.code_version": __version__})
             tracker.log_data_input(f"{self.config.pipeline}-snapshot", self.spec.data_files[0].rsplit("/", 1)[0], digest)
         total_steps = min(self.hp.max_steps or 1 << 62, self.spec.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
@@ -395,12 +398,15 @@ class Trainer:
             f"compute_hours_{'gpu' if self.on_gpu else 'cpu'}": compute_hours,
             "timing": state["timing"],
             "mlflow_run_id": tracker.run_id,
+            "mlflow_experiment_id": tracker.experiment_id,
         }
         model = self._build_model(data)
         model.load_state_dict(weights)
         model.eval()
         tracker.log_metrics({**{f"holdout_{k}": v for k, v in holdout.items()}, f"{'gpu' if self.on_gpu else 'cpu'}_hours": compute_hours}, state["step"], flush=True)
         tracker.log_dict(json.loads(data.encoder.to_json()), "encoder.json")
+        # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
+        result["evaluation"] = evaluate_final(model, data.encoder, data.holdout_table, self.config, tracker, state["step"])
         result["model_uri"] = tracker.log_model(model, input_example=data.holdout_x[:5])
         tracker.log_dict(result, "result.json")
         tracker.finish("FINISHED")

@@ -1,0 +1,203 @@
+"""The gate's rule: may this candidate replace the champion? Pure functions, stdlib only.
+
+Both metric sets come from the same evaluation (the training job scores the candidate and the
+champion on the run's holdout with one function), so the numbers here are comparable.
+
+Rules, in order:
+
+- no champion: `gate.no_champion.action` (`promote`, `skip`, `fail`); `promote` also needs
+  `min_value` when set (>= for metrics to maximise, <= for metrics to minimise).
+- primary metric: the candidate must be strictly better, by at least `min_improvement`
+  (absolute) and `min_relative_improvement` (relative to the champion's value).
+- guardrails: a metric may not worsen by more than `max_regression` (absolute) and/or
+  `max_relative_regression`. Each limit applies when it is given; an absolute limit that is
+  not given applies (as 0) only when no relative limit is given either.
+- NaN (e.g. ROC AUC on a holdout with one class): a primary metric that is not a number
+  cannot show an improvement; a guardrail that becomes NaN counts as a regression.
+- `force`: promote whatever the rules say; the decision records what they said.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.gate import GateSection, Guardrail
+
+# Differences this small are float noise of the metric computation, not a regression.
+TOLERANCE = 1e-12
+
+
+@dataclass
+class GuardrailCheck:
+    metric: str
+    direction: str
+    candidate: float
+    champion: float
+    regression: float
+    relative_regression: float | None
+    max_regression: float | None
+    max_relative_regression: float | None
+    passed: bool
+
+
+@dataclass
+class Decision:
+    promote: bool
+    reason: str
+    metric: str
+    direction: str
+    candidate: float
+    champion: float | None
+    improvement: float | None = None
+    relative_improvement: float | None = None
+    min_improvement: float = 0.0
+    min_relative_improvement: float = 0.0
+    guardrails: list[GuardrailCheck] = field(default_factory=list)
+    forced: bool = False
+    fail: bool = False  # no champion and `no_champion.action: fail`
+
+    def as_dict(self) -> dict[str, Any]:
+        return {key: _json_number(value) for key, value in asdict(self).items()}
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # XCom and MLflow JSON have no NaN / inf
+    if isinstance(value, list):
+        return [_json_number(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_number(v) for k, v in value.items()}
+    return value
+
+
+def _better_sign(direction: str) -> float:
+    return 1.0 if direction == "maximize" else -1.0
+
+
+def _relative(delta: float, reference: float) -> float:
+    if abs(reference) > TOLERANCE:
+        return delta / abs(reference)
+    return 0.0 if abs(delta) <= TOLERANCE else math.copysign(math.inf, delta)
+
+
+def check_guardrail(guardrail: Guardrail, direction: str, candidate: float, champion: float) -> GuardrailCheck:
+    explicit_absolute = "max_regression" in guardrail.model_fields_set
+    max_abs = guardrail.max_regression if explicit_absolute or guardrail.max_relative_regression is None else None
+    max_rel = guardrail.max_relative_regression
+    if math.isnan(champion):
+        regression, relative, passed = math.nan, None, True  # nothing to regress from
+    elif math.isnan(candidate):
+        regression, relative, passed = math.inf, math.inf, False
+    else:
+        regression = _better_sign(direction) * (champion - candidate)  # > 0: the candidate is worse
+        relative = _relative(regression, champion)
+        passed = (max_abs is None or regression <= max_abs + TOLERANCE) and (max_rel is None or relative <= max_rel + TOLERANCE)
+    return GuardrailCheck(guardrail.metric, direction, candidate, champion, regression, relative, max_abs, max_rel, passed)
+
+
+def decide(
+    gate: GateSection,
+    task: str,
+    candidate: Mapping[str, float],
+    champion: Mapping[str, float] | None,
+    *,
+    force: bool = False,
+) -> Decision:
+    """`candidate` / `champion`: metric name -> value on the same holdout; champion None: none yet."""
+    direction = gate.direction or METRICS[task][gate.metric]
+    value = candidate[gate.metric]
+    decision = Decision(
+        promote=False, reason="", metric=gate.metric, direction=direction, candidate=value,
+        champion=None if champion is None else champion[gate.metric],
+        min_improvement=gate.min_improvement, min_relative_improvement=gate.min_relative_improvement,
+    )
+    if champion is None:
+        _bootstrap(gate, decision)
+    else:
+        _compare(gate, task, candidate, champion, decision)
+    if force and not decision.promote:
+        decision.promote, decision.forced, decision.fail = True, True, False
+        decision.reason = f"forced promotion; the rules said: {decision.reason}"
+    return decision
+
+
+def _bootstrap(gate: GateSection, decision: Decision) -> None:
+    policy, value, metric = gate.no_champion, decision.candidate, decision.metric
+    if policy.action == "skip":
+        decision.reason = "no champion yet and no_champion.action is 'skip'"
+    elif policy.action == "fail":
+        decision.fail = True
+        decision.reason = "no champion yet and no_champion.action is 'fail'"
+    elif policy.min_value is None:
+        decision.promote, decision.reason = True, f"no champion yet: bootstrap with {metric} = {value:.6g}"
+    else:
+        reached = value >= policy.min_value if decision.direction == "maximize" else value <= policy.min_value
+        word = ">=" if decision.direction == "maximize" else "<="
+        decision.promote = bool(reached)  # NaN compares False: not reached
+        decision.reason = (
+            f"no champion yet: {metric} = {value:.6g} {'reaches' if reached else 'does not reach'} "
+            f"no_champion.min_value ({word} {policy.min_value:.6g})"
+        )
+
+
+def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champion: Mapping[str, float], decision: Decision) -> None:
+    metric, value, best = decision.metric, decision.candidate, decision.champion
+    assert best is not None
+    failures: list[str] = []
+    if math.isnan(value) or math.isnan(best):
+        failures.append(f"{metric} is not a number (candidate {value}, champion {best})")
+    else:
+        improvement = _better_sign(decision.direction) * (value - best)
+        relative = _relative(improvement, best)
+        decision.improvement, decision.relative_improvement = improvement, relative
+        if improvement <= TOLERANCE:
+            failures.append(f"{metric} {value:.6g} is not better than the champion's {best:.6g}")
+        elif improvement < gate.min_improvement - TOLERANCE:
+            failures.append(f"{metric} improves by {improvement:.6g}, less than min_improvement {gate.min_improvement:.6g}")
+        if improvement > TOLERANCE and relative < gate.min_relative_improvement - TOLERANCE:
+            failures.append(
+                f"{metric} improves by {relative:.4%}, less than min_relative_improvement {gate.min_relative_improvement:.4%}"
+            )
+    for guardrail in gate.guardrails:
+        check = check_guardrail(guardrail, METRICS[task][guardrail.metric], candidate[guardrail.metric], champion[guardrail.metric])
+        decision.guardrails.append(check)
+        if not check.passed:
+            limits = " and ".join(
+                text for text in (
+                    None if check.max_regression is None else f"max_regression {check.max_regression:.6g}",
+                    None if check.max_relative_regression is None else f"max_relative_regression {check.max_relative_regression:.4%}",
+                ) if text
+            )
+            rel = "" if check.relative_regression is None else f" ({check.relative_regression:.4%})"
+            failures.append(
+                f"guardrail {check.metric} worsens by {check.regression:.6g}{rel}: {check.candidate:.6g} vs "
+                f"champion {check.champion:.6g}, allowed {limits}"
+            )
+    if failures:
+        decision.reason = "; ".join(failures)
+    else:
+        decision.promote = True
+        decision.reason = (
+            f"{metric} {value:.6g} beats the champion's {best:.6g} by {decision.improvement:.6g} "
+            f"({decision.relative_improvement:.4%}); all guardrails hold"
+        )
+
+
+def comparison_table(decision: Decision, candidate: Mapping[str, float], champion: Mapping[str, float] | None) -> str:
+    """Plain-text table of every metric, for the task log."""
+    rows = [("metric", "candidate", "champion", "delta", "role")]
+    roles = {decision.metric: "primary"} | {g.metric: "guardrail" + ("" if g.passed else " BREACHED") for g in decision.guardrails}
+    order = [decision.metric, *(g.metric for g in decision.guardrails)]
+    for name in sorted(candidate, key=lambda n: (order.index(n) if n in order else len(order), n)):
+        theirs = None if champion is None else champion.get(name)
+        delta = "" if theirs is None else f"{candidate[name] - theirs:+.6g}"
+        rows.append((name, f"{candidate[name]:.6g}", "-" if theirs is None else f"{theirs:.6g}", delta, roles.get(name, "")))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    verdict = "PROMOTE" + (" (forced)" if decision.forced else "") if decision.promote else "FAIL" if decision.fail else "KEEP CHAMPION"
+    return "\n".join([*lines, f"decision: {verdict}: {decision.reason}"])

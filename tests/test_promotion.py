@@ -1,0 +1,209 @@
+"""The gate's rules, one case each: both directions, absolute and relative minimums, guardrails,
+bootstrap policies, NaN, force."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from airflow_trainpipe.config.gate import GateSection
+from airflow_trainpipe.promotion import comparison_table, decide
+
+CLS = "binary_classification"
+REG = "regression"
+
+
+def gate(**fields: Any) -> GateSection:
+    return GateSection.model_validate(fields)
+
+
+def cls_metrics(roc_auc: float, log_loss: float = 0.3, recall: float = 0.5) -> dict[str, float]:
+    return {"roc_auc": roc_auc, "log_loss": log_loss, "recall": recall, "accuracy": 0.9}
+
+
+def reg_metrics(rmse: float, r2: float = 0.8, mae: float = 1.0) -> dict[str, float]:
+    return {"rmse": rmse, "r2": r2, "mae": mae, "mape": 0.1}
+
+
+# -- primary metric ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("candidate", "promote"), [(0.81, True), (0.80, False), (0.79, False)])
+def test_maximize_needs_a_strict_improvement(candidate: float, promote: bool) -> None:
+    decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(candidate), cls_metrics(0.80))
+    assert decision.promote is promote
+    assert decision.direction == "maximize"
+    assert decision.improvement == pytest.approx(candidate - 0.80)
+
+
+@pytest.mark.parametrize(("candidate", "promote"), [(9.0, True), (10.0, False), (11.0, False)])
+def test_minimize_direction_follows_the_metric(candidate: float, promote: bool) -> None:
+    decision = decide(gate(metric="rmse"), REG, reg_metrics(candidate), reg_metrics(10.0))
+    assert decision.promote is promote
+    assert decision.direction == "minimize"
+    assert decision.improvement == pytest.approx(10.0 - candidate)
+
+
+@pytest.mark.parametrize(("candidate", "promote"), [(0.8049, False), (0.8050, True), (0.81, True)])
+def test_absolute_min_improvement_maximize(candidate: float, promote: bool) -> None:
+    decision = decide(gate(metric="roc_auc", min_improvement=0.005), CLS, cls_metrics(candidate), cls_metrics(0.80))
+    assert decision.promote is promote, decision.reason
+    if not promote:
+        assert "less than min_improvement 0.005" in decision.reason
+
+
+@pytest.mark.parametrize(("candidate", "promote"), [(9.51, False), (9.5, True), (9.0, True)])
+def test_absolute_min_improvement_minimize(candidate: float, promote: bool) -> None:
+    decision = decide(gate(metric="rmse", min_improvement=0.5), REG, reg_metrics(candidate), reg_metrics(10.0))
+    assert decision.promote is promote, decision.reason
+
+
+@pytest.mark.parametrize(("candidate", "promote"), [(0.81, False), (0.82, True)])
+def test_relative_min_improvement_maximize(candidate: float, promote: bool) -> None:
+    # 0.80 -> 0.81 is +1.25%, 0.80 -> 0.82 is +2.5%; 2% required
+    decision = decide(gate(metric="roc_auc", min_relative_improvement=0.02), CLS, cls_metrics(candidate), cls_metrics(0.80))
+    assert decision.promote is promote, decision.reason
+    assert decision.relative_improvement == pytest.approx((candidate - 0.80) / 0.80)
+    if not promote:
+        assert "less than min_relative_improvement 2.0000%" in decision.reason
+
+
+@pytest.mark.parametrize(("candidate", "promote"), [(9.95, False), (9.9, True)])
+def test_relative_min_improvement_minimize(candidate: float, promote: bool) -> None:
+    decision = decide(gate(metric="rmse", min_relative_improvement=0.01), REG, reg_metrics(candidate), reg_metrics(10.0))
+    assert decision.promote is promote, decision.reason
+
+
+def test_both_minimums_apply() -> None:
+    rules = gate(metric="rmse", min_improvement=0.05, min_relative_improvement=0.10)
+    # 0.06 absolute is enough, but 0.06 of 1.0 is only 6% relative
+    assert not decide(rules, REG, reg_metrics(0.94), reg_metrics(1.0)).promote
+    assert decide(rules, REG, reg_metrics(0.89), reg_metrics(1.0)).promote
+
+
+def test_nan_primary_metric_is_never_an_improvement() -> None:
+    decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(math.nan), cls_metrics(0.8))
+    assert not decision.promote and "not a number" in decision.reason
+
+
+# -- guardrails -------------------------------------------------------------------------------
+
+def test_guardrail_absolute_regression_minimize_metric() -> None:
+    rules = gate(metric="roc_auc", guardrails=[{"metric": "log_loss", "max_regression": 0.01}])
+    within = decide(rules, CLS, cls_metrics(0.85, log_loss=0.309), cls_metrics(0.80, log_loss=0.30))
+    beyond = decide(rules, CLS, cls_metrics(0.85, log_loss=0.311), cls_metrics(0.80, log_loss=0.30))
+    assert within.promote and within.guardrails[0].passed
+    assert not beyond.promote and not beyond.guardrails[0].passed
+    assert beyond.guardrails[0].regression == pytest.approx(0.011)
+    assert "guardrail log_loss worsens by 0.011" in beyond.reason and "allowed max_regression 0.01" in beyond.reason
+
+
+def test_guardrail_absolute_regression_maximize_metric() -> None:
+    rules = gate(metric="rmse", guardrails=[{"metric": "r2", "max_regression": 0.02}])
+    assert decide(rules, REG, reg_metrics(9.0, r2=0.79), reg_metrics(10.0, r2=0.80)).promote
+    assert not decide(rules, REG, reg_metrics(9.0, r2=0.77), reg_metrics(10.0, r2=0.80)).promote
+
+
+def test_guardrail_default_allows_no_regression_but_improvement() -> None:
+    rules = gate(metric="roc_auc", guardrails=[{"metric": "recall"}])
+    assert decide(rules, CLS, cls_metrics(0.85, recall=0.6), cls_metrics(0.80, recall=0.5)).promote
+    assert not decide(rules, CLS, cls_metrics(0.85, recall=0.4999), cls_metrics(0.80, recall=0.5)).promote
+
+
+def test_guardrail_relative_only_ignores_the_absolute_default() -> None:
+    rules = gate(metric="roc_auc", guardrails=[{"metric": "recall", "max_relative_regression": 0.05}])
+    ok = decide(rules, CLS, cls_metrics(0.85, recall=0.48), cls_metrics(0.80, recall=0.50))  # -4%
+    broken = decide(rules, CLS, cls_metrics(0.85, recall=0.47), cls_metrics(0.80, recall=0.50))  # -6%
+    assert ok.promote, ok.reason
+    assert ok.guardrails[0].max_regression is None
+    assert not broken.promote and "max_relative_regression 5.0000%" in broken.reason
+
+
+def test_guardrail_both_limits_apply_when_both_are_given() -> None:
+    rules = gate(metric="roc_auc", guardrails=[{"metric": "recall", "max_regression": 0.01, "max_relative_regression": 0.05}])
+    # -0.02 absolute (> 0.01) although only -4% relative
+    assert not decide(rules, CLS, cls_metrics(0.85, recall=0.48), cls_metrics(0.80, recall=0.50)).promote
+    assert decide(rules, CLS, cls_metrics(0.85, recall=0.495), cls_metrics(0.80, recall=0.50)).promote
+
+
+def test_guardrail_relative_regression_minimize_metric() -> None:
+    rules = gate(metric="rmse", guardrails=[{"metric": "mae", "max_relative_regression": 0.10}])
+    assert decide(rules, REG, reg_metrics(9.0, mae=1.09), reg_metrics(10.0, mae=1.0)).promote
+    assert not decide(rules, REG, reg_metrics(9.0, mae=1.11), reg_metrics(10.0, mae=1.0)).promote
+
+
+def test_guardrail_breach_blocks_even_a_large_primary_gain_and_all_failures_are_reported() -> None:
+    rules = gate(metric="roc_auc", min_improvement=0.5,
+                 guardrails=[{"metric": "log_loss", "max_regression": 0.0}, {"metric": "recall", "max_regression": 0.0}])
+    decision = decide(rules, CLS, cls_metrics(0.95, log_loss=0.4, recall=0.4), cls_metrics(0.80))
+    assert not decision.promote
+    assert "min_improvement" in decision.reason and "guardrail log_loss" in decision.reason and "guardrail recall" in decision.reason
+
+
+def test_guardrail_that_becomes_nan_is_a_regression() -> None:
+    rules = gate(metric="roc_auc", guardrails=[{"metric": "recall", "max_regression": 1.0}])
+    assert not decide(rules, CLS, cls_metrics(0.85, recall=math.nan), cls_metrics(0.80)).promote
+
+
+# -- no champion ------------------------------------------------------------------------------
+
+def test_bootstrap_promotes_by_default() -> None:
+    decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.55), None)
+    assert decision.promote and decision.champion is None and "bootstrap" in decision.reason
+
+
+@pytest.mark.parametrize(("value", "promote"), [(0.69, False), (0.70, True), (0.75, True)])
+def test_bootstrap_min_value_maximize(value: float, promote: bool) -> None:
+    rules = gate(metric="roc_auc", no_champion={"action": "promote", "min_value": 0.7})
+    decision = decide(rules, CLS, cls_metrics(value), None)
+    assert decision.promote is promote
+    assert ("does not reach" in decision.reason) is not promote
+
+
+@pytest.mark.parametrize(("value", "promote"), [(12.0, False), (10.0, True), (8.0, True)])
+def test_bootstrap_min_value_minimize(value: float, promote: bool) -> None:
+    rules = gate(metric="rmse", no_champion={"min_value": 10.0})
+    assert decide(rules, REG, reg_metrics(value), None).promote is promote
+
+
+def test_bootstrap_skip_and_fail() -> None:
+    skip = decide(gate(metric="roc_auc", no_champion={"action": "skip"}), CLS, cls_metrics(0.9), None)
+    fail = decide(gate(metric="roc_auc", no_champion={"action": "fail"}), CLS, cls_metrics(0.9), None)
+    assert not skip.promote and not skip.fail and "'skip'" in skip.reason
+    assert not fail.promote and fail.fail and "'fail'" in fail.reason
+
+
+def test_bootstrap_nan_does_not_reach_min_value() -> None:
+    assert not decide(gate(metric="roc_auc", no_champion={"min_value": 0.5}), CLS, cls_metrics(math.nan), None).promote
+
+
+# -- force, reporting -------------------------------------------------------------------------
+
+def test_force_promotes_and_keeps_what_the_rules_said() -> None:
+    decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.70), cls_metrics(0.80), force=True)
+    assert decision.promote and decision.forced
+    assert decision.reason.startswith("forced promotion; the rules said: roc_auc 0.7 is not better")
+    failing_bootstrap = decide(gate(metric="roc_auc", no_champion={"action": "fail"}), CLS, cls_metrics(0.7), None, force=True)
+    assert failing_bootstrap.promote and failing_bootstrap.forced and not failing_bootstrap.fail
+
+
+def test_force_on_a_winner_is_not_recorded_as_forced() -> None:
+    decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.85), cls_metrics(0.80), force=True)
+    assert decision.promote and not decision.forced
+
+
+def test_decision_dict_is_json_safe_and_the_table_names_every_metric() -> None:
+    import json
+
+    rules = gate(metric="roc_auc", guardrails=[{"metric": "log_loss", "max_regression": 0.0}])
+    candidate, champion = cls_metrics(0.85, log_loss=0.35), cls_metrics(0.80, recall=math.nan)
+    decision = decide(rules, CLS, candidate, champion)
+    payload = json.loads(json.dumps(decision.as_dict(), allow_nan=False))
+    assert payload["promote"] is False and payload["guardrails"][0]["metric"] == "log_loss"
+    table = comparison_table(decision, candidate, champion)
+    lines = table.splitlines()
+    assert lines[0].split() == ["metric", "candidate", "champion", "delta", "role"]
+    assert lines[2].split()[:2] == ["roc_auc", "0.85"] and lines[2].endswith("primary")
+    assert "guardrail BREACHED" in lines[3] and lines[3].startswith("log_loss")
+    assert lines[-1].startswith("decision: KEEP CHAMPION: guardrail log_loss worsens by 0.05")
