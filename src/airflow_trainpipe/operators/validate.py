@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +29,16 @@ class DataValidateOperator(BaseOperator):
     :param config: the parsed pipeline config, or the path of its YAML file.
     :param partition: sub-path of the run's snapshot (templated); default `data.partition`.
     :param conn_id: Airflow connection for the data's storage (e.g. `aws_default` for s3://).
+    :param mlflow_conn_id: `mlflow` connection, read when drift compares with the champion's snapshot.
     """
 
     template_fields: Sequence[str] = ("partition", "conn_id")
     ui_color = "#fdebd0"
 
     def __init__(self, *, config: PipelineConfig | str, partition: str | None = None, conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 mlflow_conn_id: str | None = "mlflow_default", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.mlflow_conn_id = mlflow_conn_id
         self.config = config if isinstance(config, PipelineConfig) else load_config(config)
         self.partition = partition if partition is not None else self.config.data.partition
         self.conn_id = conn_id
@@ -103,16 +104,16 @@ class DataValidateOperator(BaseOperator):
         return {**record, "reference_kind": "champion"}
 
     def _champion_data_digest(self) -> str | None:
-        """The data digest the current champion was trained on (its lineage tag)."""
-        from mlflow import MlflowClient
+        """The data digest the current champion was trained on (a lineage tag of its version)."""
         from mlflow.exceptions import MlflowException
 
-        from airflow_trainpipe.runtime.tracking import default_tracking_uri
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
 
-        client = MlflowClient(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
-        registration = self.config.registration
-        try:
-            version = client.get_model_version_by_alias(self.config.registered_model_name, registration.alias)
-        except MlflowException:
-            return None
-        return version.tags.get("trainpipe.data_digest") or client.get_run(version.run_id).data.tags.get("trainpipe.data_digest")
+        hook = MlflowHook(self.mlflow_conn_id)
+        with hook.activated():
+            client = hook.get_conn()
+            try:
+                version = client.get_model_version_by_alias(self.config.registered_model_name, self.config.registration.alias)
+            except MlflowException:
+                return None
+            return version.tags.get("trainpipe.data_digest") or client.get_run(version.run_id).data.tags.get("trainpipe.data_digest")
