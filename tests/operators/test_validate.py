@@ -1,0 +1,68 @@
+"""DataValidateOperator in dag.test(): a clean day feeds training the snapshot's exact files; a
+drifted day fails at once (no retry), with the report written and nothing trained."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.synthetic import Problem, write_day
+from tests.airflow_dags import run_dag_file
+from tests.conftest import EXAMPLE_CONFIGS
+
+DAG_SOURCE = '''
+from datetime import datetime
+
+from airflow.sdk import DAG, XComArg
+
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.operators.validate import DataValidateOperator
+
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    validate = DataValidateOperator(task_id="validate_data", config={config!r}, retries=2)
+    train = DistributedTrainOperator(
+        task_id="train", config={config!r}, max_steps=5,
+        data_files=XComArg(validate, key="data_files"), data_digest=XComArg(validate, key="data_digest"),
+    )
+    validate >> train
+'''
+
+
+def test_template_fields_are_the_public_api() -> None:
+    assert DataValidateOperator.template_fields == ("partition", "conn_id")
+    operator = DataValidateOperator(task_id="v", config=str(EXAMPLE_CONFIGS / "fraud_detector.yaml"))
+    assert operator.partition == "ds={{ ds }}"
+
+
+@pytest.mark.slow
+def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_day(data.as_uri(), date(2026, 1, 1), 3000, seed=1)
+    write_day(data.as_uri(), date(2026, 1, 2), 3000, seed=1, problems=[Problem.parse("drift:amount")])
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
+    text = text.replace("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}")
+    config = tmp_path / "fraud_detector.yaml"
+    config.write_text(text)
+    source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(config))
+
+    clean = run_dag_file(airflow_env, "validate_then_train", source, logical_date="2026-01-01")
+    assert (clean.state, clean.tasks) == ("success", {"validate_data": "success", "train": "success"}), clean.output[-5000:]
+    manifest = next((data / "_trainpipe" / "snapshots").glob("*.json"))
+    snapshot = json.loads(manifest.read_text())
+    result = json.loads(next((tmp_path / "ckpt" / "fraud_detector").glob("*/result.json")).read_text())
+    assert result["final_step"] == 5
+    assert f"snapshot {snapshot['digest']}" in clean.output and "all " in clean.output
+
+    drifted = run_dag_file(airflow_env, "validate_then_train", source, logical_date="2026-01-02")
+    assert drifted.state == "failed", drifted.output[-5000:]
+    assert drifted.tasks == {"validate_data": "failed", "train": "upstream_failed"}
+    assert drifted.tries["validate_data"] == 1  # retries=2, yet bad data is not retried
+    assert "failed validation (drift: amount)" in drifted.output
+    report = json.loads(next((data / "ds=2026-01-02" / "_trainpipe" / "fraud_detector").glob("*/report.json")).read_text())
+    assert report["passed"] is False and report["reference"]["partition"] == "ds=2026-01-01"
+    assert [c["column"] for c in report["checks"] if not c["passed"]] == ["amount"]
+    assert len(list((tmp_path / "ckpt" / "fraud_detector").glob("*/result.json"))) == 1  # nothing trained on day 2
