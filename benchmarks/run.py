@@ -85,24 +85,70 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
+SECTIONS = ("config", "training", "validation")
+
+
+def _sections(names: list[str]) -> dict[str, list[str]]:
+    from train_bench import bench_training  # benchmarks/ is on sys.path when run as a script
+    from validation_bench import bench_validation
+
+    benches = {"config": bench_config_parsing, "training": bench_training, "validation": bench_validation}
+    stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
+    out = {}
+    for name in names:
+        lines = benches[name]()
+        out[name] = [lines[0], "", stamp, *lines[1:]]
+    return out
+
+
+def _split(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the `## ` sections of an existing BENCHMARKS.md."""
+    header: list[str] = []
+    sections: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            sections.append([line])
+        elif sections:
+            sections[-1].append(line)
+        else:
+            header.append(line)
+    return header, sections
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md")
+    parser.add_argument("--only", choices=SECTIONS, action="append",
+                        help="re-measure only this section (repeatable); the others are kept from --output")
     args = parser.parse_args()
     header = [
         "# Benchmarks",
         "",
-        "Written by `make bench` (`benchmarks/run.py`); every figure below was measured by that command.",
+        "Written by `make bench` (`benchmarks/run.py`); every figure below was measured by that command",
+        "(`--only SECTION` re-measures one section; each section says when it was measured).",
         "",
-        f"- measured: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {_memory()}, no GPU; Python {platform.python_version()}",
         "",
     ]
-    from train_bench import bench_training  # benchmarks/ is on sys.path when run as a script
-
-    body = bench_config_parsing() + bench_training()
-    args.output.write_text("\n".join(header + body))
+    fresh = _sections(args.only or list(SECTIONS))
+    kept = _split(args.output.read_text())[1] if args.only and args.output.exists() else []
+    order = {name: i for i, name in enumerate(SECTIONS)}
+    merged = {(name, lines[0]): lines for name, lines in fresh.items()}
+    for lines in kept:
+        name = _section_name(lines[0])
+        if name not in fresh:
+            merged[(name, lines[0])] = lines
+    body = [line for key in sorted(merged, key=lambda k: order.get(k[0], len(order))) for line in merged[key]]
+    args.output.write_text("\n".join(header + body).rstrip("\n") + "\n")
     print("\n".join(header + body))
+
+
+def _section_name(heading: str) -> str:
+    lowered = heading.lower()
+    for name, marker in (("config", "config parsing"), ("validation", "data validation")):
+        if marker in lowered:
+            return name
+    return "training"
 
 
 def _memory() -> str:
