@@ -1,4 +1,4 @@
-"""`make demo`: runs what exists of the pipeline on the embedded defaults, and lists what does not.
+"""`make demo`: runs what exists of the pipeline on the embedded defaults, and says what it does not run.
 
 Embedded defaults: local files under one output folder, MLflow in an SQLite file there, torchrun
 with 2 CPU ranks. It never prints a result it did not compute.
@@ -18,11 +18,9 @@ os.environ["TRAINPIPE_HOME"] = str(OUT)  # relative config paths and mlflow.db l
 
 from airflow_trainpipe.cli import main as trainpipe  # noqa: E402
 from airflow_trainpipe.config import load_config  # noqa: E402
-from airflow_trainpipe.synthetic import write_day  # noqa: E402
 from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
 
 CONFIG = REPO / "dags" / "configs" / "fraud_detector.yaml"
-DAY = date(2026, 1, 1)
 
 print(f"airflow-trainpipe demo: outputs go to {OUT}\n")
 print("1. validate every pipeline config in dags/configs")
@@ -30,15 +28,44 @@ if trainpipe(["check", "-v", str(REPO / "dags" / "configs")]) != 0:
     sys.exit(1)
 
 config = load_config(CONFIG)
-print(f"\n2. generate one day of synthetic card transactions ({DAY})")
-files = write_day(Path(OUT / config.data.uri).as_uri(), DAY, rows=20_000, seed=1)
-print(f"   {files[0]}")
+DAYS = [date(2026, 1, 1), date(2026, 1, 2), date(2026, 1, 3)]
+data_root = OUT / config.data.uri
+print(f"\n2. generate 3 days of synthetic card transactions; day 3 has drifted amount and channel")
+if trainpipe(["make-data", "--out", str(data_root), "--start", f"{DAYS[0]}", "--days", "3", "--rows", "20000", "--seed", "1",
+              "--problem", f"{DAYS[2]}=drift:amount,channel"]) != 0:
+    sys.exit(1)
 
+print("\n3. snapshot and validate each day (schema, volume, Great Expectations, drift vs the previous day)")
+from airflow_trainpipe.snapshot import resolve_snapshot  # noqa: E402
+from airflow_trainpipe.validation import history  # noqa: E402
+from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report  # noqa: E402
+
+snapshots = {}
+for day in DAYS:
+    partition = f"ds={day}"
+    manifest = resolve_snapshot(config.data, partition)
+    previous = history.previous(config.data, config.pipeline, partition)
+    report = validate_snapshot(config, partition, manifest, reference=previous, previous=previous)
+    written = write_report(report)
+    if report.passed:
+        history.record(config.data, config.pipeline, partition, history_payload(report))
+        snapshots[day] = manifest
+    verdict = "passed" if report.passed else f"FAILED ({report.failure_summary()})"
+    print(f"   {day}: {manifest.rows} rows, snapshot {manifest.digest[:19]}..., {len(report.checks)} checks {verdict}")
+    if not report.passed:
+        print("   " + report.failure_table().replace("\n", "\n   "))
+    print(f"      report {written['report']}")
+    if "data_docs" in written:
+        print(f"      Data Docs {written['data_docs']}")
+
+DAY = DAYS[0]
 run_id = f"demo_{DAY:%Y%m%d}"
-print(f"\n3. train fraud_detector on it: torchrun, {config.training.resources.nproc_per_node} CPU ranks, DeepSpeed ZeRO-{config.training.deepspeed.zero_stage}")
+print(f"\n4. train fraud_detector on the {DAY} snapshot: torchrun, {config.training.resources.nproc_per_node} CPU ranks, "
+      f"DeepSpeed ZeRO-{config.training.deepspeed.zero_stage}")
 if trainpipe(["train", str(CONFIG), "--run-id", run_id, "--ds", f"{DAY}"]) != 0:
     sys.exit(1)
 
+files = snapshots[DAY].file_uris
 spec_dir = TrainSpec(config=config, run_id=run_id, data_files=files).run_dir.removeprefix("file://")
 result = json.loads((Path(spec_dir) / "result.json").read_text())
 print("\nresult (from result.json):")
@@ -49,10 +76,9 @@ print(f"   MLflow run {result['mlflow_run_id']} in sqlite:///{OUT / 'mlflow.db'}
 print(f"   checkpoints and result.json in {spec_dir}")
 print("   (run `make demo` again: the same run id resumes from its last checkpoint and finishes at once)")
 
-print("\nNot built yet, so not run (each is an open issue):")
+print("\nBuilt, but run here only through their tests until the DAG factory (an open issue) wires them:")
 for step in (
-    "data validation (Great Expectations, volume, drift) before training",
-    "gate the candidate against the champion on the same holdout; register it in MLflow",
+    "wait_for_data (DataSnapshotSensor), gate (BaselineGateOperator) and register (RegisterModelOperator)",
     "the fraud_detector DAG through dag.test() for 3 days: bootstrap, promote, drifted day stopped",
 ):
     print(f"  - {step}")
