@@ -12,6 +12,8 @@ import pytest
 
 import airflow_trainpipe
 from airflow_trainpipe.cli import main
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.snapshot import resolve_snapshot
 from tests.conftest import EXAMPLE_CONFIGS
 
 
@@ -70,6 +72,13 @@ def test_train_without_data_for_the_date_exits_1(tmp_path: Path, capsys: pytest.
     assert f"no *.parquet files under {tmp_path.as_uri()}/ds=2026-03-04" in capsys.readouterr().err
 
 
+def test_train_from_an_unknown_snapshot_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}"))
+    assert main(["train", str(config), "--run-id", "x", "--snapshot", "sha256:0123"]) == 1
+    assert f"no snapshot with digest sha256:0123 under {tmp_path.as_uri()}" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_train_runs_the_job_and_the_same_run_id_resumes(tmp_path: Path, trainpipe_home: Path, job_files: list[str],
                                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,14 +86,18 @@ def test_train_runs_the_job_and_the_same_run_id_resumes(tmp_path: Path, trainpip
 
     config = tmp_path / "c.yaml"
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    data_root = job_files[0].rsplit("/", 2)[0]
     config.write_text(text.replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}").replace("every_steps: 100", f"every_steps: {EVERY_STEPS}")
-                      .replace("batch_size: 256", "batch_size: 24"))
+                      .replace("batch_size: 256", "batch_size: 24").replace("uri: data/card_transactions", f"uri: {data_root}"))
     assert main(["train", str(config), "--run-id", "debug", "--max-steps", "12", "--data", *job_files]) == 0
     first = capsys.readouterr().out
     assert "training started: 12 steps on 2 rank(s)" in first and "training finished at step 12" in first
     result = json.loads((tmp_path / "fraud_detector" / "debug" / "result.json").read_text())
     assert result["final_step"] == 12 and result["resumed_from_step"] == 0
-    assert main(["train", str(config), "--run-id", "debug", "--max-steps", "15", "--nproc", "1", "--data", *job_files]) == 0
+    # The second run names the data by its digest, as when reproducing a model from its lineage tag.
+    manifest = resolve_snapshot(load_config(config).data, "ds=2026-01-01")
+    assert manifest.file_uris == job_files
+    assert main(["train", str(config), "--run-id", "debug", "--max-steps", "15", "--nproc", "1", "--snapshot", manifest.digest]) == 0
     second = capsys.readouterr().out
     assert "resuming from step 10" in second and "training finished at step 15" in second
 

@@ -67,13 +67,16 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.progress import describe
-    from airflow_trainpipe.snapshot import render_partition, resolve_snapshot
+    from airflow_trainpipe.snapshot import load_manifest, render_partition, resolve_snapshot
     from airflow_trainpipe.train_spec import TrainSpec
 
     try:
         config = load_config(args.config)
         if args.data:
             files, digest = args.data, None
+        elif args.snapshot:
+            manifest = load_manifest(config.data, args.snapshot)
+            files, digest = manifest.file_uris, manifest.digest
         else:
             manifest = resolve_snapshot(config.data, render_partition(config.data.partition, args.ds))
             files, digest = manifest.file_uris, manifest.digest
@@ -208,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--nproc", type=int, help="processes (default: training.resources)")
     train.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
     train.add_argument("--ds", default=_today(), help="date that renders data.partition (default: today, UTC)")
-    train.add_argument("--data", nargs="+", metavar="URI", help="train on these files instead of the partition")
+    source = train.add_mutually_exclusive_group()
+    source.add_argument("--data", nargs="+", metavar="URI", help="train on these files instead of the partition")
+    source.add_argument("--snapshot", metavar="DIGEST",
+                        help="train on the files of a stored snapshot (sha256:...), e.g. to reproduce a model from its data digest tag")
     train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
     train.set_defaults(handler=_train)
 
