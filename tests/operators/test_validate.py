@@ -1,5 +1,5 @@
-"""DataValidateOperator in dag.test(): a clean day feeds training the snapshot's exact files; a
-drifted day fails at once (no retry), with the report written and nothing trained."""
+"""DataValidateOperator in dag.test(): a clean day hands the snapshot's exact files downstream; a
+drifted day fails at once (no retry), with the report written and nothing downstream run."""
 
 from __future__ import annotations
 
@@ -17,18 +17,23 @@ from tests.conftest import EXAMPLE_CONFIGS
 DAG_SOURCE = '''
 from datetime import datetime
 
-from airflow.sdk import DAG, XComArg
+from airflow.sdk import DAG, XComArg, task
 
-from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
+
+
+@task
+def train(data_files, data_digest):
+    # What DistributedTrainOperator receives in the pipeline: the manifest's files and digest.
+    from airflow_trainpipe.digest import content_digest
+
+    assert content_digest(data_files) == data_digest
+    print("TRAINS-ON " + " ".join(data_files) + " " + data_digest)
+
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     validate = DataValidateOperator(task_id="validate_data", config={config!r}, retries=2)
-    train = DistributedTrainOperator(
-        task_id="train", config={config!r}, max_steps=5,
-        data_files=XComArg(validate, key="data_files"), data_digest=XComArg(validate, key="data_digest"),
-    )
-    validate >> train
+    train(XComArg(validate, key="data_files"), XComArg(validate, key="data_digest"))
 '''
 
 
@@ -44,18 +49,16 @@ def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
     write_day(data.as_uri(), date(2026, 1, 1), 3000, seed=1)
     write_day(data.as_uri(), date(2026, 1, 2), 3000, seed=1, problems=[Problem.parse("drift:amount")])
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
-    text = text.replace("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}")
     config = tmp_path / "fraud_detector.yaml"
     config.write_text(text)
     source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(config))
 
     clean = run_dag_file(airflow_env, "validate_then_train", source, logical_date="2026-01-01")
     assert (clean.state, clean.tasks) == ("success", {"validate_data": "success", "train": "success"}), clean.output[-5000:]
-    manifest = next((data / "_trainpipe" / "snapshots").glob("*.json"))
-    snapshot = json.loads(manifest.read_text())
-    result = json.loads(next((tmp_path / "ckpt" / "fraud_detector").glob("*/result.json")).read_text())
-    assert result["final_step"] == 5
-    assert f"snapshot {snapshot['digest']}" in clean.output and "all " in clean.output
+    snapshot = json.loads(next((data / "_trainpipe" / "snapshots").glob("*.json")).read_text())
+    files = " ".join(f["uri"] for f in snapshot["files"])
+    assert f"TRAINS-ON {files} {snapshot['digest']}" in clean.output
+    assert f"snapshot {snapshot['digest']}" in clean.output and "all 8 check(s) passed" in clean.output  # schema, 2 volume, 5 expectations
 
     drifted = run_dag_file(airflow_env, "validate_then_train", source, logical_date="2026-01-02")
     assert drifted.state == "failed", drifted.output[-5000:]
@@ -65,4 +68,4 @@ def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
     report = json.loads(next((data / "ds=2026-01-02" / "_trainpipe" / "fraud_detector").glob("*/report.json")).read_text())
     assert report["passed"] is False and report["reference"]["partition"] == "ds=2026-01-01"
     assert [c["column"] for c in report["checks"] if not c["passed"]] == ["amount"]
-    assert len(list((tmp_path / "ckpt" / "fraud_detector").glob("*/result.json"))) == 1  # nothing trained on day 2
+    assert "TRAINS-ON" not in drifted.output
