@@ -103,7 +103,7 @@ class ExpectationRunner:
 
     def _validate(self, frame: Any, part: str) -> Any:
         batch = self._asset.get_batch(batch_parameters={"dataframe": frame})
-        return batch.validate(self._suites[part], result_format="SUMMARY")
+        return batch.validate(self._suites[part], result_format="BASIC")
 
     def _configuration(self, spec: ExpectationSpec) -> Any:
         part = "streamed" if spec in self.streamed else "whole"
