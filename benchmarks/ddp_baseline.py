@@ -31,9 +31,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(hp.seed)
-    data = load_dataset(spec.data_files, spec.config.data, spec.config.training.task)
-    model = build_model(spec.config.training.model, num_numeric=len(data.encoder.numeric),
-                        cardinalities=data.encoder.cardinalities, task=spec.config.training.task, **hp.model_args)
+    data = load_dataset(spec.data_files, spec.config.data, spec.config.features, spec.config.training.task)
+    model = build_model(spec.config.training.model, num_numeric=data.transform.num_dense,
+                        cardinalities=data.transform.cardinalities, task=spec.config.training.task, **hp.model_args)
     model = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
     loss_fn = torch.nn.BCEWithLogitsLoss()

@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 from airflow_trainpipe.config.base import Section, field_problems
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.config.gate import GateSection
 from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
@@ -36,6 +37,9 @@ class PipelineConfig(Section):
 
     data: DataSection
     """What it trains on."""
+
+    features: FeaturesSection = FeaturesSection()
+    """How raw columns become model inputs (fitted on the training split, shipped inside the model)."""
 
     validation: ValidationSection = ValidationSection()
     """Checks before training."""
@@ -95,6 +99,14 @@ class PipelineConfig(Section):
                 problems.append((("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail"))
 
         features = self.data.features.all
+        for kind, declared in (("numeric", self.data.features.numeric), ("categorical", self.data.features.categorical)):
+            other = self.data.features.categorical if kind == "numeric" else self.data.features.numeric
+            for name in getattr(self.features, kind):
+                if name in declared:
+                    continue
+                where = (f"it is a {'categorical' if kind == 'numeric' else 'numeric'} feature in data.features"
+                         if name in other else f"it is not a {kind} feature in data.features{did_you_mean(name, declared)}")
+                problems.append((("features", kind, name), f"no {kind} transform for {name!r}: {where}"))
         if self.validation.drift is not None:
             for name in self.validation.drift.feature_thresholds:
                 if name not in features:

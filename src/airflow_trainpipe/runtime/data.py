@@ -1,157 +1,159 @@
-"""Read a snapshot's files, split off the holdout, and encode rows as model inputs.
+"""Read a snapshot's files in batches, split off the holdout, fit and apply the transforms.
 
-The split and the encoding are pure functions of the files and the config, so every rank,
-every retry and the champion's evaluation see exactly the same rows and numbers.
+The split and the fitted transform are pure functions of the files and the config, so every
+rank, every retry and the champion's evaluation see exactly the same rows and numbers. The raw
+snapshot is never held in memory as a whole: fitting streams over the files (one or two passes)
+and a last pass keeps only the encoded training matrix and the raw holdout rows.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.runtime.fitting import TransformFitter
+from airflow_trainpipe.runtime.transform import FittedTransform
 from airflow_trainpipe.storage import filesystem
+
+BATCH_ROWS = 1 << 16
+SPLIT_BLOCK = 1 << 16  # rows per seeded draw block of the row-wise split
 
 
 class DataError(TrainpipeError):
     """The snapshot cannot be trained on (missing columns, unreadable file, too few rows)."""
 
 
-def read_table(files: list[str], fmt: str, columns: list[str]) -> pa.Table:
-    """Exactly `files`, in order, reduced to `columns`."""
-    tables = []
+def iter_batches(files: list[str], fmt: str, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[pa.Table]:
+    """Exactly `files`, in order, reduced to `columns`, as tables of at most `batch_rows` rows.
+
+    Parquet streams by row group; a CSV file is read whole (type inference needs all of it) and
+    then sliced, so memory is bounded by the largest file, not by the snapshot.
+    """
     for uri in files:
         fs, path = filesystem(uri)
         try:
             with fs.open(path, "rb") as handle:
-                table = pq.read_table(handle) if fmt == "parquet" else pacsv.read_csv(handle)
+                if fmt == "parquet":
+                    parquet = pq.ParquetFile(handle)
+                    _require(uri, parquet.schema_arrow.names, columns)
+                    for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+                        yield pa.Table.from_batches([batch]).select(columns)
+                    continue
+                table = pacsv.read_csv(handle)
         except (OSError, pa.ArrowInvalid) as exc:
             raise DataError(f"cannot read {uri} as {fmt}: {exc}") from exc
-        missing = [c for c in columns if c not in table.column_names]
-        if missing:
-            raise DataError(f"{uri} lacks column(s) {', '.join(missing)}")
-        tables.append(table.select(columns))
+        _require(uri, table.column_names, columns)
+        for batch in table.select(columns).to_batches(max_chunksize=batch_rows):
+            yield pa.Table.from_batches([batch])
+
+
+def _require(uri: str, present: list[str], columns: list[str]) -> None:
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise DataError(f"{uri} lacks column(s) {', '.join(missing)}")
+
+
+def read_table(files: list[str], fmt: str, columns: list[str]) -> pa.Table:
+    """Exactly `files`, in order, reduced to `columns`."""
+    tables = list(iter_batches(files, fmt, columns))
     return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
 
-def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
-    """True for holdout rows: by a stable hash of `key_column`, or a seeded draw per row."""
-    n = table.num_rows
-    threshold = int(data.holdout.fraction * 10_000)
-    if data.holdout.key_column:
-        import pandas as pd
+class HoldoutSplit:
+    """True for holdout rows: by a stable hash of `key_column`, or a seeded draw per row position.
 
-        keys = table.column(data.holdout.key_column).to_pandas().astype(str)
-        hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=f"trainpipe{data.holdout.seed:08d}"[:16])
-        return (hashed.to_numpy() % 10_000) < threshold
-    rng = np.random.default_rng(data.holdout.seed)
-    return rng.integers(0, 10_000, size=n) < threshold
-
-
-@dataclass
-class TabularEncoder:
-    """Standardises numeric features and indexes categorical ones; fitted on training rows only.
-
-    Index 0 of every categorical vocabulary is 'unknown or missing', so unseen values at
-    evaluation or serving time map to it instead of failing.
+    Row-wise draws come in fixed blocks seeded by (seed, block number), so the mask of a row
+    depends on its position only, never on how the files were batched.
     """
 
-    numeric: list[str]
-    categorical: list[str]
-    means: list[float]
-    stds: list[float]
-    vocabularies: list[list[str]]
-    label_mean: float = 0.0
-    label_std: float = 1.0
+    def __init__(self, data: DataSection):
+        self.data = data
+        self.threshold = int(data.holdout.fraction * 10_000)
+        self.offset = 0
 
-    @classmethod
-    def fit(cls, table: pa.Table, data: DataSection, task: str) -> TabularEncoder:
-        means, stds = [], []
-        for name in data.features.numeric:
-            values = _numeric(table, name)
-            finite = values[np.isfinite(values)]
-            mean = float(finite.mean()) if finite.size else 0.0
-            std = float(finite.std()) if finite.size else 1.0
-            means.append(mean)
-            stds.append(std if std > 1e-12 else 1.0)
-        vocabularies = []
-        for name in data.features.categorical:
-            values = table.column(name).cast(pa.string()).drop_null().unique().to_pylist()
-            vocabularies.append(sorted(values))
-        label_mean, label_std = 0.0, 1.0
-        if task == "regression":
-            label = _numeric(table, data.label)
-            label_mean, label_std = float(label.mean()), float(label.std()) or 1.0
-        return cls(list(data.features.numeric), list(data.features.categorical), means, stds, vocabularies, label_mean, label_std)
+    def mask(self, table: pa.Table) -> np.ndarray:
+        n, start = table.num_rows, self.offset
+        self.offset += n
+        if self.data.holdout.key_column:
+            import pandas as pd
 
-    @property
-    def cardinalities(self) -> list[int]:
-        return [len(v) + 1 for v in self.vocabularies]
-
-    def features(self, table: pa.Table) -> np.ndarray:
-        """float32 matrix: standardised numeric columns, then categorical codes (as floats)."""
-        columns = []
-        for name, mean, std in zip(self.numeric, self.means, self.stds, strict=True):
-            values = (_numeric(table, name) - mean) / std
-            columns.append(np.where(np.isfinite(values), values, 0.0))
-        for name, vocabulary in zip(self.categorical, self.vocabularies, strict=True):
-            # Vectorised lookup; a value outside the vocabulary (or null) becomes index 0.
-            position = pc.index_in(table.column(name).cast(pa.string()), value_set=pa.array(vocabulary, pa.string()))
-            columns.append(pc.fill_null(position, -1).to_numpy(zero_copy_only=False).astype(np.float64) + 1)
-        return np.stack(columns, axis=1).astype(np.float32) if columns else np.zeros((table.num_rows, 0), np.float32)
-
-    def labels(self, table: pa.Table, label: str) -> np.ndarray:
-        return ((_numeric(table, label) - self.label_mean) / self.label_std).astype(np.float32)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> TabularEncoder:
-        return cls(**json.loads(text))
+            keys = table.column(self.data.holdout.key_column).to_pandas().astype(str)
+            hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=f"trainpipe{self.data.holdout.seed:08d}"[:16])
+            return (hashed.to_numpy() % 10_000) < self.threshold
+        draws = [
+            np.random.default_rng([self.data.holdout.seed, block]).integers(0, 10_000, size=SPLIT_BLOCK)
+            for block in range(start // SPLIT_BLOCK, (start + n - 1) // SPLIT_BLOCK + 1)
+        ] if n else [np.zeros(0, np.int64)]
+        first = start - (start // SPLIT_BLOCK) * SPLIT_BLOCK
+        return np.concatenate(draws)[first : first + n] < self.threshold
 
 
-def _numeric(table: pa.Table, name: str) -> np.ndarray:
-    column = table.column(name)
-    try:
-        return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DataError(f"column {name!r} is not numeric ({column.type})") from exc
+def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
+    return HoldoutSplit(data).mask(table)
+
+
+def _split(files: list[str], data: DataSection, columns: list[str]) -> Iterator[tuple[pa.Table, pa.Table]]:
+    split = HoldoutSplit(data)
+    for batch in iter_batches(files, data.format, columns):
+        nulls = batch.column(data.label).null_count
+        if nulls:
+            raise DataError(f"label column {data.label!r} has {nulls} null value(s)")
+        mask = split.mask(batch)
+        yield batch.filter(pa.array(~mask)), batch.filter(pa.array(mask))
+
+
+def fit_transform(files: list[str], data: DataSection, features: FeaturesSection, task: str) -> FittedTransform:
+    """Fit on the training rows of the snapshot only: holdout rows are dropped before fitting."""
+    columns = _columns(data)
+    fitter = TransformFitter(data, features, task)
+    for train, _ in _split(files, data, columns):
+        fitter.update(train)
+    if fitter.needs_second_pass:
+        fitter.start_second_pass()
+        for train, _ in _split(files, data, columns):
+            fitter.update_clipped(train)
+    return fitter.result()
+
+
+def _columns(data: DataSection) -> list[str]:
+    return list(dict.fromkeys([*data.features.all, data.label, *([data.holdout.key_column] if data.holdout.key_column else [])]))
 
 
 @dataclass
 class Dataset:
-    encoder: TabularEncoder
+    transform: FittedTransform
     train_x: np.ndarray
     train_y: np.ndarray
     holdout_x: np.ndarray
     holdout_y: np.ndarray
-    holdout_table: pa.Table | None = None
-    """The raw holdout rows: the final evaluation encodes them again with the champion's encoder."""
+    holdout_table: pa.Table
+    """The raw holdout rows: evaluation and the logged model's input example start from them."""
 
 
-def load_dataset(files: list[str], data: DataSection, task: str) -> Dataset:
-    columns = list(dict.fromkeys([*data.features.all, data.label, *([data.holdout.key_column] if data.holdout.key_column else [])]))
-    table = read_table(files, data.format, columns)
-    if table.column(data.label).null_count:
-        raise DataError(f"label column {data.label!r} has {table.column(data.label).null_count} null value(s)")
-    mask = holdout_mask(table, data)
-    train, holdout = table.filter(pa.array(~mask)), table.filter(pa.array(mask))
-    if train.num_rows == 0 or holdout.num_rows == 0:
-        raise DataError(f"holdout split left {train.num_rows} training and {holdout.num_rows} holdout rows")
-    encoder = TabularEncoder.fit(train, data, task)  # training rows only: no holdout leakage
+def load_dataset(files: list[str], data: DataSection, features: FeaturesSection, task: str) -> Dataset:
+    transform = fit_transform(files, data, features, task)
+    train_x, train_y, holdout = [], [], []
+    for train, held in _split(files, data, _columns(data)):
+        train_x.append(transform.features(train))
+        train_y.append(transform.labels(train))
+        holdout.append(held)
+    holdout_table = pa.concat_tables(holdout, promote_options="permissive")
+    train_rows = sum(len(y) for y in train_y)
+    if train_rows == 0 or holdout_table.num_rows == 0:
+        raise DataError(f"holdout split left {train_rows} training and {holdout_table.num_rows} holdout rows")
     return Dataset(
-        encoder,
-        encoder.features(train),
-        encoder.labels(train, data.label),
-        encoder.features(holdout),
-        encoder.labels(holdout, data.label),
-        holdout,
+        transform,
+        np.concatenate(train_x),
+        np.concatenate(train_y),
+        transform.features(holdout_table),
+        transform.labels(holdout_table),
+        holdout_table,
     )

@@ -127,12 +127,31 @@ class Tracker:
         context = InputTag(key="mlflow.data.context", value="training")
         self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
 
-    def log_model(self, model: Any, input_example: Any) -> str:
-        """Log the final model; called once, at the end (leaving the fluent run context ends the run)."""
+    def log_model(self, model: Any, transform: Any, input_example: Any) -> str:
+        """Log the final model as a pyfunc that takes raw rows; called once, at the end.
+
+        `transform` is the run's FittedTransform, `input_example` a few raw rows (a DataFrame).
+        Leaving the fluent run context ends the run.
+        """
+        import tempfile
+
         import mlflow
 
-        with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
-            info = mlflow.pytorch.log_model(model, name="model", input_example=input_example)
+        from airflow_trainpipe.runtime import serving
+
+        with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as tmp:
+            transform_path, network_path = Path(tmp, "transform.json"), Path(tmp, "network.pt2")
+            transform_path.write_text(transform.to_json())
+            serving.export_network(model, transform.num_dense + len(transform.cardinalities), network_path)
+            with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
+                info = mlflow.pyfunc.log_model(
+                    name="model",
+                    python_model=serving.TransformedNetwork(),
+                    artifacts={"transform": str(transform_path), "network": str(network_path)},
+                    signature=serving.signature(transform),
+                    input_example=input_example,
+                    pip_requirements=serving.pip_requirements(),
+                )
         return info.model_uri
 
     def log_dict(self, payload: dict[str, Any], artifact_file: str) -> None:

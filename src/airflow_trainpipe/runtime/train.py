@@ -50,6 +50,7 @@ from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
 
 log = logging.getLogger("airflow_trainpipe.train")
 
+PREDICTION_SAMPLE = 1000  # holdout rows whose predictions the job logs for the serving check
 SYNC_EVERY = 10  # steps between the collectives that gather losses and checkpoint decisions
 
 
@@ -185,7 +186,7 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         _seed(self.hp.seed)
-        data = load_dataset(self.spec.data_files, self.config.data, self.task)
+        data = load_dataset(self.spec.data_files, self.config.data, self.config.features, self.task)
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = int(resume.marker["global_batch"]) if resume else self.hp.batch_size * self.hp.gradient_accumulation_steps * self.world_size
         universal = bool(resume) and resume.world_size != self.world_size and self.training.deepspeed.zero_stage > 0
@@ -226,7 +227,8 @@ class Trainer:
             tracker.log_params_once(params)
             digest = self.spec.data_digest or content_digest(self.spec.data_files)
             tracker.set_tags({"trainpipe.data_digest": digest, "trainpipe.world_size": str(self.world_size), "trainpipe.resumed_from_step": str(resumed_from),
-                              "trainpipe.config_hash": self.config.content_hash, "trainpipe.code_version": __version__})
+                              "trainpipe.config_hash": self.config.content_hash, "trainpipe.code_version": __version__,
+                              "trainpipe.transform_hash": data.transform.hash})
             tracker.log_data_input(f"{self.config.pipeline}-snapshot", self.spec.data_files[0].rsplit("/", 1)[0], digest)
         total_steps = min(self.hp.max_steps or 1 << 62, self.spec.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
@@ -243,8 +245,8 @@ class Trainer:
         return result
 
     def _build_model(self, data: Dataset) -> torch.nn.Module:
-        return build_model(self.training.model, num_numeric=len(data.encoder.numeric),
-                           cardinalities=data.encoder.cardinalities, task=self.task, **self.hp.model_args)
+        return build_model(self.training.model, num_numeric=data.transform.num_dense,
+                           cardinalities=data.transform.cardinalities, task=self.task, **self.hp.model_args)
 
     def _tracker(self) -> Tracker:
         tags = {"trainpipe.pipeline": self.config.pipeline, "trainpipe.run_id": self.spec.run_id, **self.spec.tags}
@@ -355,14 +357,8 @@ class Trainer:
         return torch.cat(outputs).numpy().astype(np.float64)
 
     def _evaluate(self, data: Dataset) -> dict[str, float]:
-        raw = self._predict(data.holdout_x)
-        encoder = data.encoder
-        if self.task == "binary_classification":
-            prediction, truth = 1 / (1 + np.exp(-raw)), data.holdout_y
-        else:
-            prediction = raw * encoder.label_std + encoder.label_mean
-            truth = data.holdout_y * encoder.label_std + encoder.label_mean
-        return compute_metrics(self.task, truth, prediction)
+        prediction = data.transform.predictions(self._predict(data.holdout_x))
+        return compute_metrics(self.task, data.transform.label_values(data.holdout_y), prediction)
 
     # -- end ----------------------------------------------------------------------------------
 
@@ -375,6 +371,10 @@ class Trainer:
 
     def _finish(self, data: Dataset, state: dict[str, Any], tracker: Tracker | None, resumed_from: int, recomputed: int) -> dict[str, Any]:
         metrics = state["history"][-1] if state["history"] and state["history"][-1]["step"] == state["step"] else {"step": state["step"], **self._evaluate(data)}
+        # The job's own predictions on the first holdout rows, computed by the training engine on
+        # every rank (ZeRO-3 gathers inside forward): what the logged model must reproduce from
+        # the same raw rows.
+        sample = data.transform.predictions(self._predict(data.holdout_x[:PREDICTION_SAMPLE]))
         weights = self._full_state_dict()
         if self.rank != 0:
             return {}
@@ -399,15 +399,17 @@ class Trainer:
             "timing": state["timing"],
             "mlflow_run_id": tracker.run_id,
             "mlflow_experiment_id": tracker.experiment_id,
+            "transform_hash": data.transform.hash,
         }
         model = self._build_model(data)
         model.load_state_dict(weights)
         model.eval()
         tracker.log_metrics({**{f"holdout_{k}": v for k, v in holdout.items()}, f"{'gpu' if self.on_gpu else 'cpu'}_hours": compute_hours}, state["step"], flush=True)
-        tracker.log_dict(json.loads(data.encoder.to_json()), "encoder.json")
+        tracker.log_dict(data.transform.document, "transform.json")
+        tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
         # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
-        result["evaluation"] = evaluate_final(model, data.encoder, data.holdout_table, self.config, tracker, state["step"])
-        result["model_uri"] = tracker.log_model(model, input_example=data.holdout_x[:5])
+        result["evaluation"] = evaluate_final(model, data.transform, data.holdout_table, self.config, tracker, state["step"])
+        result["model_uri"] = tracker.log_model(model, data.transform, data.holdout_table.select(data.transform.input_names).slice(0, 5).to_pandas())
         tracker.log_dict(result, "result.json")
         tracker.finish("FINISHED")
         fs, path = filesystem(join(self.run_dir, "result.json"))

@@ -1,0 +1,93 @@
+"""The logged MLflow model: raw rows in, predictions out (fitted transform, then the network).
+
+`mlflow.pyfunc.load_model(uri).predict(raw_dataframe)` needs no training code: the model holds
+the fitted transform JSON and the network as a torch.export program (no model class needed to
+load it), and its pip requirements pin this package, whose `runtime.transform` applies the JSON
+(the same code the training job used). Predictions are P(class 1) for binary classification,
+values in the label's units for regression.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pyarrow as pa
+import torch
+
+from airflow_trainpipe.runtime.transform import FittedTransform
+
+BATCH = 4096
+
+
+def network_outputs(network: Any, features: np.ndarray) -> np.ndarray:
+    outputs = []
+    with torch.no_grad():
+        for start in range(0, len(features), BATCH):
+            outputs.append(network(torch.from_numpy(features[start : start + BATCH])).float().reshape(-1))
+    return torch.cat(outputs).numpy().astype(np.float64) if outputs else np.zeros(0)
+
+
+def to_arrow(rows: Any) -> pa.Table:
+    import pandas as pd
+
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, dict):
+        rows = pd.DataFrame(rows)
+    if not isinstance(rows, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame of raw rows, got {type(rows).__name__}")
+    return pa.Table.from_pandas(rows, preserve_index=False)
+
+
+class TransformedNetwork(mlflow.pyfunc.PythonModel):
+    """Artifacts: `transform` (the fitted transform JSON) and `network` (torch.export .pt2)."""
+
+    def load_context(self, context: Any) -> None:
+        self.transform = FittedTransform.from_json(Path(context.artifacts["transform"]).read_text())
+        self.network = torch.export.load(context.artifacts["network"]).module()
+
+    def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
+        features = self.transform.features(to_arrow(model_input))
+        return self.transform.predictions(network_outputs(self.network, features))
+
+
+def export_network(model: torch.nn.Module, width: int, path: Path) -> None:
+    """A program with a dynamic batch dimension: the consumer needs torch, not the model's class."""
+    example = torch.zeros(2, width)
+    program = torch.export.export(model.eval(), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    torch.export.save(program, str(path))
+
+
+def signature(transform: FittedTransform) -> Any:
+    """Raw input columns; optional ones are not required.
+
+    Numeric columns accept any numeric dtype (MLflow would refuse an int64 column declared
+    double, and an integer column declared long once a NaN makes pandas store it as float);
+    the transform casts them and names a column that is not numeric. String categoricals are
+    strings (None allowed).
+    """
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+    from mlflow.types.schema import AnyType
+
+    inputs = [
+        ColSpec("string" if spec.get("source_type") == "string" else AnyType(), spec["name"], required=not spec["optional"])
+        for spec in transform.columns
+    ]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double")]))
+
+
+def pip_requirements() -> list[str]:
+    from importlib.metadata import version
+
+    return [
+        f"airflow-trainpipe=={version('airflow-trainpipe')}",
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"numpy=={np.__version__}",
+        f"pyarrow=={pa.__version__}",
+        f"pandas=={version('pandas')}",
+        f"cloudpickle=={version('cloudpickle')}",
+    ]

@@ -1,0 +1,195 @@
+"""The fitted feature transform: one small JSON document, applied identically everywhere.
+
+Training, holdout evaluation, champion scoring and the logged MLflow model (runtime.serving)
+all call `FittedTransform.features` on raw rows, so the feature logic exists once. The
+document is versioned (`format`) and identified by the sha256 of its canonical JSON.
+
+Model input layout: the dense block first (per numeric column its value and optional missing
+indicator; per one-hot column one input per kept value plus `other`; categorical missing
+indicators), then one embedding index per `index` / `hash` column (0 = unknown or missing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_trainpipe.exceptions import TrainpipeError
+
+FORMAT = "trainpipe.transform/1"
+
+
+class TransformError(TrainpipeError):
+    """Rows cannot be transformed: a required column is absent or a value is refused as declared."""
+
+
+def canonical_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def bucket_of(values: list[str], buckets: int) -> np.ndarray:
+    """Stable across processes and versions: blake2b-64 of the UTF-8 value, modulo `buckets`."""
+    return np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") % buckets for v in values], dtype=np.int64)
+
+
+def prepare_numeric(column: pa.ChunkedArray | pa.Array, name: str, log1p: bool) -> np.ndarray:
+    """float64 values; null, NaN, infinite (and <= -1 under log1p) become NaN."""
+    try:
+        values = column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TransformError(f"column {name!r} is not numeric ({column.type})") from exc
+    if log1p:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.log1p(values)
+    values[~np.isfinite(values)] = np.nan
+    return values
+
+
+def as_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return array.cast(pa.string())
+
+
+@dataclass(frozen=True)
+class FittedTransform:
+    document: dict[str, Any]
+    _hash: str = field(init=False, repr=False, compare=False, default="")
+
+    def __post_init__(self) -> None:
+        if self.document.get("format") != FORMAT:
+            raise TransformError(f"unsupported transform format {self.document.get('format')!r}; this version reads {FORMAT!r}")
+        object.__setattr__(self, "_hash", "sha256:" + hashlib.sha256(canonical_json(self.document).encode()).hexdigest())
+
+    # -- identity ------------------------------------------------------------------------------
+
+    @property
+    def hash(self) -> str:
+        return self._hash
+
+    def to_json(self) -> str:
+        return canonical_json(self.document)
+
+    @classmethod
+    def from_json(cls, text: str) -> FittedTransform:
+        return cls(json.loads(text))
+
+    # -- shape ---------------------------------------------------------------------------------
+
+    @property
+    def columns(self) -> list[dict[str, Any]]:
+        return self.document["columns"]
+
+    @property
+    def task(self) -> str:
+        return self.document["label"]["task"]
+
+    @property
+    def num_dense(self) -> int:
+        width = 0
+        for spec in self.columns:
+            width += int(spec["missing_indicator"])
+            if spec["kind"] == "numeric":
+                width += 1
+            elif spec["encode"] == "one_hot":
+                width += len(spec["categories"]) + 1
+        return width
+
+    @property
+    def cardinalities(self) -> list[int]:
+        return [len(s["categories"]) + 1 if s["encode"] == "index" else s["buckets"] + 1
+                for s in self.columns if s["kind"] == "categorical" and s["encode"] != "one_hot"]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s["name"] for s in self.columns]
+
+    # -- applying ------------------------------------------------------------------------------
+
+    def features(self, table: pa.Table) -> np.ndarray:
+        """float32 (rows, num_dense + len(cardinalities)) model inputs of raw rows."""
+        rows = table.num_rows
+        dense: list[np.ndarray] = []
+        codes: list[np.ndarray] = []
+        for spec in self.columns:
+            name = spec["name"]
+            if name in table.column_names:
+                column = table.column(name)
+            elif spec["optional"]:
+                column = pa.nulls(rows, pa.float64() if spec["kind"] == "numeric" else pa.string())
+            else:
+                raise TransformError(f"required column {name!r} is missing from the rows to transform "
+                                     f"(they have: {', '.join(table.column_names) or 'no columns'})")
+            if spec["kind"] == "numeric":
+                values, missing = self._numeric(spec, column)
+                dense.append(values[:, None])
+            else:
+                block, code, missing = self._categorical(spec, column)
+                if block is not None:
+                    dense.append(block)
+                if code is not None:
+                    codes.append(code[:, None])
+            if spec["missing_indicator"]:
+                dense.append(missing.astype(np.float64)[:, None])
+        parts = dense + codes
+        if not parts:
+            return np.zeros((rows, 0), np.float32)
+        return np.concatenate(parts, axis=1).astype(np.float32)
+
+    @staticmethod
+    def _numeric(spec: dict[str, Any], column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        values = prepare_numeric(column, spec["name"], spec["log1p"])
+        missing = np.isnan(values)
+        if spec["clip"] is not None:
+            low, high = spec["clip"]
+            values = np.clip(values, low, high)
+        if missing.any():
+            if spec["fill"] is None:
+                raise TransformError(f"column {spec['name']!r} has {int(missing.sum())} missing value(s) and declares fill: error")
+            values = np.where(missing, spec["fill"], values)
+        return (values - spec["center"]) / spec["scale"], missing
+
+    @staticmethod
+    def _categorical(spec: dict[str, Any], column: pa.ChunkedArray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+        strings = as_strings(column)
+        missing = strings.is_null().to_numpy(zero_copy_only=False)
+        if spec["missing"] == "error" and missing.any():
+            raise TransformError(f"column {spec['name']!r} has {int(missing.sum())} missing value(s) and declares missing: error")
+        if spec["encode"] == "hash":
+            encoded = strings.dictionary_encode()
+            buckets = bucket_of(encoded.dictionary.to_pylist(), spec["buckets"]) + 1
+            indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            code = np.where(indices >= 0, buckets[np.maximum(indices, 0)] if buckets.size else 0, 0)
+            return None, code.astype(np.float64), missing
+        position = pc.index_in(strings, value_set=pa.array(spec["categories"], pa.string()))
+        position = pc.fill_null(position, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        if spec["encode"] == "index":
+            return None, (position + 1).astype(np.float64), missing
+        width = len(spec["categories"]) + 1
+        block = np.zeros((len(position), width))
+        block[np.arange(len(position)), np.where(position >= 0, position, width - 1)] = 1.0  # last: `other`
+        return block, None, missing
+
+    # -- labels and outputs --------------------------------------------------------------------
+
+    def labels(self, table: pa.Table) -> np.ndarray:
+        """Training targets: the label standardised for regression, 0/1 for classification."""
+        label = self.document["label"]
+        values = prepare_numeric(table.column(label["name"]), label["name"], log1p=False)
+        return ((values - label["mean"]) / label["std"]).astype(np.float32)
+
+    def label_values(self, targets: np.ndarray) -> np.ndarray:
+        label = self.document["label"]
+        return np.asarray(targets, np.float64) * label["std"] + label["mean"]
+
+    def predictions(self, outputs: np.ndarray) -> np.ndarray:
+        """Network outputs to what a consumer wants: P(class 1), or values in the label's units."""
+        outputs = np.asarray(outputs, np.float64)
+        if self.task == "binary_classification":
+            return 1 / (1 + np.exp(-outputs))
+        return self.label_values(outputs)
