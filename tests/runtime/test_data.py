@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.runtime.data import DataError, TabularEncoder, holdout_mask, load_dataset, read_table
+from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, fit_transform, holdout_mask, load_dataset, read_table
 from airflow_trainpipe.synthetic import transactions, write_day
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -25,31 +25,43 @@ def test_holdout_split_is_stable_per_key() -> None:
     assert np.array_equal(holdout_mask(half, CONFIG.data), mask[:1000])
 
 
-def test_encoder_statistics_ignore_holdout_rows(tmp_path: Path) -> None:
+def test_holdout_rows_never_influence_the_fitted_transform(tmp_path: Path) -> None:
     files = write_day(tmp_path.as_uri(), date(2026, 1, 1), 1500, seed=2)
-    before = load_dataset(files, CONFIG.data, "binary_classification").encoder
-    # Make every holdout row extreme: a leak would move the fitted mean and vocabulary.
-    table = pq.read_table(Path(files[0].removeprefix("file://")))
+    before = fit_transform(files, CONFIG.data, CONFIG.features, "binary_classification")
+    # Make every holdout row extreme: a leak would move the fitted mean, quantiles and vocabulary.
+    path = Path(files[0].removeprefix("file://"))
+    table = pq.read_table(path)
     mask = holdout_mask(table, CONFIG.data)
-    amount = np.where(mask, 1e9, table.column("amount").to_numpy())
-    country = np.where(mask, "ZZ", table.column("country").to_numpy(zero_copy_only=False))
-    table = table.set_column(table.column_names.index("amount"), "amount", pa.array(amount))
-    table = table.set_column(table.column_names.index("country"), "country", pa.array(country))
-    pq.write_table(table, Path(files[0].removeprefix("file://")))
-    after = load_dataset(files, CONFIG.data, "binary_classification").encoder
-    assert after == before
+    for name, extreme in (("amount", 1e9), ("distance_from_home_km", -5.0), ("account_age_days", 10**7), ("country", "ZZ"), ("channel", "fax")):
+        column = table.column(name).to_numpy(zero_copy_only=False)
+        table = table.set_column(table.column_names.index(name), name, pa.array(np.where(mask, extreme, column)))
+    pq.write_table(table, path)
+    after = fit_transform(files, CONFIG.data, CONFIG.features, "binary_classification")
+    assert after.to_json() == before.to_json() and after.hash == before.hash
+    # ...while a training row does move them: the test can fail.
+    first_train = int(np.flatnonzero(~mask)[0])
+    amount = table.column("amount").to_numpy().copy()
+    amount[first_train] = 1e9
+    pq.write_table(table.set_column(table.column_names.index("amount"), "amount", pa.array(amount)), path)
+    assert fit_transform(files, CONFIG.data, CONFIG.features, "binary_classification").hash != before.hash
 
 
-def test_encoder_maps_unknown_categories_and_missing_numbers_safely() -> None:
-    table = transactions(date(2026, 1, 1), 200, seed=1)
-    encoder = TabularEncoder.fit(table, CONFIG.data, "binary_classification")
-    rows = pa.table({
-        **{name: pa.array([None], pa.float64()) for name in encoder.numeric},
-        **{name: pa.array(["never-seen"]) for name in encoder.categorical},
-    })
-    features = encoder.features(rows)
-    assert np.all(features == 0.0)  # mean-imputed (0 after standardising) and the unknown index
-    assert TabularEncoder.from_json(encoder.to_json()) == encoder
+def test_the_row_split_does_not_depend_on_batching() -> None:
+    data = CONFIG.data.model_copy(update={"holdout": CONFIG.data.holdout.model_copy(update={"key_column": None})})
+    table = transactions(date(2026, 1, 1), 150_000, seed=1)
+    whole = HoldoutSplit(data).mask(table)
+    split = HoldoutSplit(data)
+    pieces = np.concatenate([split.mask(table.slice(start, 7_777)) for start in range(0, table.num_rows, 7_777)])
+    assert np.array_equal(whole, pieces) and 0.18 < whole.mean() < 0.22
+
+
+def test_dataset_is_encoded_by_its_fitted_transform(tmp_path: Path) -> None:
+    files = write_day(tmp_path.as_uri(), date(2026, 1, 1), 1500, seed=2)
+    dataset = load_dataset(files, CONFIG.data, CONFIG.features, "binary_classification")
+    transform = dataset.transform
+    assert dataset.train_x.shape[1] == dataset.holdout_x.shape[1] == transform.num_dense + len(transform.cardinalities)
+    assert np.array_equal(dataset.holdout_x, transform.features(dataset.holdout_table))
+    assert len(dataset.train_y) + dataset.holdout_table.num_rows == 1500
 
 
 def test_missing_column_names_the_file(tmp_path: Path) -> None:
@@ -65,11 +77,11 @@ def test_null_labels_are_refused_with_the_column_named(tmp_path: Path) -> None:
     path = tmp_path / "part.parquet"
     pq.write_table(table.set_column(table.column_names.index("is_fraud"), "is_fraud", labels), path)
     with pytest.raises(DataError, match="label column 'is_fraud' has 1 null value"):
-        load_dataset([path.as_uri()], CONFIG.data, "binary_classification")
+        load_dataset([path.as_uri()], CONFIG.data, CONFIG.features, "binary_classification")
 
 
 def test_a_snapshot_too_small_to_split_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "part.parquet"
     pq.write_table(transactions(date(2026, 1, 1), 1, seed=1), path)
     with pytest.raises(DataError, match="holdout split left 1 training and 0 holdout rows|holdout split left 0 training and 1 holdout rows"):
-        load_dataset([path.as_uri()], CONFIG.data, "binary_classification")
+        load_dataset([path.as_uri()], CONFIG.data, CONFIG.features, "binary_classification")

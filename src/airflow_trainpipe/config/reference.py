@@ -30,10 +30,10 @@ def json_schema() -> dict[str, Any]:
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The Section model inside `X`, `X | None` or `list[X]`, if any."""
+    """The Section model inside `X`, `X | None`, `list[X]` or `dict[str, X]`, if any."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, dict):
         for arg in typing.get_args(annotation):
             if (model := _section_model(arg)) is not None:
                 return model
@@ -100,14 +100,16 @@ def markdown_reference() -> str:
         found: list[tuple[str, type[BaseModel]]] = []
         lines += _rows(model, f"{prefix}." if prefix else "", found)
         lines.append("")
-        queue.extend((path if not _is_list(model, path) else f"{path}[]", sub) for path, sub in found)
+        queue.extend((path + _item_suffix(model, path), sub) for path, sub in found)
     lines.append(END_MARKER)
     return "\n".join(lines) + "\n"
 
 
-def _is_list(model: type[BaseModel], path: str) -> bool:
+def _item_suffix(model: type[BaseModel], path: str) -> str:
+    """How the reference names one item of a list (`[]`) or of a map keyed by column (`.<column>`)."""
     key = path.rsplit(".", 1)[-1]
     for name, info in model.model_fields.items():
         if (info.alias or name) == key:
-            return typing.get_origin(info.annotation) is list
-    return False
+            origin = typing.get_origin(info.annotation)
+            return "[]" if origin is list else ".<column>" if origin is dict else ""
+    return ""
