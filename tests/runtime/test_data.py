@@ -9,7 +9,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, fit_transform, holdout_mask, load_dataset, read_table
+from airflow_trainpipe.runtime.data import (
+    DataError,
+    HoldoutSplit,
+    fit_transform,
+    holdout_mask,
+    load_dataset,
+    read_table,
+)
 from airflow_trainpipe.synthetic import transactions, write_day
 from tests.conftest import EXAMPLE_CONFIGS
 

@@ -13,7 +13,11 @@ import pytest
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
 from airflow_trainpipe.runtime.data import fit_transform, holdout_mask, read_table
-from airflow_trainpipe.runtime.transform import FittedTransform, TransformError, bucket_of
+from airflow_trainpipe.runtime.transform import (
+    FittedTransform,
+    TransformError,
+    bucket_of,
+)
 from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -54,6 +58,19 @@ def test_same_config_and_data_give_the_same_hash_and_numbers(files: list[str]) -
     assert first.to_json() == second.to_json()
     assert first.hash == second.hash == "sha256:" + hashlib.sha256(first.to_json().encode()).hexdigest()
     assert FittedTransform.from_json(first.to_json()) == first
+
+
+def test_streaming_in_small_batches_fits_the_same_transform(files: list[str]) -> None:
+    """Quantiles, vocabularies and the split are batch-independent; moments agree to rounding."""
+    config = _config(FEATURES)
+    whole, streamed = _by_name(_fit(config, files)), _by_name(
+        fit_transform(files, config.data, config.features, config.training.task, batch_rows=97))
+    for name, spec in whole.items():
+        for key, value in spec.items():
+            if key in ("center", "scale") or (key == "fill" and spec["kind"] == "numeric" and name != "distance_from_home_km"):
+                assert streamed[name][key] == pytest.approx(value, rel=1e-12), (name, key)
+            else:
+                assert streamed[name][key] == value, (name, key)
 
 
 @pytest.mark.parametrize("old, new", [
@@ -171,3 +188,20 @@ def test_regression_labels_round_trip(tmp_path: Path) -> None:
     targets = transform.labels(table)
     assert abs(float(targets.mean())) < 0.2
     assert np.allclose(transform.label_values(targets), table.column("is_fraud").to_numpy(), atol=1e-5)
+
+
+def test_the_in_memory_predictor_applies_transform_then_network(files: list[str]) -> None:
+    import torch
+
+    from airflow_trainpipe.runtime.models import build_model
+    from airflow_trainpipe.runtime.serving import TransformedNetwork
+
+    transform = _fit(_config(FEATURES), files)
+    torch.manual_seed(0)
+    network = build_model("tabular_mlp", num_numeric=transform.num_dense, cardinalities=transform.cardinalities,
+                          task="binary_classification", hidden_sizes=[8])
+    rows = _fraud_rows(10)
+    with torch.no_grad():
+        expected = torch.sigmoid(network(torch.from_numpy(transform.features(rows))).reshape(-1)).numpy()
+    predicted = TransformedNetwork.of(transform, network).predict(None, rows.to_pandas())
+    np.testing.assert_allclose(predicted, expected, rtol=1e-6)

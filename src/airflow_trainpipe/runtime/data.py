@@ -100,9 +100,9 @@ def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
     return HoldoutSplit(data).mask(table)
 
 
-def _split(files: list[str], data: DataSection, columns: list[str]) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _split(files: list[str], data: DataSection, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[tuple[pa.Table, pa.Table]]:
     split = HoldoutSplit(data)
-    for batch in iter_batches(files, data.format, columns):
+    for batch in iter_batches(files, data.format, columns, batch_rows):
         nulls = batch.column(data.label).null_count
         if nulls:
             raise DataError(f"label column {data.label!r} has {nulls} null value(s)")
@@ -110,15 +110,16 @@ def _split(files: list[str], data: DataSection, columns: list[str]) -> Iterator[
         yield batch.filter(pa.array(~mask)), batch.filter(pa.array(mask))
 
 
-def fit_transform(files: list[str], data: DataSection, features: FeaturesSection, task: str) -> FittedTransform:
+def fit_transform(files: list[str], data: DataSection, features: FeaturesSection, task: str,
+                  batch_rows: int = BATCH_ROWS) -> FittedTransform:
     """Fit on the training rows of the snapshot only: holdout rows are dropped before fitting."""
     columns = _columns(data)
     fitter = TransformFitter(data, features, task)
-    for train, _ in _split(files, data, columns):
+    for train, _ in _split(files, data, columns, batch_rows):
         fitter.update(train)
     if fitter.needs_second_pass:
         fitter.start_second_pass()
-        for train, _ in _split(files, data, columns):
+        for train, _ in _split(files, data, columns, batch_rows):
             fitter.update_clipped(train)
     return fitter.result()
 

@@ -18,7 +18,12 @@ import pyarrow.compute as pc
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.runtime.sketch import Moments, QuantileSketch
-from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform, as_strings, prepare_numeric
+from airflow_trainpipe.runtime.transform import (
+    FORMAT,
+    FittedTransform,
+    as_strings,
+    prepare_numeric,
+)
 
 
 class TransformFitter:

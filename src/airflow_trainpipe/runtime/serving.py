@@ -14,6 +14,7 @@ from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import torch
 
@@ -31,8 +32,6 @@ def network_outputs(network: Any, features: np.ndarray) -> np.ndarray:
 
 
 def to_arrow(rows: Any) -> pa.Table:
-    import pandas as pd
-
     if isinstance(rows, pa.Table):
         return rows
     if isinstance(rows, dict):
@@ -45,11 +44,19 @@ def to_arrow(rows: Any) -> pa.Table:
 class TransformedNetwork(mlflow.pyfunc.PythonModel):
     """Artifacts: `transform` (the fitted transform JSON) and `network` (torch.export .pt2)."""
 
+    @classmethod
+    def of(cls, transform: FittedTransform, network: torch.nn.Module) -> TransformedNetwork:
+        """The same predictor in memory, before logging: a candidate scored through `predict`
+        is scored exactly as its logged model will serve."""
+        model = cls()
+        model.transform, model.network = transform, network.eval()
+        return model
+
     def load_context(self, context: Any) -> None:
         self.transform = FittedTransform.from_json(Path(context.artifacts["transform"]).read_text())
         self.network = torch.export.load(context.artifacts["network"]).module()
 
-    def predict(self, context: Any, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
         features = self.transform.features(to_arrow(model_input))
         return self.transform.predictions(network_outputs(self.network, features))
 

@@ -1,0 +1,45 @@
+"""Fitting and applying the declared transforms of dags/configs/fraud_detector.yaml.
+
+`python benchmarks/fit_bench.py [ROWS]`: writes ROWS synthetic transactions as parquet files of
+100,000 rows, then times `fit_transform` (streaming, two passes: `amount` clips) and
+`load_dataset` (fit + encode), and reports the rows per second of each and the peak RSS.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.runtime.data import fit_transform, load_dataset
+from airflow_trainpipe.synthetic import write_day
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    config = load_config(REPO / "dags/configs/fraud_detector.yaml")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for day in range(0, rows, 100_000):
+            files += write_day(Path(tmp).as_uri(), date(2026, 1, 1) + timedelta(days=day // 100_000), min(100_000, rows - day), seed=1)
+        started = time.perf_counter()
+        transform = fit_transform(files, config.data, config.features, config.training.task)
+        fit_s = time.perf_counter() - started
+        started = time.perf_counter()
+        dataset = load_dataset(files, config.data, config.features, config.training.task)
+        load_s = time.perf_counter() - started
+    assert dataset.transform.hash == transform.hash
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{rows:,} rows in {len(files)} files: fit_transform {fit_s:.2f} s ({rows / fit_s:,.0f} rows/s), "
+          f"load_dataset (fit + encode) {load_s:.2f} s ({rows / load_s:,.0f} rows/s), peak RSS {peak_mib:,.0f} MiB, "
+          f"transform {transform.hash[:19]}... ({len(transform.to_json()):,} bytes)")
+
+
+if __name__ == "__main__":
+    main()
