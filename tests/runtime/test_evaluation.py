@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -13,10 +12,22 @@ import pytest
 import torch
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.runtime.data import TabularEncoder
-from airflow_trainpipe.runtime.evaluation import score, score_champion
+from airflow_trainpipe.runtime.evaluation import candidate_predictor, score, score_champion
+from airflow_trainpipe.runtime.serving import log_raw_row_model
 from airflow_trainpipe.runtime.tracking import artifact_location
+from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
 from tests.operators.mlflow_backends import write_config
+
+
+def _transform(numeric: list[str], categories: list[str] | None) -> FittedTransform:
+    """A fitted transform document like the job writes: standardised numerics, a vocabulary index."""
+    columns = [{"name": n, "kind": "numeric", "log1p": False, "clip": None, "fill": 100.0, "center": 100.0, "scale": 50.0,
+                "missing_indicator": False, "optional": False} for n in numeric]
+    if categories is not None:
+        columns.append({"name": "channel", "kind": "categorical", "encode": "index", "categories": categories, "missing": "unknown",
+                        "missing_indicator": False, "optional": False, "source_type": "string"})
+    return FittedTransform({"format": FORMAT, "columns": columns,
+                            "label": {"name": "is_fraud", "task": "binary_classification", "mean": 0.0, "std": 1.0}})
 
 
 @pytest.fixture
@@ -36,15 +47,13 @@ def _holdout() -> pa.Table:
                      "is_fraud": (amount + rng.normal(0, 30, 300) > 150).astype(np.int64)})
 
 
-def _champion(client, name: str, encoder: TabularEncoder) -> torch.nn.Module:
-    """Register a small model with its encoder.json the way the training job logs them."""
+def _champion(client, name: str, transform: FittedTransform) -> torch.nn.Module:
+    """Register a small model the way the training job logs it: a pyfunc on raw rows."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(2, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(transform.num_dense + len(transform.cardinalities), 1))
     experiment = client.create_experiment("e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e"))
     with mlflow.start_run(experiment_id=experiment) as run:
-        mlflow.log_dict(json.loads(encoder.to_json()), "encoder.json")
-        info = mlflow.pytorch.log_model(model, name="model", input_example=np.zeros((2, 2), np.float32),
-                                        export_model=False, pip_requirements=["torch"])
+        info = log_raw_row_model(model, transform, input_example=None)
     client.create_registered_model(name)
     version = client.create_model_version(name, info.model_uri, run_id=run.info.run_id, model_id=info.model_id)
     client.set_registered_model_alias(name, "champion", version.version)
@@ -54,11 +63,13 @@ def _champion(client, name: str, encoder: TabularEncoder) -> torch.nn.Module:
 def test_champion_is_scored_by_the_same_function_on_the_given_rows(registry, tmp_path: Path) -> None:
     config = load_config(write_config(tmp_path / "p.yaml", "champ"))
     holdout = _holdout()
-    encoder = TabularEncoder(["amount"], ["channel"], [100.0], [50.0], [["atm", "pos", "web"]])
-    model = _champion(registry, "champ", encoder)
+    transform = _transform(["amount"], ["atm", "pos", "web"])
+    model = _champion(registry, "champ", transform)
     result = score_champion(registry, config, holdout)
     assert (result.version, result.error) == ("1", None)
-    assert result.metrics == score(model, encoder, holdout, "is_fraud", "binary_classification")
+    # The champion's pyfunc (its own transform, torch.export network) and the in-memory
+    # candidate path give the same metrics on the same rows.
+    assert result.metrics == score(candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification")
     assert result.tags()["trainpipe.champion.version"] == "1" and result.tags()["trainpipe.champion.run_id"] == result.run_id
 
 
@@ -71,11 +82,23 @@ def test_no_champion_is_a_bootstrap(registry, tmp_path: Path) -> None:
 
 def test_a_champion_needing_columns_the_data_lacks_is_recorded_not_raised(registry, tmp_path: Path, caplog) -> None:
     config = load_config(write_config(tmp_path / "p.yaml", "oldfeatures"))
-    encoder = TabularEncoder(["amount", "zip_risk"], [], [100.0, 0.0], [50.0, 1.0], [])
-    _champion(registry, "oldfeatures", encoder)
+    _champion(registry, "oldfeatures", _transform(["amount", "zip_risk"], None))
     with caplog.at_level(logging.ERROR):
         result = score_champion(registry, config, _holdout())
     assert result.metrics is None
     assert result.error == (f"cannot score champion oldfeatures version 1 (run {result.run_id}): ValueError: it needs "
                             "column(s) zip_risk that this run's data config does not read")
     assert result.tags()["trainpipe.champion.error"] == result.error
+
+
+def test_a_champion_logged_before_raw_row_models_is_recorded_not_raised(registry, tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path / "p.yaml", "legacy"))
+    experiment = registry.create_experiment("e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e"))
+    with mlflow.start_run(experiment_id=experiment) as run:
+        info = mlflow.pytorch.log_model(torch.nn.Linear(2, 1), name="model", input_example=np.zeros((2, 2), np.float32),
+                                        export_model=False, pip_requirements=["torch"])
+    registry.create_registered_model("legacy")
+    version = registry.create_model_version("legacy", info.model_uri, run_id=run.info.run_id, model_id=info.model_id)
+    registry.set_registered_model_alias("legacy", "champion", version.version)
+    result = score_champion(registry, config, _holdout())
+    assert result.metrics is None and "takes encoded tensors, not raw rows" in result.error

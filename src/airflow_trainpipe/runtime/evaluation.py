@@ -1,21 +1,22 @@
 """Final evaluation (rank 0): the candidate and the current champion on the same holdout rows.
 
-One function scores both models: each encodes the run's raw holdout rows with its own encoder
-(the champion's `encoder.json` from its training run), predicts, and `compute_metrics` scores
-the predictions against the same raw labels. Comparing with metrics the champion logged on
-other data long ago is exactly what the gate must not do.
+One function scores both models on the run's raw holdout rows: each model is a raw-row
+predictor (the candidate through `TransformedNetwork.of(transform, network)`, the champion as
+the MLflow pyfunc it was logged as, which carries its own fitted transform), and
+`compute_metrics` scores the predictions against the same raw labels. Comparing with metrics the
+champion logged on other data long ago is exactly what the gate must not do.
 
 Both metric sets go onto the candidate's MLflow run (`candidate_<metric>`, `champion_<metric>`),
 with tags naming the champion version and run, or `trainpipe.champion.version = none` when no
-model holds the alias yet (bootstrap). A champion that cannot be scored (its model or encoder
-is unreadable, it needs columns this run's data lacks) is recorded as
+model holds the alias yet (bootstrap). A champion that cannot be scored (its model is
+unreadable, it needs columns this run's data lacks, it predates raw-row models) is recorded as
 `trainpipe.champion.error`; the gate then refuses to decide unless forced.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from airflow_trainpipe.runtime.data import TabularEncoder, _numeric
 from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.serving import TransformedNetwork
+from airflow_trainpipe.runtime.transform import FittedTransform, prepare_numeric
 
 if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_CHAMPION = "none"
-BATCH = 4096
 
 
 @dataclass
@@ -58,20 +59,17 @@ class ChampionScore:
         return tags
 
 
-def score(model: torch.nn.Module, encoder: TabularEncoder, holdout: pa.Table, label: str, task: str) -> dict[str, float]:
-    """Holdout metrics of `model`, fed the rows encoded by `encoder`, in the label's own units."""
-    features = encoder.features(holdout)
-    outputs = []
-    with torch.no_grad():
-        for start in range(0, len(features), BATCH):
-            chunk = torch.from_numpy(features[start : start + BATCH])
-            outputs.append(model(chunk).float().reshape(-1).cpu())
-    raw = torch.cat(outputs).numpy().astype(np.float64)
-    if task == "binary_classification":
-        prediction = 1 / (1 + np.exp(-raw))
-    else:
-        prediction = raw * encoder.label_std + encoder.label_mean
-    return compute_metrics(task, _numeric(holdout, label), prediction)
+def score(predict: Callable[[Any], np.ndarray], holdout: pa.Table, label: str, task: str) -> dict[str, float]:
+    """Holdout metrics of a raw-row predictor (P(class 1), or values in the label's units)."""
+    rows = holdout.drop_columns([label]).to_pandas()
+    prediction = np.asarray(predict(rows), dtype=np.float64).reshape(-1)
+    return compute_metrics(task, prepare_numeric(holdout.column(label), label, log1p=False), prediction)
+
+
+def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> Callable[[Any], np.ndarray]:
+    """The candidate exactly as its logged pyfunc will predict: same class, same `predict`."""
+    predictor = TransformedNetwork.of(transform, model)
+    return lambda rows: predictor.predict(None, rows)
 
 
 def current_champion(client: Any, model_name: str, alias: str) -> tuple[str, str] | None:
@@ -101,24 +99,27 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
         return result
     result.version, result.run_id = found
     try:
-        encoder = TabularEncoder.from_json(json.dumps(mlflow.artifacts.load_dict(f"runs:/{result.run_id}/encoder.json")))
-        missing = [c for c in [*encoder.numeric, *encoder.categorical] if c not in holdout.column_names]
+        # The version number, not the alias: the model scored is exactly the one named in the tags.
+        model = mlflow.pyfunc.load_model(f"models:/{name}/{result.version}")
+        inputs = model.metadata.get_input_schema()
+        if inputs is None or inputs.is_tensor_spec():
+            raise ValueError("its model takes encoded tensors, not raw rows (logged before feature transforms "
+                             "shipped inside the model)")
+        missing = [c.name for c in inputs.inputs if c.required and c.name not in holdout.column_names]
         if missing:
             raise ValueError(f"it needs column(s) {', '.join(missing)} that this run's data config does not read")
-        # The version number, not the alias: the model scored is exactly the one named in the tags.
-        model = mlflow.pytorch.load_model(f"models:/{name}/{result.version}")
-        result.metrics = score(model, encoder, holdout, config.data.label, config.training.task)
+        result.metrics = score(model.predict, holdout, config.data.label, config.training.task)
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
     return result
 
 
-def evaluate_final(model: torch.nn.Module, encoder: TabularEncoder, holdout: pa.Table, config: PipelineConfig,
+def evaluate_final(model: torch.nn.Module, transform: FittedTransform, holdout: pa.Table, config: PipelineConfig,
                    tracker: Tracker, step: int) -> dict[str, Any]:
     """Score candidate and champion, record both on the candidate's run; returns the summary."""
     model.eval()
-    candidate = score(model, encoder, holdout, config.data.label, config.training.task)
+    candidate = score(candidate_predictor(model, transform), holdout, config.data.label, config.training.task)
     champion = score_champion(tracker.client, config, holdout)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})

@@ -61,6 +61,24 @@ class TransformedNetwork(mlflow.pyfunc.PythonModel):
         return self.transform.predictions(network_outputs(self.network, features))
 
 
+def log_raw_row_model(model: torch.nn.Module, transform: FittedTransform, input_example: Any, name: str = "model") -> Any:
+    """Log `model` behind `transform` as a pyfunc into the active MLflow run; returns the ModelInfo."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as tmp:
+        transform_path, network_path = Path(tmp, "transform.json"), Path(tmp, "network.pt2")
+        transform_path.write_text(transform.to_json())
+        export_network(model, transform.num_dense + len(transform.cardinalities), network_path)
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=TransformedNetwork(),
+            artifacts={"transform": str(transform_path), "network": str(network_path)},
+            signature=signature(transform),
+            input_example=input_example,
+            pip_requirements=pip_requirements(),
+        )
+
+
 def export_network(model: torch.nn.Module, width: int, path: Path) -> None:
     """A program with a dynamic batch dimension: the consumer needs torch, not the model's class."""
     example = torch.zeros(2, width)

@@ -133,25 +133,12 @@ class Tracker:
         `transform` is the run's FittedTransform, `input_example` a few raw rows (a DataFrame).
         Leaving the fluent run context ends the run.
         """
-        import tempfile
-
         import mlflow
 
-        from airflow_trainpipe.runtime import serving
+        from airflow_trainpipe.runtime.serving import log_raw_row_model
 
-        with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as tmp:
-            transform_path, network_path = Path(tmp, "transform.json"), Path(tmp, "network.pt2")
-            transform_path.write_text(transform.to_json())
-            serving.export_network(model, transform.num_dense + len(transform.cardinalities), network_path)
-            with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
-                info = mlflow.pyfunc.log_model(
-                    name="model",
-                    python_model=serving.TransformedNetwork(),
-                    artifacts={"transform": str(transform_path), "network": str(network_path)},
-                    signature=serving.signature(transform),
-                    input_example=input_example,
-                    pip_requirements=serving.pip_requirements(),
-                )
+        with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
+            info = log_raw_row_model(model, transform, input_example)
         return info.model_uri
 
     def log_dict(self, payload: dict[str, Any], artifact_file: str) -> None:
