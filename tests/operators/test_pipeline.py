@@ -238,6 +238,7 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     assert v2.run_id == second["mlflow_run_id"]
     assert v2.tags["airflow.dag_run_id"] == better and v2.tags["trainpipe.champion_compared"] == f"{name}/1"
     assert v2.tags["trainpipe.config_hash"].startswith("sha256:") and v2.tags["trainpipe.data_digest"].startswith("sha256:")
+    assert v2.tags["trainpipe.transform_hash"] == second["transform_hash"] == run.data.tags["trainpipe.transform_hash"]
 
 
 def _check_guardrail_and_force(pipeline: Pipeline, client, name: str, logged: dict[str, str], bootstrap: str, breach: str, forced: str) -> None:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 # Run tags of the training job copied onto the version (lineage); missing ones are skipped.
-LINEAGE_RUN_TAGS = ("trainpipe.data_digest", "trainpipe.config_hash", "trainpipe.code_version", "trainpipe.world_size")
+LINEAGE_RUN_TAGS = ("trainpipe.data_digest", "trainpipe.config_hash", "trainpipe.code_version", "trainpipe.world_size",
+                    "trainpipe.transform_hash")
 
 
 class RegisterModelOperator(BaseOperator):
