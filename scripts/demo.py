@@ -73,6 +73,15 @@ print(f"   final step {result['final_step']}, train loss {result['final_train_lo
 print("   holdout " + ", ".join(f"{k}={v:.4f}" for k, v in result["holdout_metrics"].items()))
 print(f"   weights sha256 {result['weights_sha256']}")
 print(f"   MLflow run {result['mlflow_run_id']} in sqlite:///{OUT / 'mlflow.db'}")
+print(f"   fitted feature transform {result['transform_hash']}")
+
+import mlflow  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+mlflow.set_tracking_uri(f"sqlite:///{OUT / 'mlflow.db'}")
+raw = pq.read_table(files[0].removeprefix("file://")).slice(0, 3).to_pandas()
+predictions = mlflow.pyfunc.load_model(result["model_uri"]).predict(raw)
+print(f"   the logged model on 3 raw rows of the snapshot: P(fraud) = {', '.join(f'{p:.4f}' for p in predictions)}")
 print(f"   checkpoints and result.json in {spec_dir}")
 print("   (run `make demo` again: the same run id resumes from its last checkpoint and finishes at once)")
 
