@@ -108,7 +108,8 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
         missing = [c.name for c in inputs.inputs if c.required and c.name not in holdout.column_names]
         if missing:
             raise ValueError(f"it needs column(s) {', '.join(missing)} that this run's data config does not read")
-        result.metrics = score(model.predict, holdout, config.data.label, config.training.task)
+        known = [c.name for c in inputs.inputs if c.name in holdout.column_names and c.name != config.data.label]
+        result.metrics = score(model.predict, holdout.select([*known, config.data.label]), config.data.label, config.training.task)
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
