@@ -124,101 +124,130 @@ def validate_snapshot(config: PipelineConfig, partition: str, manifest: Manifest
                       conn_id: str | None = None) -> ValidationReport:
     """Run every configured check; `reference` is the drift baseline, `previous` the volume one
     (both validated-snapshot records from history.py, or None)."""
-    rules = config.validation
     report = ValidationReport(config.pipeline, partition, manifest, reference=_describe(reference))
-    present = manifest.columns
-    report.checks += schema_checks(config, present, previous)
+    report.checks += schema_checks(config, manifest.columns, previous)
     report.checks += volume_checks(config, manifest.rows, previous)
-
-    # A column that is missing or retyped is reported by the schema check; expectations on it
-    # are reported as not run instead of failing on a type error that hides the cause.
-    broken = {c.column: c.message for c in report.checks if c.kind == "schema" and not c.passed and c.column in present}
-    broken.update({c: f"column {c!r} is missing" for s in rules.expectations for c in columns_of(s) if c not in present})
-    runnable = [s for s in rules.expectations if not any(c in broken for c in columns_of(s))]
-    for spec in rules.expectations:
+    broken = _broken_columns(config, manifest, report.checks)
+    runnable = [s for s in config.validation.expectations if not any(c in broken for c in columns_of(s))]
+    for spec in config.validation.expectations:
         if spec not in runnable:
             column = next(c for c in columns_of(spec) if c in broken)
             report.checks.append(Check("expectation", spec.type, column, False, "not run", spec.kwargs,
                                        f"{spec.type} not run: {broken[column]}"))
-
-    features = [f for f in config.data.features.all if f in present and f not in broken]
-    numeric = [f for f in features if f in config.data.features.numeric and _is_numeric(present[f])]
-    categorical = [f for f in features if f in config.data.features.categorical]
-    ref_profiles = (reference or {}).get("profiles", {})
-    accumulators: dict[str, Any] = {}
-    for name in numeric:
-        ref = ref_profiles.get(name)
-        counted = (reference_edges(rules.drift.numeric_method, ref)
-                   if rules.drift is not None and ref and ref.get("kind") == "numeric" and ref["edges"] else None)
-        accumulators[name] = NumericAccumulator(manifest.rows, counted)
-    for name in categorical:
-        accumulators[name] = CategoricalAccumulator()
-
+    profiles = (reference or {}).get("profiles", {})
+    accumulators = _accumulators(config, manifest, broken, profiles)
     runner = ExpectationRunner(runnable) if runnable else None
-    gx_columns = sorted({c for s in (runner.streamed if runner else []) for c in columns_of(s)})
-    stream_columns = sorted({*accumulators, *gx_columns})
-    if stream_columns:
-        import pyarrow as pa
-
-        # GX has a fixed cost per run (~0.2 s to plan its metrics), so its batches gather several
-        # pieces, holding only the columns it reads; the drift profiles take each piece as it comes.
-        pending: list[Any] = []
-        pending_rows = 0
-        streamed = runner is not None and bool(runner.streamed)
-        for table in _tables(manifest, stream_columns, conn_id):
-            for name, accumulator in accumulators.items():
-                accumulator.add(table[name])
-            if streamed:
-                pending.append(table.select(gx_columns))
-                pending_rows += table.num_rows
-            del table
-            if streamed and pending_rows >= rules.batch_rows:
-                # pandas only for the columns GX reads: strings as Python objects cost far more than Arrow
-                runner.add_batch(pa.concat_tables(pending).to_pandas())
-                pending, pending_rows = [], 0
-        if pending:
-            runner.add_batch(pa.concat_tables(pending).to_pandas())
-            del pending
-    if runner is not None and runner.whole:
-        needed = sorted({c for s in runner.whole for c in columns_of(s)})
-        table_level = any(not columns_of(s) for s in runner.whole)
-        runner.run_whole(_whole(manifest, list(present) if table_level or not needed else needed, conn_id))
+    _stream(config, manifest, accumulators, runner, conn_id)
     if runner is not None:
+        if runner.whole:
+            needed = sorted({c for s in runner.whole for c in columns_of(s)})
+            table_level = any(not columns_of(s) for s in runner.whole)
+            runner.run_whole(_whole(manifest, list(manifest.columns) if table_level or not needed else needed, conn_id))
         outcomes = runner.outcomes()
-        for outcome in outcomes:
-            column = (columns_of(outcome.spec) or [None])[0]
-            observed = outcome.result.get("observed_value", outcome.result.get("unexpected_count"))
-            unexpected = outcome.result.get("partial_unexpected_list") or []
-            detail = outcome.error or (
-                f"{outcome.result.get('unexpected_count', 0)} unexpected of {outcome.result.get('element_count', 0)}"
-                + (f", e.g. {unexpected[:5]}" if unexpected else "")
-                if "unexpected_count" in outcome.result else f"observed {observed!r}"
-            )
-            report.checks.append(Check("expectation", outcome.spec.type, column, outcome.success, observed,
-                                       outcome.spec.kwargs, f"{outcome.spec.type}({column or ''}): {detail}"))
+        report.checks += [_expectation_check(o) for o in outcomes]
         report.data_docs_html = runner.data_docs_html(outcomes)
-
     report.profiles = {name: acc.profile() for name, acc in accumulators.items()}
-    if rules.drift is not None and reference is not None:
-        drift = rules.drift
-        for name, accumulator in accumulators.items():
-            ref = ref_profiles.get(name)
-            if ref is None or ref.get("kind") != report.profiles[name]["kind"]:
-                continue
-            threshold = drift.feature_thresholds.get(name, drift.threshold)
-            if isinstance(accumulator, NumericAccumulator):
-                if accumulator.at_or_below is None:
-                    continue
-                method, score = drift.numeric_method, numeric_score(drift.numeric_method, ref, accumulator)
-            else:
-                method = drift.categorical_method
-                score = categorical_score(method, ref, report.profiles[name])
-            score = round(score, 6)
-            report.checks.append(Check(
-                "drift", method, name, score <= threshold, score, f"<= {threshold}",
-                f"{name}: {method} {score:.4f} vs {report.reference['partition']} (threshold {threshold})",
-            ))
+    if config.validation.drift is not None and report.reference is not None:
+        report.checks += _drift_checks(config.validation.drift, accumulators, profiles, report)
     return report
+
+
+def _broken_columns(config: PipelineConfig, manifest: Manifest, checks: list[Check]) -> dict[str, str]:
+    """Columns missing or retyped, with the reason. The schema check reports them; expectations and
+    drift on them are reported as not run instead of failing on a type error that hides the cause."""
+    present = manifest.columns
+    broken = {c.column: c.message for c in checks if c.kind == "schema" and not c.passed and c.column in present}
+    broken.update({c: f"column {c!r} is missing"
+                   for s in config.validation.expectations for c in columns_of(s) if c not in present})
+    return broken
+
+
+def _accumulators(config: PipelineConfig, manifest: Manifest, broken: dict[str, str],
+                  profiles: dict[str, Any]) -> dict[str, NumericAccumulator | CategoricalAccumulator]:
+    """One profile builder per usable feature, counting at the reference's edges when there are any."""
+    present, features, drift = manifest.columns, config.data.features, config.validation.drift
+    accumulators: dict[str, NumericAccumulator | CategoricalAccumulator] = {}
+    for name in features.all:
+        if name not in present or name in broken:
+            continue
+        if name in features.numeric and _is_numeric(present[name]):
+            ref = profiles.get(name)
+            counted = (reference_edges(drift.numeric_method, ref)
+                       if drift is not None and ref and ref.get("kind") == "numeric" and ref["edges"] else None)
+            accumulators[name] = NumericAccumulator(manifest.rows, counted)
+        elif name in features.categorical:
+            accumulators[name] = CategoricalAccumulator()
+    return accumulators
+
+
+def _stream(config: PipelineConfig, manifest: Manifest, accumulators: dict[str, Any],
+            runner: ExpectationRunner | None, conn_id: str | None) -> None:
+    """The one read: each row group feeds the drift profiles at once; GX gets batches of them.
+
+    GX has a fixed cost per run (~0.2 s to plan its metrics), so its batches gather several row
+    groups, holding only the columns it reads.
+    """
+    import pyarrow as pa
+
+    streamed = runner is not None and bool(runner.streamed)
+    gx_columns = sorted({c for s in (runner.streamed if streamed else []) for c in columns_of(s)})
+    columns = sorted({*accumulators, *gx_columns})
+    if not columns:
+        return
+    pending: list[Any] = []
+    pending_rows = 0
+    for table in _tables(manifest, columns, conn_id):
+        for name, accumulator in accumulators.items():
+            accumulator.add(table[name])
+        if streamed:
+            pending.append(table.select(gx_columns))
+            pending_rows += table.num_rows
+        del table
+        if pending and pending_rows >= config.validation.batch_rows:
+            # pandas only for the columns GX reads: strings as Python objects cost far more than Arrow
+            runner.add_batch(pa.concat_tables(pending).to_pandas())
+            pending, pending_rows = [], 0
+    if pending:
+        runner.add_batch(pa.concat_tables(pending).to_pandas())
+
+
+def _expectation_check(outcome: Any) -> Check:
+    column = (columns_of(outcome.spec) or [None])[0]
+    result = outcome.result
+    observed = result.get("observed_value", result.get("unexpected_count"))
+    if outcome.error:
+        detail = outcome.error
+    elif "unexpected_count" in result:
+        examples = result.get("partial_unexpected_list") or []
+        detail = f"{result['unexpected_count']} unexpected of {result.get('element_count', 0)}"
+        detail += f", e.g. {examples[:5]}" if examples else ""
+    else:
+        detail = f"observed {observed!r}"
+    return Check("expectation", outcome.spec.type, column, outcome.success, observed, outcome.spec.kwargs,
+                 f"{outcome.spec.type}({column or ''}): {detail}")
+
+
+def _drift_checks(drift: Any, accumulators: dict[str, Any], profiles: dict[str, Any],
+                  report: ValidationReport) -> list[Check]:
+    checks = []
+    for name, accumulator in accumulators.items():
+        ref = profiles.get(name)
+        if ref is None or ref.get("kind") != report.profiles[name]["kind"]:
+            continue
+        if isinstance(accumulator, NumericAccumulator):
+            if accumulator.at_or_below is None:
+                continue
+            method, score = drift.numeric_method, numeric_score(drift.numeric_method, ref, accumulator)
+        else:
+            method = drift.categorical_method
+            score = categorical_score(method, ref, report.profiles[name])
+        score = round(score, 6)
+        threshold = drift.feature_thresholds.get(name, drift.threshold)
+        checks.append(Check(
+            "drift", method, name, score <= threshold, score, f"<= {threshold}",
+            f"{name}: {method} {score:.4f} vs {report.reference['partition']} (threshold {threshold})",
+        ))
+    return checks
 
 
 def _describe(reference: dict[str, Any] | None) -> dict[str, Any] | None:
