@@ -87,3 +87,8 @@ def test_gate_does_not_import_matplotlib_at_parse_time() -> None:
 def test_extra_links_and_gate_rules_are_light() -> None:
     assert _heavy(_modules_after("import airflow_trainpipe.links.mlflow"), HEAVY) == []
     assert _heavy(_modules_after("import airflow_trainpipe.promotion"), (*HEAVY, "airflow")) == []
+
+
+def test_the_factory_is_light() -> None:
+    # Kubernetes too: the launcher's client comes in only when a kubernetes train task runs.
+    assert _heavy(_modules_after("import airflow_trainpipe.factory"), (*HEAVY, "kubernetes", "matplotlib")) == []

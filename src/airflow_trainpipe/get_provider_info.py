@@ -28,6 +28,7 @@ def get_provider_info() -> dict:
                     "airflow_trainpipe.operators.validate",
                     "airflow_trainpipe.operators.gate",
                     "airflow_trainpipe.operators.register",
+                    "airflow_trainpipe.operators.config_error",
                 ],
             },
         ],

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from functools import cache
+from typing import Any, Literal
 
 from datetime import timedelta
 
@@ -109,14 +110,8 @@ class DataSection(Section):
     def _valid_template(cls, value: str) -> str:
         if value.startswith("/") or ".." in value.split("/"):
             raise ValueError(f"partition is a relative sub-path without '..', got {value!r}")
-        # The DAG renders this with Airflow's Jinja environment; catch syntax errors now
-        # instead of at the first run. jinja2 is already loaded by airflow.sdk at parse time.
-        import jinja2
-
-        try:
-            jinja2.Environment().parse(value)
-        except jinja2.TemplateSyntaxError as exc:
-            raise ValueError(f"invalid Airflow template {value!r}: {exc.message}") from None
+        if problem := _template_syntax_error(value):
+            raise ValueError(f"invalid Airflow template {value!r}: {problem}")
         return value
 
     @model_validator(mode="after")
@@ -124,3 +119,23 @@ class DataSection(Section):
         if self.label in self.features.all:
             field_problems([(("label",), f"label column {self.label!r} is also listed as a feature")])
         return self
+
+
+@cache
+def _template_syntax_error(template: str) -> str | None:
+    """The DAG renders the partition with Airflow's Jinja environment; catch syntax errors at
+    parse time instead of at the first run. jinja2 is already loaded by airflow.sdk there."""
+    import jinja2
+
+    try:
+        _jinja().parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        return exc.message or str(exc)
+    return None
+
+
+@cache
+def _jinja() -> Any:
+    import jinja2
+
+    return jinja2.Environment()

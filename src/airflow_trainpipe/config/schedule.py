@@ -75,11 +75,7 @@ class ScheduleSection(Section):
             if value not in CRON_PRESETS:
                 raise ValueError(f"unknown preset {value!r}; expected one of {', '.join(CRON_PRESETS)}")
             return value
-        # croniter is what Airflow's cron timetables use; imported here so that only the
-        # processes validating a cron expression pay for it.
-        from croniter import croniter
-
-        if len(value.split()) != 5 or not croniter.is_valid(value):
+        if not _is_cron(value):
             raise ValueError(
                 f"invalid cron expression {value!r}; expected 5 fields "
                 "'minute hour day-of-month month day-of-week', e.g. '0 2 * * *'"
@@ -109,6 +105,16 @@ class ScheduleSection(Section):
             problems.append((("end_date",), f"{self.end_date} is not after start_date {self.start_date}"))
         field_problems(problems)
         return self
+
+
+@cache
+def _is_cron(expression: str) -> bool:
+    # croniter is what Airflow's cron timetables use; imported here so that only the
+    # processes validating a cron expression pay for it, once per distinct expression
+    # (the DAG processor validates every config of a folder on every parse).
+    from croniter import croniter
+
+    return len(expression.split()) == 5 and croniter.is_valid(expression)
 
 
 @cache

@@ -81,8 +81,6 @@ class DistributedTrainOperator(BaseOperator):
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
     def _spec(self, store: Any) -> TrainSpec:
-        from pydantic import ValidationError
-
         from airflow_trainpipe.snapshot import SnapshotError, resolve_snapshot
         from airflow_trainpipe.train_spec import TrainSpec
 
@@ -96,22 +94,48 @@ class DistributedTrainOperator(BaseOperator):
                 raise AirflowException(str(exc)) from exc  # data may still arrive: retryable
             files, digest = manifest.file_uris, manifest.digest
             self.log.info("snapshot %s: %d file(s), %d rows", manifest.digest, len(files), manifest.rows)
-        try:
-            self.config.training.hyperparameters.model_validate(
-                {**self.config.training.hyperparameters.model_dump(), **self.hyperparameter_overrides}
-            )
-        except ValidationError as exc:
-            raise AirflowFailException(f"invalid hyperparameter_overrides {self.hyperparameter_overrides}: {exc}") from exc
+        overrides = self._overrides()
         return TrainSpec(
             config=self.config,
             run_id=self.run_id,
             data_files=list(files),
             data_digest=digest,
             max_steps=self.max_steps,
-            hyperparameter_overrides=self.hyperparameter_overrides,
+            hyperparameter_overrides=overrides,
             mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,
             tags={"airflow.dag_id": self.dag_id, "airflow.task_id": self.task_id},
         )
+
+    def _overrides(self) -> dict[str, Any]:
+        """The rendered overrides that change something, validated against the config's types.
+
+        A template renders to text: JSON (`| tojson`, what the factory's trigger form uses) or a
+        Python literal (a dict rendered without native templating) are both accepted. Values
+        equal to the config are dropped, so a form submitted unchanged is not an override.
+        """
+        import ast
+        import json
+
+        from pydantic import ValidationError
+
+        raw = self.hyperparameter_overrides
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                try:
+                    raw = ast.literal_eval(raw)
+                except (ValueError, SyntaxError):
+                    raise AirflowFailException(f"hyperparameter_overrides is neither JSON nor a literal: {raw!r}") from None
+        if not isinstance(raw, dict):
+            raise AirflowFailException(f"hyperparameter_overrides must be a mapping, got {raw!r}")
+        current = self.config.training.hyperparameters
+        try:
+            # JSON mode: a form's `1` is a valid float, as the YAML's would be.
+            merged = type(current).model_validate_json(json.dumps({**current.model_dump(mode="json"), **raw}))
+        except ValidationError as exc:
+            raise AirflowFailException(f"invalid hyperparameter_overrides {raw}: {exc}") from exc
+        return {name: getattr(merged, name) for name in raw if getattr(merged, name) != getattr(current, name)}
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook

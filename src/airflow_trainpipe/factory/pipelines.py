@@ -1,0 +1,141 @@
+"""Config -> DAG: wait_for_data -> validate_data -> train -> gate -> register."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from airflow.sdk import DAG, Asset, CronTriggerTimetable
+
+from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.factory import params
+from airflow_trainpipe.factory.broken import broken_config_dag, fallback_dag_id, pipeline_name_of
+from airflow_trainpipe.factory.configs import ConfigFile, read_config_folder
+from airflow_trainpipe.factory.docs import pipeline_doc
+from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.operators.gate import BaselineGateOperator
+from airflow_trainpipe.operators.register import RegisterModelOperator
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
+
+log = logging.getLogger(__name__)
+
+# Timetable presets that are not cron expressions.
+_NOT_CRON = ("@once", "@continuous")
+
+
+def register_pipelines(folder: str | Path, namespace: dict[str, Any], display_root: str | Path | None = None) -> list[DAG]:
+    """Build every config of `folder` into a DAG and bind it in `namespace` (a DAG file's globals())."""
+    folder = Path(folder)
+    dags = build_pipeline_dags(folder, Path(display_root) if display_root else folder.parent)
+    for dag in dags:
+        namespace[dag.dag_id] = dag
+    return dags
+
+
+def build_pipeline_dags(folder: Path, display_root: Path | None = None) -> list[DAG]:
+    """One DAG per config; a config that does not parse becomes its stand-in error DAG."""
+    owners: dict[str, str] = {}
+    files, dags = [], []
+    for file in read_config_folder(folder, display_root):
+        if file.config is not None and file.config.pipeline in owners:
+            file = _duplicate(file, owners[file.config.pipeline])
+        if file.config is not None:
+            owners[file.config.pipeline] = file.name
+            dags.append(pipeline_dag(file.config, file.name))
+        files.append(file)
+    # Stand-ins second: a valid pipeline keeps its id even if a broken file claims the same name.
+    for file in files:
+        if file.error is None:
+            continue
+        log.error("pipeline config %s is invalid; its DAG shows the error:\n%s", file.name, file.error)
+        dag_id = pipeline_name_of(str(file.path))
+        if dag_id is None or dag_id in owners:
+            dag_id = fallback_dag_id(file.name)
+        owners[dag_id] = file.name
+        dags.append(broken_config_dag(file.name, file.error, dag_id))
+    return dags
+
+
+def _duplicate(file: ConfigFile, first: str) -> ConfigFile:
+    problem = ConfigProblem(file.name, None, None, "pipeline",
+                            f"pipeline {file.config.pipeline!r} is already defined by {first}; pipeline names are DAG ids and must be unique")
+    return ConfigFile(file.path, file.name, error=ConfigError([problem]))
+
+
+def model_asset(config: PipelineConfig) -> Asset:
+    """Updated each time `register` promotes a version: downstream DAGs can schedule on a new champion."""
+    name, alias = config.registered_model_name, config.registration.alias
+    return Asset(
+        name=f"{name}@{alias}",
+        uri=f"x-mlflow-model://{name}/{alias}",
+        group="model",
+        extra={"model_uri": f"models:/{name}@{alias}", "pipeline": config.pipeline},
+    )
+
+
+def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
+    s = config.schedule
+    asset = model_asset(config)
+    partition = params.partition_template(config)
+    task_defaults = {
+        "owner": config.owner,
+        "retries": s.retries,
+        "retry_delay": s.retry_delay,
+        "retry_exponential_backoff": s.retry_exponential_backoff,
+    }
+    dag = DAG(
+        dag_id=config.pipeline,
+        description=config.description,
+        doc_md=pipeline_doc(config, source, asset.name),
+        schedule=_schedule(config),
+        start_date=_aware(s.start_date, s.timezone),
+        end_date=_aware(s.end_date, s.timezone) if s.end_date else None,
+        catchup=s.catchup,
+        max_active_runs=s.max_active_runs,
+        dagrun_timeout=s.dagrun_timeout,
+        tags=["trainpipe", *config.tags],
+        params=params.trigger_params(config),
+        default_args=task_defaults,
+    )
+    # Built outside `with dag:` and added after: inside the context every operator deep-copies
+    # the DAG's Params (once per class in its hierarchy), the largest per-DAG parse cost. A task
+    # needs no copy: the task runner merges the DAG's Params into each run's (`process_params`).
+    wait = DataSnapshotSensor(task_id="wait_for_data", data=config.data, partition=partition, **task_defaults)
+    validate = DataValidateOperator(task_id="validate_data", config=config, partition=partition, **task_defaults)
+    # Tasks join the DAG through their relations (train through its XComArgs of validate,
+    # gate and register through `>>`), which need one end to be in the DAG already.
+    dag.add_tasks([wait, validate])
+    train = DistributedTrainOperator(
+        task_id="train",
+        config=config,
+        partition=partition,
+        data_files=validate.output["data_files"],
+        data_digest=validate.output["data_digest"],
+        hyperparameter_overrides=params.hyperparameter_template(),
+        **task_defaults,
+    )
+    gate = BaselineGateOperator(task_id="gate", config=config, train_task_id=train.task_id, force=params.force_template(), **task_defaults)
+    register = RegisterModelOperator(task_id="register", config=config, gate_task_id=gate.task_id, outlets=[asset], **task_defaults)
+    wait >> validate >> train >> gate >> register
+    return dag
+
+
+def _schedule(config: PipelineConfig) -> Any:
+    s = config.schedule
+    if s.asset is not None:
+        # By reference: the producing DAG's asset may carry a URI the config does not repeat.
+        return Asset.ref(uri=s.asset) if "://" in s.asset else Asset.ref(name=s.asset)
+    if s.cron in _NOT_CRON:
+        return s.cron
+    return CronTriggerTimetable(s.cron, timezone=s.timezone)
+
+
+def _aware(value: date | datetime, tz: str) -> datetime:
+    if not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day)
+    return value if value.tzinfo else value.replace(tzinfo=ZoneInfo(tz))

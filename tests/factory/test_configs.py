@@ -1,0 +1,88 @@
+"""The parsed-config cache: keyed by content, validated on load, never trusted blindly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_trainpipe.factory import configs
+from tests.conftest import EXAMPLE_CONFIGS
+
+FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(configs.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(configs, "_memory", {})  # each test starts as a fresh DAG-processor process
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "fraud_detector.yaml").write_text(FRAUD)
+    return folder
+
+
+def _entries(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "cache").glob("*.json"))
+
+
+def test_a_second_parse_is_served_from_the_cache(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    [first] = configs.read_config_folder(folder)
+    assert len(_entries(tmp_path)) == 1
+    monkeypatch.setattr(configs, "_memory", {})
+
+    def no_parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed the YAML again although the cache holds it")
+
+    monkeypatch.setattr(configs, "parse_config", no_parse)
+    [second] = configs.read_config_folder(folder)
+    assert second.config == first.config
+
+
+def test_changed_content_is_a_new_entry(folder: Path, tmp_path: Path) -> None:
+    configs.read_config_folder(folder)
+    (folder / "fraud_detector.yaml").write_text(FRAUD.replace("learning_rate: 0.002", "learning_rate: 0.003"))
+    [file] = configs.read_config_folder(folder)
+    assert file.config.training.hyperparameters.learning_rate == 0.003
+    assert len(_entries(tmp_path)) == 2
+    # Formatting-only edits are another file content, so another (equally valid) entry.
+
+
+def test_a_damaged_or_tampered_entry_is_a_miss(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    configs.read_config_folder(folder)
+    [entry] = _entries(tmp_path)
+    for damage in ("{not json", entry.read_text().replace('"learning_rate":0.002', '"learning_rate":-5.0')):
+        entry.write_text(damage)
+        monkeypatch.setattr(configs, "_memory", {})
+        [file] = configs.read_config_folder(folder)
+        assert file.config.training.hyperparameters.learning_rate == 0.002  # re-parsed from the YAML
+
+
+def test_broken_configs_are_not_cached_and_name_the_file(folder: Path, tmp_path: Path) -> None:
+    (folder / "bad.yaml").write_text(FRAUD.replace("pipeline: fraud_detector", "pipeline: bad").replace("epochs: 3", "epochs: -1"))
+    (folder / ".hidden.yaml").write_text("ignored: true")
+    (folder / "notes.txt").write_text("ignored")
+    files = configs.read_config_folder(folder, display_root=folder.parent)
+    assert [f.name for f in files] == ["configs/bad.yaml", "configs/fraud_detector.yaml"]
+    bad = files[0]
+    assert bad.config is None and "configs/bad.yaml:" in str(bad.error) and "training.hyperparameters.epochs" in str(bad.error)
+    assert len(_entries(tmp_path)) == 1
+
+
+def test_cache_off_and_unwritable_cache(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(configs.CACHE_ENV, "off")
+    assert configs.read_config_folder(folder)[0].config is not None
+    assert not (tmp_path / "cache").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(configs.CACHE_ENV, str(blocker / "cache"))  # cannot be created: only slower
+    monkeypatch.setattr(configs, "_memory", {})
+    assert configs.read_config_folder(folder)[0].config is not None
+
+
+def test_the_cache_key_covers_the_config_rules(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    configs.read_config_folder(folder)
+    monkeypatch.setattr(configs, "_code_fingerprint", lambda: b"other rules")
+    monkeypatch.setattr(configs, "_memory", {})
+    configs.read_config_folder(folder)
+    assert len(_entries(tmp_path)) == 2

@@ -1,0 +1,162 @@
+"""The config -> DAG mapping, checked on the DAG objects the DAG processor would serialize."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from airflow.sdk import Asset, CronTriggerTimetable
+from airflow.serialization.serialized_objects import DagSerialization
+
+from airflow_trainpipe.factory import build_pipeline_dags, register_pipelines
+from airflow_trainpipe.factory.broken import BROKEN_TAG
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from tests.conftest import EXAMPLE_CONFIGS
+
+FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINPIPE_CONFIG_CACHE", str(tmp_path / "cache"))
+
+
+def _folder(tmp_path: Path, **files: str) -> Path:
+    folder = tmp_path / "dags" / "configs"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _dags(folder: Path) -> dict:
+    return {dag.dag_id: dag for dag in build_pipeline_dags(folder, folder.parent)}
+
+
+def test_example_configs_become_the_five_task_pipeline() -> None:
+    dags = {dag.dag_id: dag for dag in build_pipeline_dags(EXAMPLE_CONFIGS, EXAMPLE_CONFIGS.parent)}
+    assert sorted(dags) == ["fraud_detector", "house_prices"]
+    dag = dags["fraud_detector"]
+    order = ["wait_for_data", "validate_data", "train", "gate", "register"]
+    assert sorted(dag.task_ids) == sorted(order)
+    for upstream, downstream in zip(order, order[1:]):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    assert isinstance(dag.timetable, CronTriggerTimetable) and dag.timetable.expression == "0 2 * * *"
+    assert dag.start_date == datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    assert dag.tags >= {"trainpipe", "fraud", "nightly"}
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    for task in dag.tasks:  # the schedule section's retry defaults and the owner reach every task
+        assert (task.owner, task.retries, task.retry_delay) == ("risk-ml", 2, timedelta(minutes=2))
+    assert dags["house_prices"].timetable.timezone == "Europe/Amsterdam"
+    dag.validate()
+    DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the DAG processor stores
+
+
+def test_train_takes_the_validated_snapshot_and_register_emits_the_model_asset() -> None:
+    dag = _dags(EXAMPLE_CONFIGS)["fraud_detector"]
+    train = dag.get_task("train")
+    assert isinstance(train, DistributedTrainOperator)
+    assert (train.data_files.operator.task_id, train.data_files.key) == ("validate_data", "data_files")
+    assert (train.data_digest.operator.task_id, train.data_digest.key) == ("validate_data", "data_digest")
+    [asset] = dag.get_task("register").outlets
+    assert isinstance(asset, Asset)
+    assert (asset.name, asset.uri) == ("fraud_detector@champion", "x-mlflow-model://fraud_detector/champion")
+    assert asset.extra["model_uri"] == "models:/fraud_detector@champion"
+
+
+def test_trigger_form_params_and_their_templates() -> None:
+    dag = _dags(EXAMPLE_CONFIGS)["fraud_detector"]
+    params = dag.params
+    assert set(params.keys()) == {"partition", "hyperparameters", "force_registration"}
+    assert params["force_registration"] is False and params["partition"] == ""
+    assert params["hyperparameters"]["learning_rate"] == 0.002 and params["hyperparameters"]["epochs"] == 3
+    assert "model_args" not in params["hyperparameters"]
+    # The templates the tasks render: empty form -> the config's own partition.
+    import jinja2
+
+    partition = jinja2.Environment().from_string(dag.get_task("validate_data").partition)
+    assert partition.render(params={"partition": ""}, ds="2026-01-02") == "ds=2026-01-02"
+    assert partition.render(params={"partition": "ds=2025-12-31"}, ds="2026-01-02") == "ds=2025-12-31"
+    assert dag.get_task("gate").force == "{{ params.force_registration }}"
+
+
+def test_train_applies_only_the_form_values_that_change_something(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    train = _dags(EXAMPLE_CONFIGS)["fraud_detector"].get_task("train")
+    train.hyperparameter_overrides = '{"epochs": 3, "learning_rate": 1, "max_steps": null}'  # as rendered by | tojson
+    assert train._overrides() == {"learning_rate": 1.0}
+    train.hyperparameter_overrides = "{'batch_size': 64}"  # a dict rendered without native templating
+    assert train._overrides() == {"batch_size": 64}
+    train.hyperparameter_overrides = '{"epochs": 0}'
+    with pytest.raises(AirflowFailException, match="epochs"):
+        train._overrides()
+    train.hyperparameter_overrides = '{"epoch": 4}'
+    with pytest.raises(AirflowFailException, match="epoch"):
+        train._overrides()
+
+
+def test_doc_md_describes_the_pipeline_without_secrets() -> None:
+    dags = _dags(EXAMPLE_CONFIGS)
+    doc = dags["fraud_detector"].doc_md
+    assert "configs/fraud_detector.yaml" in doc
+    assert "`roc_auc` (maximize)" in doc and "fraud_detector@champion" in doc and "ZeRO-1" in doc
+    kubernetes = dags["house_prices"]
+    # house_prices runs on Kubernetes with env values and secret references: none reach the docs.
+    from airflow_trainpipe.config import load_config
+
+    k8s = load_config(EXAMPLE_CONFIGS / "house_prices.yaml").training.kubernetes
+    hidden = [*k8s.env.values(), *k8s.env_from, *k8s.registry_auth, *(ref.source for ref in k8s.env_keys)]
+    assert hidden
+    for value in hidden:
+        assert str(value) not in kubernetes.doc_md
+
+
+def test_asset_schedule_by_name_or_uri(tmp_path: Path) -> None:
+    by_name = FRAUD.replace('cron: "0 2 * * *"          # 02:00 UTC, after the upstream export lands', "asset: upstream@champion")
+    by_uri = by_name.replace("pipeline: fraud_detector", "pipeline: by_uri").replace("asset: upstream@champion", "asset: s3://bucket/exports")
+    dags = _dags(_folder(tmp_path, **{"a.yaml": by_name, "b.yaml": by_uri}))
+    assert dags["fraud_detector"].timetable.asset_condition == Asset.ref(name="upstream@champion")
+    assert dags["by_uri"].timetable.asset_condition == Asset.ref(uri="s3://bucket/exports")
+
+
+def test_a_broken_config_becomes_a_stand_in_and_the_others_still_load(tmp_path: Path) -> None:
+    broken = FRAUD.replace("pipeline: fraud_detector", "pipeline: fraud_typo").replace("metric: roc_auc", "metric: roc_acu")
+    folder = _folder(tmp_path, **{
+        "fraud_detector.yaml": FRAUD,
+        "fraud_typo.yaml": broken,
+        "not_yaml.yaml": "pipeline: [unclosed\n",
+        "house_prices.yml": (EXAMPLE_CONFIGS / "house_prices.yaml").read_text(),
+    })
+    dags = _dags(folder)
+    assert sorted(dags) == ["broken_config__not_yaml", "fraud_detector", "fraud_typo", "house_prices"]
+    typo = dags["fraud_typo"]  # under the id the file declares: the pipeline's own page shows the error
+    assert BROKEN_TAG in typo.tags and typo.timetable.can_be_scheduled is False
+    assert typo.description.startswith("BROKEN CONFIG configs/fraud_typo.yaml: gate.metric:")
+    assert "did you mean 'roc_auc'" in typo.description
+    assert "configs/fraud_typo.yaml:" in typo.doc_md and "gate.metric" in typo.doc_md
+    assert typo.dag_display_name == "fraud_typo [broken config: configs/fraud_typo.yaml]"
+    assert dags["broken_config__not_yaml"].description.startswith("BROKEN CONFIG configs/not_yaml.yaml: <document>: invalid YAML")
+    assert BROKEN_TAG not in dags["fraud_detector"].tags
+    [task] = typo.tasks
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="configs/fraud_typo.yaml:.*gate.metric"):
+        task.execute({})
+
+
+def test_two_configs_claiming_one_pipeline_name(tmp_path: Path) -> None:
+    dags = _dags(_folder(tmp_path, **{"a.yaml": FRAUD, "b.yaml": FRAUD}))
+    assert sorted(dags) == ["broken_config__b", "fraud_detector"]
+    assert "'fraud_detector' is already defined by configs/a.yaml" in dags["broken_config__b"].description
+
+
+def test_register_pipelines_binds_dags_in_the_namespace(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, **{"x.yaml": FRAUD})
+    namespace: dict = {}
+    register_pipelines(folder, namespace)
+    assert list(namespace) == ["fraud_detector"]
+    shutil.rmtree(folder)
+    assert register_pipelines(folder, {}) == []  # a missing folder is an empty one
