@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 # torch there would pull several GB of CUDA wheels.
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
-.PHONY: venv test test-fast demo bench docs gx-catalog constraints check clean
+.PHONY: venv test test-fast demo up bench docs gx-catalog constraints check clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ check: $(INSTALLED)
 
 demo: $(INSTALLED)
 	$(BIN)/python scripts/demo.py
+
+# Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C stops both.
+up: $(INSTALLED)
+	$(BIN)/python scripts/up.py
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/run.py --output BENCHMARKS.md

@@ -1,0 +1,174 @@
+"""`make up`: Airflow standalone (api-server, scheduler, dag-processor, triggerer on SQLite) with
+this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl-C stops both.
+
+State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
+synthetic data for fraud_detector), mlflow/ (tracking db and artifacts). tests/e2e reuses
+`airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import date, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def pick_port(preferred: int) -> int:
+    if port_free(preferred):
+        return preferred
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    print(f"port {preferred} is taken; using {port}", flush=True)
+    return port
+
+
+def airflow_env(airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: Path, port: int,
+                mlflow_connection: str) -> dict[str, str]:
+    """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default."""
+    env = {**os.environ}
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        env.pop(name, None)
+    env.update({
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        # A YAML edit is seen on the loader file's next parse; a new Python file on the next scan.
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "10",  # a removed YAML's DAG goes stale soon after
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW_CONN_MLFLOW_DEFAULT": mlflow_connection,
+        "TRAINPIPE_HOME": str(trainpipe_home),
+        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
+    })
+    return env
+
+
+def start_airflow(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:
+    """`airflow standalone` in its own process group (Ctrl-C in the terminal reaches only us)."""
+    output = open(log_path, "wb") if log_path else None  # noqa: SIM115 - kept open for the process's lifetime
+    return subprocess.Popen([str(BIN / "airflow"), "standalone"], env=env, start_new_session=True,
+                            stdout=output, stderr=subprocess.STDOUT if output else None)
+
+
+def wait_http(url: str, process: subprocess.Popen[bytes], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=3) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer {url} within {timeout:.0f}s")
+        time.sleep(1)
+
+
+def stop(process: subprocess.Popen[bytes], grace: float = 30) -> None:
+    """SIGTERM the whole process group, SIGKILL what is left after `grace` seconds."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # stragglers of the group, even after the leader exited
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def ensure_data(trainpipe_home: Path, days: int = 4) -> None:
+    """Synthetic partitions up to today, so the latest scheduled or manual run finds its data."""
+    out = trainpipe_home / "data" / "card_transactions"
+    start = date.today() - timedelta(days=days - 1)
+    if all((out / f"ds={start + timedelta(days=i)}" / "_SUCCESS").exists() for i in range(days)):
+        return
+    print(f"writing {days} days of synthetic card transactions to {out}", flush=True)
+    subprocess.run([str(BIN / "trainpipe"), "make-data", "--out", str(out), "--start", start.isoformat(),
+                    "--days", str(days)], check=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state", type=Path, default=REPO / "var" / "up")
+    parser.add_argument("--airflow-port", type=int, default=8080)
+    parser.add_argument("--mlflow-port", type=int, default=5000)
+    args = parser.parse_args()
+    state = args.state.resolve()
+    airflow_home, trainpipe_home, mlflow_root = state / "airflow", state / "home", state / "mlflow"
+    for folder in (airflow_home, trainpipe_home, mlflow_root):
+        folder.mkdir(parents=True, exist_ok=True)
+    ensure_data(trainpipe_home)
+    airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
+    if airflow_port == mlflow_port:
+        mlflow_port = pick_port(0)
+    mlflow_url = f"http://127.0.0.1:{mlflow_port}"
+    mlflow = subprocess.Popen(
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{mlflow_root / 'mlflow.db'}",
+         "--artifacts-destination", str(mlflow_root / "artifacts")],
+        start_new_session=True, stdout=open(mlflow_root / "server.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+    )
+    connection = json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": mlflow_port})
+    env = airflow_env(airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection)
+    airflow = start_airflow(env)
+    try:
+        wait_http(f"{mlflow_url}/health", mlflow, "mlflow server", 120)
+        wait_http(f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300)
+        passwords = airflow_home / "simple_auth_manager_passwords.json.generated"
+        password = json.loads(passwords.read_text()).get("admin", "?") if passwords.exists() else "?"
+        print("\n" + "\n".join([
+            f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
+            f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
+            f"dags     {REPO / 'dags'}   state {state}",
+            "Ctrl-C stops both.",
+        ]) + "\n", flush=True)
+        while airflow.poll() is None and mlflow.poll() is None:
+            time.sleep(1)
+        print(f"a process exited (airflow: {airflow.returncode}, mlflow: {mlflow.returncode}); stopping", flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping airflow and mlflow ...", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave orphans
+        stop(airflow)
+        stop(mlflow)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
