@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from airflow.plugins_manager import AirflowPlugin
@@ -26,7 +27,7 @@ def _connection_fields(value: str) -> dict:
     return {"host": parts.hostname, "port": parts.port, "schema": unquote(parts.path.lstrip("/")), "extra": extra}
 
 
-def mlflow_ui_url(environ: os._Environ | dict[str, str] = os.environ) -> str | None:
+def mlflow_ui_url(environ: Mapping[str, str] = os.environ) -> str | None:
     if url := environ.get(UI_URL_ENV):
         return url.rstrip("/")
     if not (value := environ.get(CONNECTION_ENV)):
@@ -50,7 +51,7 @@ def mlflow_ui_url(environ: os._Environ | dict[str, str] = os.environ) -> str | N
     return url
 
 
-def mlflow_external_views(environ: os._Environ | dict[str, str] = os.environ) -> list[dict]:
+def mlflow_external_views(environ: Mapping[str, str] = os.environ) -> list[dict]:
     url = mlflow_ui_url(environ)
     if url is None:
         return []

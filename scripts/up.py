@@ -61,7 +61,9 @@ def airflow_env(airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: P
         # A YAML edit is seen on the loader file's next parse; a new Python file on the next scan.
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "10",  # a removed YAML's DAG goes stale soon after
+        # A removed YAML's DAG goes stale at the next cleanup after the loader's next parse.
+        "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "10",
+        "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW_CONN_MLFLOW_DEFAULT": mlflow_connection,
@@ -145,7 +147,8 @@ def main() -> int:
     )
     connection = json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": mlflow_port})
     env = airflow_env(airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection)
-    airflow = start_airflow(env)
+    airflow = start_airflow(env, airflow_home / "standalone.log")  # the terminal keeps only what a user needs
+    print(f"starting mlflow server and airflow standalone (logs: {mlflow_root / 'server.log'}, {airflow_home / 'standalone.log'}) ...", flush=True)
     try:
         wait_http(f"{mlflow_url}/health", mlflow, "mlflow server", 120)
         wait_http(f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300)
