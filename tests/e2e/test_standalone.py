@@ -193,7 +193,7 @@ def test_fraud_detector_runs_and_registers_the_champion(stack: Stack, monkeypatc
     assert ours and ours[0]["source_run_id"] == run_id, events
 
 
-def test_yaml_added_then_removed_without_touching_the_loader(stack: Stack) -> None:
+def test_yaml_added_changed_and_removed_without_touching_the_loader(stack: Stack) -> None:
     loader = stack.configs.parent / "trainpipe_pipelines.py"
     before = loader.stat().st_mtime_ns
     text = (stack.configs / "house_prices.yaml").read_text()
@@ -202,6 +202,8 @@ def test_yaml_added_then_removed_without_touching_the_loader(stack: Stack) -> No
     added.write_text(text.replace("pipeline: house_prices", "pipeline: e2e_added"))
     dag = stack.wait_for("DAG e2e_added to appear", lambda: (d := stack.dag("e2e_added")) and not d["is_stale"] and d, 120)
     assert dag["fileloc"].endswith("trainpipe_pipelines.py")
+    added.write_text(added.read_text().replace("description: ", "description: Changed by the e2e test. ", 1))
+    stack.wait_for("the changed description", lambda: stack.dag("e2e_added")["description"].startswith("Changed by the e2e test."), 120)
     added.unlink()
     stack.wait_for("DAG e2e_added to go stale", lambda: (d := stack.dag("e2e_added")) is None or d["is_stale"], 120)
     assert not stack.dag("house_prices")["is_stale"]
