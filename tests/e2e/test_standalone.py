@@ -91,15 +91,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     (airflow_home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": password}))
 
     mlflow = start_mlflow_server(root / "mlflow")
-    port = free_port()
-    env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
-    env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
-    # Only the runs this test triggers: unpausing would otherwise also start today's scheduled run,
-    # which waits for a partition that does not exist and holds the DAG's single active-run slot.
-    env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
-    airflow = up.start_airflow(env, airflow_home / "standalone.log")
-    url = f"http://127.0.0.1:{port}"
+    airflow = None
     try:
+        port = free_port()
+        env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
+        env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
+        # Only the runs this test triggers: unpausing would otherwise also start today's scheduled run,
+        # which waits for a partition that does not exist and holds the DAG's single active-run slot.
+        env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
+        airflow = up.start_airflow(env, airflow_home / "standalone.log")
+        url = f"http://127.0.0.1:{port}"
         try:
             up.wait_http(f"{url}/api/v2/monitor/health", airflow, "airflow standalone", 240)
         except RuntimeError as exc:
@@ -110,7 +111,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
         yield Stack(url, session, dags / "configs", airflow_home, mlflow)
     finally:
-        up.stop(airflow)
+        if airflow is not None:
+            up.stop(airflow)
         stop_mlflow_server(mlflow.process)
 
 
