@@ -1,12 +1,15 @@
 """Run a DAG file through Airflow's own `dag.test()` in a fresh process, as a user would.
 
 `dag.test()` needs the DAG in a file of the configured dags folder and a migrated metadata DB;
-the DB is migrated once per session (`airflow_env` in conftest.py) and shared by every DAG test.
+the DB is migrated once per session (`migrated_airflow_db` in conftest.py) and each Airflow home
+gets a copy of it (`airflow db migrate` costs a process start and every migration).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,6 +34,21 @@ if __name__ == "__main__":
         "tries": {{k: ti.try_number for k, ti in _tis.items()}},
     }}))
 '''
+
+
+def dag_test_env(root: Path, migrated_db: Path) -> dict[str, str]:
+    """Environment of an Airflow home under `root` (a copy of the migrated DB), with the dags
+    folder `root/dags` and TRAINPIPE_HOME `root/home`."""
+    (root / "dags").mkdir()
+    (root / "airflow").mkdir()
+    shutil.copy2(migrated_db, root / "airflow" / "airflow.db")
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_HOME": str(root / "home"),
+    }
 
 
 @dataclass
