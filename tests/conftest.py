@@ -22,6 +22,10 @@ def _isolated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("airflow_home")
     os.environ.setdefault("AIRFLOW_HOME", str(home))
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    # DeepSpeed JIT-compiles its CPU comm op on first use (~40 s). The default cache
+    # (~/.cache/torch_extensions) is shared by every virtualenv of the user, and each venv's
+    # include paths differ, so jobs of two checkouts rebuild it in turn: keep one per venv.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
 
 
 @pytest.fixture(scope="session")

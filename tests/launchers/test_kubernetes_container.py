@@ -72,10 +72,10 @@ def run_container(pod: dict[str, Any], scratch: Path, *, pause_at: str | None = 
     command = [expand(arg, env) for arg in container["command"]]
     # The image's `python` is this virtualenv's.
     process_env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
-    # On CPU, DeepSpeed JIT-compiles its shared-memory comm op into $HOME/.cache on first use
-    # (~40 s; the CUDA image never builds it). The pod's HOME is a fresh emptyDir, so without
-    # this every try would compile it again: reuse the op the test machine's jobs already built.
-    process_env.update(_shared_extension_cache())
+    # On CPU, DeepSpeed JIT-compiles its shared-memory comm op on first use (~40 s; the CUDA
+    # image never builds it), by default into $HOME/.cache, a fresh emptyDir in each pod: reuse
+    # the op the session's other jobs built (conftest.py sets TORCH_EXTENSIONS_DIR).
+    process_env["TORCH_EXTENSIONS_DIR"] = os.environ["TORCH_EXTENSIONS_DIR"]
     if pause_at:
         process_env["TRAINPIPE_PAUSE_AT"] = pause_at  # fault injection, not part of the manifest
     process = subprocess.Popen(command, env=process_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -89,15 +89,6 @@ def run_container(pod: dict[str, Any], scratch: Path, *, pause_at: str | None = 
         if pause_at and f"TRAINPIPE PAUSED {pause_at}" in line:
             _kill_tree(process)  # the node is lost: every process of the pod dies at once
     return process.wait(), events, "".join(output)
-
-
-def _shared_extension_cache() -> dict[str, str]:
-    if "TORCH_EXTENSIONS_DIR" in os.environ:
-        return {"TORCH_EXTENSIONS_DIR": os.environ["TORCH_EXTENSIONS_DIR"]}
-    from torch.utils.cpp_extension import get_default_build_root
-
-    # torch builds under $XDG_CACHE_HOME/torch_extensions/<python>_<accelerator>/
-    return {"XDG_CACHE_HOME": str(Path(get_default_build_root()).parent)}
 
 
 def _kill_tree(process: subprocess.Popen[str]) -> None:
