@@ -26,6 +26,10 @@ def _isolated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     # (~/.cache/torch_extensions) is shared by every virtualenv of the user, and each venv's
     # include paths differ, so jobs of two checkouts rebuild it in turn: keep one per venv.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    # As in an activated virtualenv. The build runs the first `ninja` on PATH: the venv's
+    # (pip's ninja) and the system's hash build commands differently, so jobs started with
+    # and without the venv's bin first (pods, the local launcher) would rebuild it in turn.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")
