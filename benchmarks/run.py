@@ -85,14 +85,16 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
-SECTIONS = ("config", "training", "validation")
+SECTIONS = ("config", "parsing", "training", "validation")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
-    from train_bench import bench_training  # benchmarks/ is on sys.path when run as a script
+    from dag_parsing_bench import bench_dag_parsing  # benchmarks/ is on sys.path when run as a script
+    from train_bench import bench_training
     from validation_bench import bench_validation
 
-    benches = {"config": bench_config_parsing, "training": bench_training, "validation": bench_validation}
+    benches = {"config": bench_config_parsing, "parsing": bench_dag_parsing, "training": bench_training,
+               "validation": bench_validation}
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
     for name in names:
@@ -145,7 +147,7 @@ def main() -> None:
 
 def _section_name(heading: str) -> str:
     lowered = heading.lower()
-    for name, marker in (("config", "config parsing"), ("validation", "data validation")):
+    for name, marker in (("config", "config parsing"), ("parsing", "dag parsing"), ("validation", "data validation")):
         if marker in lowered:
             return name
     return "training"

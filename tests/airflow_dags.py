@@ -1,12 +1,15 @@
 """Run a DAG file through Airflow's own `dag.test()` in a fresh process, as a user would.
 
 `dag.test()` needs the DAG in a file of the configured dags folder and a migrated metadata DB;
-the DB is migrated once per session (`airflow_env` in conftest.py) and shared by every DAG test.
+the DB is migrated once per session (`migrated_airflow_db` in conftest.py) and each Airflow home
+gets a copy of it (`airflow db migrate` costs a process start and every migration).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,20 +20,37 @@ from typing import Any
 
 RESULT_MARK = "TEST-RESULT "
 
-# Appended to each DAG file: run it once and print the states (and XComs) the test asserts on.
+# Appended to each DAG file: run it once per logical date and print the states (and XComs) the
+# test asserts on, flushed, so each run's output ends at its result line.
 RUNNER = '''
 if __name__ == "__main__":
     import json as _json
     from datetime import datetime as _datetime, timezone as _timezone
 
-    _run = dag.test(logical_date=_datetime.fromisoformat({logical_date!r}).replace(tzinfo=_timezone.utc))
-    _tis = {{ti.task_id: ti for ti in _run.get_task_instances()}}
-    print({mark!r} + _json.dumps({{
-        "state": str(_run.state),
-        "tasks": {{k: str(ti.state) for k, ti in _tis.items()}},
-        "tries": {{k: ti.try_number for k, ti in _tis.items()}},
-    }}))
+    for _date in {logical_dates!r}:
+        _run = dag.test(logical_date=_datetime.fromisoformat(_date).replace(tzinfo=_timezone.utc))
+        _tis = {{ti.task_id: ti for ti in _run.get_task_instances()}}
+        print({mark!r} + _json.dumps({{
+            "state": str(_run.state),
+            "tasks": {{k: str(ti.state) for k, ti in _tis.items()}},
+            "tries": {{k: ti.try_number for k, ti in _tis.items()}},
+        }}), flush=True)
 '''
+
+
+def dag_test_env(root: Path, migrated_db: Path) -> dict[str, str]:
+    """Environment of an Airflow home under `root` (a copy of the migrated DB), with the dags
+    folder `root/dags` and TRAINPIPE_HOME `root/home`."""
+    (root / "dags").mkdir()
+    (root / "airflow").mkdir()
+    shutil.copy2(migrated_db, root / "airflow" / "airflow.db")
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_HOME": str(root / "home"),
+    }
 
 
 @dataclass
@@ -44,9 +64,16 @@ class DagTestRun:
 def run_dag_file(env: dict[str, str], name: str, source: str, logical_date: str = "2026-01-02",
                  timeout: float = 300, on_line: Callable[[str], None] | None = None) -> DagTestRun:
     """Run the DAG once; `on_line` sees each output line as it comes (to act while a task runs)."""
+    (run,) = run_dag_file_for_dates(env, name, source, [logical_date], timeout, on_line)
+    return run
+
+
+def run_dag_file_for_dates(env: dict[str, str], name: str, source: str, logical_dates: list[str],
+                           timeout: float = 300, on_line: Callable[[str], None] | None = None) -> list[DagTestRun]:
+    """One DAG run per logical date, in order, in one process (one interpreter start and DAG parse)."""
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     path = dags / f"{name}.py"
-    path.write_text(source + RUNNER.format(logical_date=logical_date, mark=RESULT_MARK))
+    path.write_text(source + RUNNER.format(logical_dates=logical_dates, mark=RESULT_MARK))
     process = subprocess.Popen([sys.executable, str(path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killer = threading.Timer(timeout, process.kill)
     killer.start()
@@ -60,8 +87,15 @@ def run_dag_file(env: dict[str, str], name: str, source: str, logical_date: str 
     finally:
         killer.cancel()
         process.kill()
-    output = "".join(lines)
-    if RESULT_MARK not in output:
-        raise AssertionError(f"dag.test() of {name} printed no result (exit {code}):\n{output[-6000:]}")
-    summary: dict[str, Any] = json.loads(output.split(RESULT_MARK, 1)[1].splitlines()[0])
-    return DagTestRun(output=output, **summary)
+    runs: list[DagTestRun] = []
+    segment: list[str] = []
+    for line in lines:
+        segment.append(line)
+        if RESULT_MARK in line:
+            summary: dict[str, Any] = json.loads(line.split(RESULT_MARK, 1)[1])
+            runs.append(DagTestRun(output="".join(segment), **summary))
+            segment = []
+    if len(runs) != len(logical_dates):
+        raise AssertionError(f"dag.test() of {name} printed {len(runs)} of {len(logical_dates)} results (exit {code}):\n{''.join(lines)[-6000:]}")
+    runs[-1].output += "".join(segment)  # what the process printed after the last run
+    return runs

@@ -22,6 +22,14 @@ def _isolated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("airflow_home")
     os.environ.setdefault("AIRFLOW_HOME", str(home))
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    # DeepSpeed JIT-compiles its CPU comm op on first use (~40 s). The default cache
+    # (~/.cache/torch_extensions) is shared by every virtualenv of the user, and each venv's
+    # include paths differ, so jobs of two checkouts rebuild it in turn: keep one per venv.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    # As in an activated virtualenv. The build runs the first `ninja` on PATH: the venv's
+    # (pip's ninja) and the system's hash build commands differently, so jobs started with
+    # and without the venv's bin first (pods, the local launcher) would rebuild it in turn.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")
@@ -37,20 +45,22 @@ def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment of a migrated Airflow (SQLite) with its own dags folder, for `dag.test()` runs."""
-    root = tmp_path_factory.mktemp("airflow_dag_tests")
-    (root / "dags").mkdir()
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(root / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "TRAINPIPE_HOME": str(root / "home"),
-    }
+def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Airflow metadata DB (SQLite) after `airflow db migrate`, migrated once per session:
+    every `dag.test()` home starts from a copy (see `tests.airflow_dags.dag_test_env`)."""
+    home = tmp_path_factory.mktemp("airflow_migrated")
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    return env
+    return home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path) -> dict[str, str]:
+    """Environment of a migrated Airflow (SQLite) with its own dags folder, for `dag.test()` runs."""
+    from tests.airflow_dags import dag_test_env
+
+    return dag_test_env(tmp_path_factory.mktemp("airflow_dag_tests"), migrated_airflow_db)
 
 
 def free_port() -> int:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.launchers.local import LocalLauncher
 from airflow_trainpipe.train_spec import TrainSpec
@@ -18,6 +20,7 @@ EVERY_STEPS = 10  # checkpoint interval of the test job: 19 steps per epoch (+ e
 class JobRun:
     code: int
     losses: dict[int, float] = field(default_factory=dict)
+    start: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     output: list[str] = field(default_factory=list)
 
@@ -50,6 +53,20 @@ def make_spec(checkpoint_root: Path, files: list[str], run_id: str, zero_stage: 
     return TrainSpec(config=job_config(checkpoint_root, zero_stage), run_id=run_id, data_files=files)
 
 
+_uninterrupted: dict[int, JobRun] = {}
+
+
+def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, files: list[str], zero_stage: int = 1) -> JobRun:
+    """The reference run of `make_spec(..., files, zero_stage)`, trained once per session: the
+    resume tests compare against it and the serving test loads its model. Call it with the
+    session's `trainpipe_home` fixture active (every job logs to that one MLflow database)."""
+    if zero_stage not in _uninterrupted:
+        run = run_job(make_spec(tmp_path_factory.mktemp(f"uninterrupted_zero{zero_stage}"), files, "uninterrupted", zero_stage))
+        assert run.code == 0, run.text[-3000:]
+        _uninterrupted[zero_stage] = run
+    return _uninterrupted[zero_stage]
+
+
 def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env: dict[str, str] | None = None) -> JobRun:
     """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL."""
     launcher = LocalLauncher(spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})})
@@ -61,6 +78,8 @@ def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env
             event = line.event or {}
             if event.get("event") in ("step", "progress"):
                 run.losses[event["step"]] = event["loss"]
+            elif event.get("event") == "start":
+                run.start = event
             elif event.get("event") == "result":
                 run.result = event
             if pause_at and f"TRAINPIPE PAUSED {pause_at}" in line.text:

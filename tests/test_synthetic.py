@@ -40,6 +40,12 @@ def test_each_problem_changes_what_it_names(tmp_path: Path) -> None:
     drifted = _day(tmp_path / "drift", "drift:amount")
     assert drifted["amount"].to_numpy().mean() > 1.8 * clean["amount"].to_numpy().mean()
     assert drifted["hour"].equals(clean["hour"])  # only the named feature moves
+    late = _day(tmp_path / "late", "late_labels:channel:online")
+    online = clean["channel"].to_numpy(zero_copy_only=False) == "online"
+    assert clean["is_fraud"].to_numpy()[online].sum() > 0
+    assert late["is_fraud"].to_numpy()[online].sum() == 0  # the segment's frauds read as genuine
+    assert (late["is_fraud"].to_numpy()[~online] == clean["is_fraud"].to_numpy()[~online]).all()
+    assert late.drop_columns(["is_fraud"]).equals(clean.drop_columns(["is_fraud"]))
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,9 @@ Problems are what breaks real upstream exports, injected into a chosen day so th
 checks can be shown to catch each one: `drop:COL`, `rename:COL:NEW`, `dtype:COL` (becomes
 strings), `nulls:COL[:FRACTION]`, `out_of_range:COL[:VALUE]`, `volume:FRACTION` (keep that share
 of rows) and `drift:COL[,COL...]` (shifted numeric / reweighted categorical distributions).
+`late_labels:COL:VALUE` is the one no data check can see: frauds where COL == VALUE are labelled 0
+because their chargebacks arrive after the export, so a model trained on that day learns the
+segment is safe; only comparing it with a model trained on complete labels shows it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from datetime import date
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_trainpipe.storage import filesystem, join
@@ -56,7 +60,7 @@ def transactions(day: date, rows: int, seed: int) -> pa.Table:
     })
 
 
-PROBLEM_KINDS = ("drop", "rename", "dtype", "nulls", "out_of_range", "volume", "drift")
+PROBLEM_KINDS = ("drop", "rename", "dtype", "nulls", "out_of_range", "volume", "drift", "late_labels")
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class Problem:
     def parse(cls, text: str) -> Problem:
         kind, *args = text.split(":")
         arity = {"drop": (1, 1), "rename": (2, 2), "dtype": (1, 1), "nulls": (1, 2), "out_of_range": (1, 2),
-                 "volume": (1, 1), "drift": (1, 1)}
+                 "volume": (1, 1), "drift": (1, 1), "late_labels": (2, 2)}
         if kind not in arity:
             raise ValueError(f"unknown problem {kind!r} in {text!r}; known: {', '.join(PROBLEM_KINDS)}")
         low, high = arity[kind]
@@ -115,6 +119,9 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
             table = _replace(table, column, values)
         return table
     column = _column(table, name, problem)
+    if kind == "late_labels":
+        segment = pc.equal(column.cast(pa.string()), args[1])
+        return _replace(table, "is_fraud", pc.if_else(segment, pa.scalar(0, pa.int64()), table["is_fraud"]).combine_chunks())
     if kind == "drop":
         return table.drop_columns([name])
     if kind == "rename":

@@ -7,6 +7,7 @@ import json
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel
 
+from airflow_trainpipe.config.docstrings import field_description
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.reference import BEGIN_MARKER, END_MARKER, json_schema, markdown_reference
 from tests.conftest import REPO_ROOT
@@ -27,10 +28,19 @@ def test_every_field_is_documented() -> None:
     undocumented = [
         f"{model.__name__}.{name}"
         for model in _all_sections(PipelineConfig, set())
-        for name, info in model.model_fields.items()
-        if not info.description
+        for name in model.model_fields
+        if not field_description(model, name)
     ]
     assert undocumented == []
+
+
+def test_descriptions_are_read_from_the_attribute_docstrings() -> None:
+    from airflow_trainpipe.config.training import Hyperparameters
+
+    assert field_description(Hyperparameters, "learning_rate") == "AdamW learning rate."
+    assert json_schema()["$defs"]["Hyperparameters"]["properties"]["learning_rate"]["description"] == "AdamW learning rate."
+    # Inherited fields and aliased keys keep theirs.
+    assert json_schema()["properties"]["register"]["description"]
 
 
 def test_readme_reference_is_up_to_date() -> None:

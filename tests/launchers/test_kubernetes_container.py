@@ -72,6 +72,10 @@ def run_container(pod: dict[str, Any], scratch: Path, *, pause_at: str | None = 
     command = [expand(arg, env) for arg in container["command"]]
     # The image's `python` is this virtualenv's.
     process_env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
+    # On CPU, DeepSpeed JIT-compiles its shared-memory comm op on first use (~40 s; the CUDA
+    # image never builds it), by default into $HOME/.cache, a fresh emptyDir in each pod: reuse
+    # the op the session's other jobs built (conftest.py sets TORCH_EXTENSIONS_DIR).
+    process_env["TORCH_EXTENSIONS_DIR"] = os.environ["TORCH_EXTENSIONS_DIR"]
     if pause_at:
         process_env["TRAINPIPE_PAUSE_AT"] = pause_at  # fault injection, not part of the manifest
     process = subprocess.Popen(command, env=process_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -8,7 +8,6 @@ Airflow metadata DB); the test then reads task states, XComs and the MLflow regi
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.airflow_dags import dag_test_env
 from tests.mlflow_server import log_candidate_run
 from tests.operators.mlflow_backends import BACKENDS, write_config
 
@@ -90,27 +90,17 @@ if __name__ == "__main__":
 class Pipeline:
     """A dags folder, an Airflow home and a TRAINPIPE_HOME in tmp_path; runs DAGs with confs."""
 
-    def __init__(self, tmp_path: Path, train_config: Path, gate_config: Path, files: list[str], connection: str | None):
-        dags = tmp_path / "dags"
-        dags.mkdir()
+    def __init__(self, tmp_path: Path, migrated_db: Path, train_config: Path, gate_config: Path, files: list[str], connection: str | None):
+        self.env = dag_test_env(tmp_path, migrated_db)
         text = (DAG_FILE.replace("__TRAIN_CONFIG__", repr(str(train_config))).replace("__GATE_CONFIG__", repr(str(gate_config)))
                 .replace("__FILES__", repr(files)))
-        self.dag_file = dags / "pipelines.py"
+        self.dag_file = Path(self.env["AIRFLOW__CORE__DAGS_FOLDER"]) / "pipelines.py"
         self.dag_file.write_text(text)
-        self.airflow_home = tmp_path / "airflow"
-        self.env = {
-            **os.environ,
-            "AIRFLOW_HOME": str(self.airflow_home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "TRAINPIPE_HOME": str(tmp_path / "home"),
-        }
+        self.airflow_home = Path(self.env["AIRFLOW_HOME"])
         for name in ("AIRFLOW_CONN_MLFLOW_DEFAULT", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
             self.env.pop(name, None)
         if connection:
             self.env["AIRFLOW_CONN_MLFLOW_DEFAULT"] = connection
-        airflow = Path(sys.executable).parent / "airflow"
-        subprocess.run([str(airflow), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
         self.output = ""
 
     def run(self, *runs: tuple[str, dict]) -> list[str]:
@@ -160,7 +150,8 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                   migrated_airflow_db: Path) -> None:
     """Trained candidates: bootstrap, better (register crashes once), worse. Logged runs standing in
     for training (another registered model): a guardrail breach and a forced promotion."""
     from airflow_trainpipe.synthetic import write_day
@@ -179,7 +170,7 @@ def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest,
         # worse, promoted anyway by force (the trigger form's override)
         "forced": log_candidate_run(guarded, {"roc_auc": 0.70, "log_loss": 0.40, "recall": 0.40}, champion, "1", model_name=guarded),
     }
-    pipeline = Pipeline(tmp_path, write_config(tmp_path / "train.yaml", name, replacements),
+    pipeline = Pipeline(tmp_path, migrated_airflow_db, write_config(tmp_path / "train.yaml", name, replacements),
                         write_config(tmp_path / "gate.yaml", guarded), files, connection)
     runs = pipeline.run(
         # 2 steps: barely trained (bootstrap); 30 steps: better; 2 steps again: worse than that

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.operators.train import DistributedTrainOperator
+from tests.airflow_dags import dag_test_env
 from tests.conftest import EXAMPLE_CONFIGS
 
 
@@ -80,7 +80,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path) -> None:
+def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_airflow_db: Path) -> None:
     from datetime import date
 
     from airflow_trainpipe.synthetic import write_day
@@ -90,18 +90,9 @@ def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path) -> None:
     text = text.replace("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}").replace("every_steps: 100", "every_steps: 5")
     text = text.replace("batch_size: 256", "batch_size: 64")
     (tmp_path / "train.yaml").write_text(text)
-    dags = tmp_path / "dags"
-    dags.mkdir()
+    env = dag_test_env(tmp_path, migrated_airflow_db)
+    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "train_retry.py").write_text(DAG_FILE.format(config=str(tmp_path / "train.yaml"), files=files))
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "TRAINPIPE_HOME": str(tmp_path / "home"),
-    }
-    airflow = Path(sys.executable).parent / "airflow"
-    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     done = subprocess.run([sys.executable, str(dags / "train_retry.py")], env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_trainpipe.operators.validate import DataValidateOperator
 from airflow_trainpipe.synthetic import Problem, write_day
-from tests.airflow_dags import run_dag_file
+from tests.airflow_dags import run_dag_file_for_dates
 from tests.conftest import EXAMPLE_CONFIGS
 
 DAG_SOURCE = '''
@@ -53,14 +53,14 @@ def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
     config.write_text(text)
     source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(config))
 
-    clean = run_dag_file(airflow_env, "validate_then_train", source, logical_date="2026-01-01")
+    clean, drifted = run_dag_file_for_dates(airflow_env, "validate_then_train", source, ["2026-01-01", "2026-01-02"])
     assert (clean.state, clean.tasks) == ("success", {"validate_data": "success", "train": "success"}), clean.output[-5000:]
-    snapshot = json.loads(next((data / "_trainpipe" / "snapshots").glob("*.json")).read_text())
+    snapshots = [json.loads(path.read_text()) for path in (data / "_trainpipe" / "snapshots").glob("*.json")]
+    (snapshot,) = [s for s in snapshots if all("/ds=2026-01-01/" in f["uri"] for f in s["files"])]
     files = " ".join(f["uri"] for f in snapshot["files"])
     assert f"TRAINS-ON {files} {snapshot['digest']}" in clean.output
     assert f"snapshot {snapshot['digest']}" in clean.output and "all 8 check(s) passed" in clean.output  # schema, 2 volume, 5 expectations
 
-    drifted = run_dag_file(airflow_env, "validate_then_train", source, logical_date="2026-01-02")
     assert drifted.state == "failed", drifted.output[-5000:]
     assert drifted.tasks == {"validate_data": "failed", "train": "upstream_failed"}
     assert drifted.tries["validate_data"] == 1  # retries=2, yet bad data is not retried

@@ -1,95 +1,140 @@
 """Kill -9 a real 2-rank DeepSpeed job and resume it: bit-exact on the same world size,
-within 1e-5 on another one (universal checkpoints), for ZeRO stages 1, 2 and 3."""
+within 1e-5 on another one (universal checkpoints), for ZeRO stages 1, 2 and 3.
+
+Every job pays a process start (torchrun, DeepSpeed, MLflow), so stage 1 is one run killed three
+times in a row: after a completed checkpoint, mid-step, and while a checkpoint is being saved.
+Each try after a kill is checked against the uninterrupted run; the run directory the last kill
+leaves is then copied for each way of finishing it (2 ranks, a corrupt newest checkpoint, 1 or
+3 ranks)."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.jobs import EVERY_STEPS, JobRun, make_spec, run_job
+from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
+from airflow_trainpipe.storage import local_path
+from tests.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
-_baselines: dict[int, JobRun] = {}
+KILLS = ("step:13", "mid_step:22", "save:30")
 
 
-def baseline(tmp_path_factory: pytest.TempPathFactory, files: list[str], zero_stage: int) -> JobRun:
-    """One uninterrupted run per ZeRO stage, shared by the tests of that stage."""
-    if zero_stage not in _baselines:
-        root = tmp_path_factory.mktemp(f"baseline_zero{zero_stage}")
-        run = run_job(make_spec(root, files, "uninterrupted", zero_stage))
-        assert run.code == 0, run.text[-3000:]
-        _baselines[zero_stage] = run
-    return _baselines[zero_stage]
+@dataclass
+class Interrupted:
+    """Stage-1 run `killed` after its three tries, each ended by a kill at one of KILLS."""
+
+    reference: JobRun
+    tries: list[JobRun]
+    run_dir: Path  # as try 3 left it: complete checkpoints 10, 19 and 20; step 30 without marker
+    files: list[str]
+
+    def resume(self, root: Path, nproc: int = 2, before: Callable[[Path], None] | None = None) -> tuple[JobRun, str]:
+        """Run try 4 on a copy of the run directory under `root`, as a fresh MLflow run."""
+        spec = make_spec(root, self.files, "killed")
+        copy = local_path(spec.run_dir)
+        shutil.copytree(self.run_dir, copy)
+        (copy / RUN_ID_FILE).unlink()
+        if before is not None:
+            before(copy)
+        return run_job(spec, nproc=nproc), spec.run_dir
 
 
-def _assert_resumed_bit_exact(resumed: JobRun, reference: JobRun, resumed_from: int) -> None:
-    assert resumed.code == 0, resumed.text[-3000:]
-    assert resumed.result["resumed_from_step"] == resumed_from
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]) -> Interrupted:
+    reference = uninterrupted_run(tmp_path_factory, job_files, zero_stage=1)
+    spec = make_spec(tmp_path_factory.mktemp("interrupted"), job_files, "killed")
+    tries = [run_job(spec, pause_at=kill_at) for kill_at in KILLS]
+    for run in tries:
+        assert run.code != 0 and run.result is None, run.text[-3000:]
+    snapshot = tmp_path_factory.mktemp("interrupted_snapshot") / "killed"
+    shutil.copytree(local_path(spec.run_dir), snapshot)
+    return Interrupted(reference, tries, snapshot, job_files)
+
+
+def _assert_continues_bit_exact(resumed: JobRun, reference: JobRun, resumed_from: int, recomputed: int | None = None) -> None:
+    """A try that resumed: it starts right after `resumed_from` and repeats the reference's losses.
+    It recomputes the steps the killed try ran past that checkpoint: exactly `recomputed`, or at
+    most one checkpoint interval."""
+    assert resumed.start is not None, resumed.text[-3000:]
+    assert resumed.start["resumed_from"] == resumed_from
+    if recomputed is None:
+        assert 0 <= resumed.start["steps_recomputed"] <= EVERY_STEPS
+    else:
+        assert resumed.start["steps_recomputed"] == recomputed
     assert min(resumed.losses) == resumed_from + 1
     for step, loss in resumed.losses.items():
         assert loss == reference.losses[step], f"step {step}: {loss!r} != {reference.losses[step]!r}"
+
+
+def _assert_resumed_bit_exact(resumed: JobRun, reference: JobRun, resumed_from: int, recomputed: int | None = None) -> None:
+    assert resumed.code == 0, resumed.text[-3000:]
+    _assert_continues_bit_exact(resumed, reference, resumed_from, recomputed)
+    assert resumed.result["resumed_from_step"] == resumed_from
     assert resumed.result["weights_sha256"] == reference.result["weights_sha256"]
     assert resumed.result["final_step"] == reference.result["final_step"]
-    assert 0 <= resumed.result["steps_recomputed"] <= EVERY_STEPS
+    assert resumed.result["steps_recomputed"] == resumed.start["steps_recomputed"]
 
 
 @pytest.mark.parametrize(
-    ("kill_at", "resumed_from"),
+    ("resumed_try", "resumed_from", "synced_until"),
     [
-        ("step:13", 10),      # after the step-10 checkpoint completed
-        ("mid_step:17", 10),  # between backward and optimizer step
-        ("save:30", 20),      # step 30's files written, its completion marker not yet
+        (1, 10, 20),  # try 1 was killed at step 13, after the step-10 checkpoint completed
+        (2, 20, 30),  # try 2 was killed mid-step 22, between backward and optimizer step
     ],
-    ids=["after_checkpoint", "mid_step", "during_checkpoint_save"],
+    ids=["after_checkpoint", "mid_step"],
 )
-def test_kill_and_resume_is_bit_exact(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path,
-                                      job_files: list[str], kill_at: str, resumed_from: int) -> None:
-    reference = baseline(tmp_path_factory, job_files, zero_stage=1)
-    spec = make_spec(tmp_path, job_files, "killed")
-    killed = run_job(spec, pause_at=kill_at)
-    assert killed.code != 0 and killed.result is None
-    resumed = run_job(spec)
-    _assert_resumed_bit_exact(resumed, reference, resumed_from)
-    if kill_at.startswith("save:"):
-        assert f"skipping partial checkpoint {spec.run_dir}/checkpoints/step_000000030" in resumed.text
+def test_kill_and_resume_is_bit_exact(interrupted: Interrupted, resumed_try: int, resumed_from: int, synced_until: int) -> None:
+    assert interrupted.tries[0].start["resumed_from"] == 0
+    resumed = interrupted.tries[resumed_try]
+    _assert_continues_bit_exact(resumed, interrupted.reference, resumed_from)
+    # Losses are gathered every 10 steps: the try reported every step up to its last sync before its own kill.
+    assert sorted(resumed.losses) == list(range(resumed_from + 1, synced_until + 1))
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-                                                                  trainpipe_home: Path, job_files: list[str]) -> None:
-    reference = baseline(tmp_path_factory, job_files, zero_stage=1)
-    spec = make_spec(tmp_path, job_files, "corrupted")
-    assert run_job(spec, pause_at="step:23").code != 0
-    shard = next((tmp_path / "fraud_detector" / "corrupted" / "checkpoints" / "step_000000020").glob("*optim_states.pt"))
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    shard.write_bytes(bytes(data))
-    resumed = run_job(spec)
-    assert f"skipping corrupt checkpoint {spec.run_dir}/checkpoints/step_000000020: {shard.name} sha256" in resumed.text
-    # Step 19 is the epoch-end checkpoint just before the damaged one.
-    _assert_resumed_bit_exact(resumed, reference, resumed_from=19)
+def test_kill_during_checkpoint_save_resumes_from_the_previous_one(interrupted: Interrupted, tmp_path: Path) -> None:
+    resumed, run_dir = interrupted.resume(tmp_path)
+    _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=20)
+    assert f"skipping partial checkpoint {run_dir}/checkpoints/step_000000030" in resumed.text
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(interrupted: Interrupted, tmp_path: Path) -> None:
+    damaged: list[str] = []
+
+    def corrupt_step_20(run_dir: Path) -> None:
+        shard = next((run_dir / "checkpoints" / "step_000000020").glob("*optim_states.pt"))
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+        damaged.append(shard.name)
+
+    resumed, run_dir = interrupted.resume(tmp_path, before=corrupt_step_20)
+    assert f"skipping corrupt checkpoint {run_dir}/checkpoints/step_000000020: {damaged[0]} sha256" in resumed.text
+    # Step 19 is the epoch-end checkpoint just before the damaged one; the killed try had run
+    # steps 20 to 30.
+    _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=19, recomputed=11)
 
 
 @pytest.mark.parametrize("world_size", [1, 3])
-def test_two_rank_checkpoint_resumes_on_another_world_size(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-                                                           trainpipe_home: Path, job_files: list[str], world_size: int) -> None:
-    reference = baseline(tmp_path_factory, job_files, zero_stage=1)
-    spec = make_spec(tmp_path, job_files, f"elastic{world_size}")
-    assert run_job(spec, pause_at="step:25").code != 0
-    resumed = run_job(spec, nproc=world_size)
+def test_two_rank_checkpoint_resumes_on_another_world_size(interrupted: Interrupted, tmp_path: Path, world_size: int) -> None:
+    resumed, _ = interrupted.resume(tmp_path, nproc=world_size)
     assert resumed.code == 0, resumed.text[-3000:]
     assert resumed.result["world_size"] == world_size and resumed.result["resumed_from_step"] == 20
     for step, loss in resumed.losses.items():
-        assert loss == pytest.approx(reference.losses[step], abs=1e-5), f"step {step}"
-    assert resumed.result["final_step"] == reference.result["final_step"]
+        assert loss == pytest.approx(interrupted.reference.losses[step], abs=1e-5), f"step {step}"
+    assert resumed.result["final_step"] == interrupted.reference.result["final_step"]
 
 
 @pytest.mark.parametrize("zero_stage", [2, 3])
 def test_zero_stage_trains_and_resumes_bit_exact(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                                  trainpipe_home: Path, job_files: list[str], zero_stage: int) -> None:
     # Stage 1 is the stage of every test above.
-    reference = baseline(tmp_path_factory, job_files, zero_stage)
+    reference = uninterrupted_run(tmp_path_factory, job_files, zero_stage)
     assert reference.losses[reference.result["final_step"]] < reference.losses[1]  # it learns
     spec = make_spec(tmp_path, job_files, f"zero{zero_stage}", zero_stage)
     assert run_job(spec, pause_at="step:13").code != 0

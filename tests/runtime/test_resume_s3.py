@@ -9,12 +9,13 @@ import pytest
 
 from airflow_trainpipe.synthetic import write_day
 from airflow_trainpipe.train_spec import TrainSpec
-from tests.jobs import job_config, run_job
+from tests.jobs import job_config, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
 
-def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, trainpipe_home: Path, job_files: list[str], s3_endpoint: str) -> None:
+def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path,
+                                                       job_files: list[str], s3_endpoint: str) -> None:
     import boto3
 
     # The same bytes as the local fixture: the S3 run must reproduce the local run's losses exactly.
@@ -23,7 +24,7 @@ def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, trainpip
     config = config.model_copy(update={"training": config.training.model_copy(update={
         "checkpoint": config.training.checkpoint.model_copy(update={"uri": "s3://trainpipe/checkpoints"})})})
     assert config.training.checkpoint.async_upload
-    local = run_job(TrainSpec(config=job_config(tmp_path / "local"), run_id="local", data_files=job_files))
+    local = uninterrupted_run(tmp_path_factory, job_files)  # the same job on file://
     spec = TrainSpec(config=config, run_id="on_s3", data_files=files)
     assert run_job(spec, pause_at="step:25").code != 0
     resumed = run_job(spec)

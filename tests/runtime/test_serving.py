@@ -20,7 +20,7 @@ from mlflow.types.schema import AnyType
 
 from airflow_trainpipe.runtime.data import HoldoutSplit, read_table
 from airflow_trainpipe.runtime.transform import FittedTransform
-from tests.jobs import make_spec, run_job
+from tests.jobs import job_config, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +29,12 @@ MODEL_NAME = "fraud_serving_test"
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]) -> dict[str, Any]:
-    spec = make_spec(tmp_path_factory.mktemp("ckpt"), job_files, "serving-run")
-    run = run_job(spec)
-    assert run.code == 0, run.text[-3000:]
+    run = uninterrupted_run(tmp_path_factory, job_files)  # shared with the resume tests
     mlflow.set_tracking_uri(f"sqlite:///{trainpipe_home / 'mlflow.db'}")
     client = MlflowClient()
     version = mlflow.register_model(run.result["model_uri"], MODEL_NAME).version
     client.set_registered_model_alias(MODEL_NAME, "champion", version)
-    data = spec.config.data
+    data = job_config(tmp_path_factory.mktemp("unused")).data
     table = read_table(job_files, data.format, list(dict.fromkeys([*data.features.all, data.label, data.holdout.key_column])))
     holdout = table.filter(pa.array(HoldoutSplit(data).mask(table)))
     return {"result": run.result, "client": client, "holdout": holdout, "features": data.features.all}

@@ -7,7 +7,9 @@ The partition is written by the test while the sensor waits, so each run proves 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 from airflow_trainpipe.synthetic import write_day
-from tests.airflow_dags import run_dag_file
+from tests.airflow_dags import DagTestRun, run_dag_file
 
 DAY = date(2026, 1, 2)
 MODES = ("poke", "reschedule", "deferrable")
@@ -29,9 +31,9 @@ from airflow.sdk import DAG
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 
-data = DataSection.model_validate({data!r})
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
-    DataSnapshotSensor(task_id="wait_for_data", data=data, conn_id={conn_id!r})
+    for task_id, data, conn_id in {sensors!r}:
+        DataSnapshotSensor(task_id=task_id, data=DataSection.model_validate(data), conn_id=conn_id)
 '''
 
 
@@ -41,20 +43,24 @@ def _data(uri: str, mode: str, **wait: object) -> dict[str, object]:
 
 
 class _WriterOnFirstMiss:
-    """Writes the day's partition (marker last) once the sensor has logged that it is not complete."""
+    """Writes a root's day partition (marker last) once a sensor has logged that it is not complete."""
 
-    def __init__(self, root_uri: str) -> None:
-        self.root_uri = root_uri
-        self.thread: threading.Thread | None = None
+    MISS = re.compile(r"not complete: (\S+)/ds=2026-01-02/_SUCCESS")
+
+    def __init__(self) -> None:
+        self.threads: dict[str, threading.Thread] = {}
 
     def __call__(self, line: str) -> None:
-        if self.thread is None and "not complete:" in line:
-            self.thread = threading.Thread(target=write_day, args=(self.root_uri, DAY, 500), kwargs={"seed": 2})
-            self.thread.start()
+        match = self.MISS.search(line)
+        if match and match.group(1) not in self.threads:
+            thread = threading.Thread(target=write_day, args=(match.group(1), DAY, 500), kwargs={"seed": 2})
+            self.threads[match.group(1)] = thread
+            thread.start()
 
-    def join(self) -> None:
-        assert self.thread is not None, "the sensor never reported an incomplete partition"
-        self.thread.join()
+    def join(self) -> list[str]:
+        for thread in self.threads.values():
+            thread.join()
+        return sorted(self.threads)
 
 
 def test_poke_answers_from_the_marker_and_the_row_count(tmp_path: Path) -> None:
@@ -75,35 +81,60 @@ def test_mode_comes_from_the_config() -> None:
     assert DataSnapshotSensor.template_fields == ("partition", "conn_id")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
-def test_waits_until_the_partition_is_complete_on_file(airflow_env: dict[str, str], tmp_path: Path, mode: str) -> None:
-    root = tmp_path.as_uri()
-    source = DAG_SOURCE.format(dag_id=f"wait_file_{mode}", data=_data(root, mode), conn_id=None)
-    writer = _WriterOnFirstMiss(root)
-    run = run_dag_file(airflow_env, f"wait_file_{mode}", source, on_line=writer)
-    writer.join()
-    assert run.state == "success" and run.tasks == {"wait_for_data": "success"}, run.output[-4000:]
-    assert f"complete: {root}/ds=2026-01-02/_SUCCESS exists" in run.output
-    if mode == "deferrable":
-        assert "running trigger in line" in run.output
+@dataclass
+class Waits:
+    run: DagTestRun
+    roots: dict[str, str]  # task id -> the root it waited on
+    written: list[str]  # roots whose partition the writer wrote after a sensor's miss
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
-def test_waits_on_s3_with_an_aws_connection(airflow_env: dict[str, str], s3_endpoint: str, mode: str) -> None:
+@pytest.fixture(scope="module")
+def waits(airflow_env: dict[str, str], s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Waits:
+    """One DAG run, one sensor per mode and storage, each waiting on its own root: a DAG run
+    costs a process start and a DAG parse, the sensors are independent."""
     connection = {"conn_type": "aws", "login": "testing", "password": "testing",
                   "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}
-    # The task reads only the connection: no AWS_* variables reach the DAG run.
+    # The s3 sensors read only the connection: no AWS_* variables reach the DAG run.
     env = {k: v for k, v in airflow_env.items() if not k.startswith("AWS_")}
     env["AIRFLOW_CONN_MOTO_S3"] = json.dumps(connection)
-    root = f"s3://trainpipe/wait_{mode}"
-    source = DAG_SOURCE.format(dag_id=f"wait_s3_{mode}", data=_data(root, mode), conn_id="moto_s3")
-    writer = _WriterOnFirstMiss(root)
-    run = run_dag_file(env, f"wait_s3_{mode}", source, on_line=writer)
-    writer.join()
-    assert run.state == "success" and run.tasks == {"wait_for_data": "success"}, run.output[-4000:]
-    assert f"not complete: {root}/ds=2026-01-02/_SUCCESS does not exist yet" in run.output
+    files = tmp_path_factory.mktemp("wait_file")
+    for mode in MODES:
+        (files / mode).mkdir()
+    roots = {**{f"wait_file_{mode}": (files / mode).as_uri() for mode in MODES},
+             **{f"wait_s3_{mode}": f"s3://trainpipe/wait_{mode}" for mode in MODES}}
+    sensors = [(task_id, _data(root, task_id.rsplit("_", 1)[1]), "moto_s3" if root.startswith("s3://") else None)
+               for task_id, root in roots.items()]
+    writer = _WriterOnFirstMiss()
+    run = run_dag_file(env, "wait_for_partitions", DAG_SOURCE.format(dag_id="wait_for_partitions", sensors=sensors), on_line=writer)
+    return Waits(run, roots, writer.join())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_waits_until_the_partition_is_complete_on_file(waits: Waits, mode: str) -> None:
+    task_id = f"wait_file_{mode}"
+    root = waits.roots[task_id]
+    assert waits.run.tasks[task_id] == "success", waits.run.output[-4000:]
+    assert root in waits.written, "the sensor never reported an incomplete partition"
+    assert f"complete: {root}/ds=2026-01-02/_SUCCESS exists" in waits.run.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_waits_on_s3_with_an_aws_connection(waits: Waits, mode: str) -> None:
+    task_id = f"wait_s3_{mode}"
+    root = waits.roots[task_id]
+    assert waits.run.tasks[task_id] == "success", waits.run.output[-4000:]
+    assert root in waits.written
+    assert f"not complete: {root}/ds=2026-01-02/_SUCCESS does not exist yet" in waits.run.output
+
+
+@pytest.mark.slow
+def test_the_dag_run_succeeds_once_every_partition_arrived(waits: Waits) -> None:
+    assert waits.run.state == "success" and set(waits.run.tasks.values()) == {"success"}, waits.run.output[-4000:]
+    assert sorted(waits.run.tasks) == sorted(waits.roots)
+    # A deferrable sensor's trigger runs inline in dag.test(); poke and reschedule never defer.
+    assert waits.run.output.count("running trigger in line") == 2, waits.run.output[-4000:]
 
 
 @pytest.mark.slow
@@ -112,6 +143,7 @@ def test_times_out_when_nothing_arrives(airflow_env: dict[str, str], tmp_path: P
     # enforces that in a deployment), so the sensor's own timeout is what can be shown here.
     data = _data(tmp_path.as_uri(), "poke")
     data["wait"]["timeout"] = "3s"  # type: ignore[index]
-    run = run_dag_file(airflow_env, "wait_timeout", DAG_SOURCE.format(dag_id="wait_timeout", data=data, conn_id=None))
+    source = DAG_SOURCE.format(dag_id="wait_timeout", sensors=[("wait_for_data", data, None)])
+    run = run_dag_file(airflow_env, "wait_timeout", source)
     assert run.state == "failed" and run.tasks == {"wait_for_data": "failed"}
     assert "AirflowSensorTimeout" in run.output

@@ -9,14 +9,14 @@ from pydantic_core import PydanticCustomError
 class Section(BaseModel):
     """A config section: strict types, unknown keys rejected, immutable once parsed.
 
-    Field docstrings become the descriptions in `trainpipe schema` and the README reference.
+    Field docstrings become the descriptions in `trainpipe schema`, the README reference and
+    error messages (read on demand by `config.docstrings`, not at import: parse time).
     """
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         strict=True,
-        use_attribute_docstrings=True,
         validate_default=True,
     )
 

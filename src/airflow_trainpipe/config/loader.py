@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from airflow_trainpipe.config.docstrings import field_description
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
@@ -241,4 +242,4 @@ def _description_at(loc: Loc) -> str | None:
     owner, field, _ = _field_at(loc)
     if owner is None or field is None:
         return None
-    return owner.model_fields[field].description
+    return field_description(owner, field)

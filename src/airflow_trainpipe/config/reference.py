@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from airflow_trainpipe.config.docstrings import field_description
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.types import format_duration
 
@@ -24,9 +25,31 @@ END_MARKER = "<!-- END CONFIG REFERENCE -->"
 
 def json_schema() -> dict[str, Any]:
     schema = PipelineConfig.model_json_schema(by_alias=True)
+    _describe(schema, PipelineConfig)
+    for model in _section_models(PipelineConfig):
+        if model.__name__ in schema.get("$defs", {}):
+            _describe(schema["$defs"][model.__name__], model)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "airflow-trainpipe pipeline config"
     return schema
+
+
+def _describe(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    properties = schema.get("properties", {})
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key in properties and (description := field_description(model, name)):
+            properties[key]["description"] = description
+
+
+def _section_models(model: type[BaseModel], seen: set[type[BaseModel]] | None = None) -> set[type[BaseModel]]:
+    seen = set() if seen is None else seen
+    for info in model.model_fields.values():
+        sub = _section_model(info.annotation)
+        if sub is not None and sub not in seen:
+            seen.add(sub)
+            _section_models(sub, seen)
+    return seen
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
@@ -84,7 +107,7 @@ def _rows(model: type[BaseModel], prefix: str, sections: list[tuple[str, type[Ba
         if sub is not None:
             sections.append((path, sub))
         type_name = _type_name(info.annotation)
-        description = (info.description or "").replace("|", "\\|").replace("\n", " ")
+        description = (field_description(model, name) or "").replace("|", "\\|").replace("\n", " ")
         rows.append(f"| `{path}` | {type_name} | {_default(info)} | {description} |")
     return rows
 
