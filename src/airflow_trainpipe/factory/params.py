@@ -6,7 +6,6 @@ to the config's template and hyperparameters equal to the config are not overrid
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from typing import Any
