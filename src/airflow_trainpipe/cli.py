@@ -27,6 +27,7 @@ def _config_files(paths: Sequence[str]) -> Iterator[Path]:
 
 def _check(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.config.loader import duplicate_pipeline
     from airflow_trainpipe.exceptions import ConfigError
 
     files = list(_config_files(args.paths))
@@ -48,10 +49,9 @@ def _check(args: argparse.Namespace) -> int:
             for problem in exc.problems:
                 print(problem)
             continue
-        # Two files with the same pipeline name would fight over one DAG id.
         if config.pipeline in owners:
             failed = True
-            print(f"{path}: pipeline: {config.pipeline!r} is already defined by {owners[config.pipeline]}")
+            print(duplicate_pipeline(str(path), config.pipeline, str(owners[config.pipeline])))
         else:
             owners[config.pipeline] = path
         if args.verbose:

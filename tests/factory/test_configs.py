@@ -86,3 +86,11 @@ def test_the_cache_key_covers_the_config_rules(folder: Path, tmp_path: Path, mon
     monkeypatch.setattr(configs, "_memory", {})
     configs.read_config_folder(folder)
     assert len(_entries(tmp_path)) == 2
+
+
+def test_an_unreadable_config_names_its_file(folder: Path) -> None:
+    (folder / "latin1.yaml").write_bytes("pipeline: caf\xe9\n".encode("latin-1"))
+    files = {f.name: f for f in configs.read_config_folder(folder, display_root=folder.parent)}
+    bad = files["configs/latin1.yaml"]
+    assert bad.config is None and str(bad.error).startswith("configs/latin1.yaml: <document>: cannot read file:")
+    assert files["configs/fraud_detector.yaml"].config is not None

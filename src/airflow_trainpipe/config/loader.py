@@ -39,12 +39,21 @@ _SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|cr
 
 def load_config(path: str | Path) -> PipelineConfig:
     """Parse and validate one config file; raise ConfigError listing every problem in it."""
-    path = Path(path)
+    return parse_config(read_config_text(path), source=str(path))
+
+
+def read_config_text(path: str | Path, source: str | None = None) -> str:
+    """A config file's text; ConfigError naming it (`source`, default the path) if unreadable."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([ConfigProblem(str(path), None, None, "", f"cannot read file: {exc}")]) from None
-    return parse_config(text, source=str(path))
+        raise ConfigError([ConfigProblem(source or str(path), None, None, "", f"cannot read file: {exc}")]) from None
+
+
+def duplicate_pipeline(source: str, pipeline: str, first: str) -> ConfigProblem:
+    """Two files naming one pipeline would fight over one DAG id: the later one is at fault."""
+    return ConfigProblem(source, None, None, "pipeline",
+                         f"{pipeline!r} is already defined by {first}; pipeline names are DAG ids and must be unique")
 
 
 def parse_config(text: str, source: str = "<string>") -> PipelineConfig:

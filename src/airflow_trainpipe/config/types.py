@@ -99,7 +99,9 @@ StorageUri = Annotated[
 ColumnName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s].*$")]
 
 # Airflow's dag_id rule (KEY_REGEX) with its 250-character limit.
-DagId = Annotated[str, Field(min_length=1, max_length=250, pattern=r"^[A-Za-z0-9_.-]+$")]
+DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
+DAG_ID_MAX_LENGTH = 250
+DagId = Annotated[str, Field(min_length=1, max_length=DAG_ID_MAX_LENGTH, pattern=DAG_ID_PATTERN)]
 
 # Kubernetes resource quantity: `2`, `500m`, `16Gi`, `1.5`.
 Quantity = Annotated[

@@ -15,11 +15,12 @@ from datetime import datetime, timezone
 import yaml
 from airflow.sdk import DAG
 
+from airflow_trainpipe.config.types import DAG_ID_MAX_LENGTH, DAG_ID_PATTERN
 from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 
 BROKEN_TAG = "trainpipe:broken-config"
-_DAG_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+_DAG_ID = re.compile(DAG_ID_PATTERN)
 
 
 def broken_config_dag(name: str, error: ConfigError, dag_id: str) -> DAG:
@@ -47,7 +48,7 @@ def pipeline_name_of(text_path: str) -> str | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     name = data.get("pipeline") if isinstance(data, dict) else None
-    return name if isinstance(name, str) and _DAG_ID.match(name) else None
+    return name if isinstance(name, str) and len(name) <= DAG_ID_MAX_LENGTH and _DAG_ID.match(name) else None
 
 
 def fallback_dag_id(name: str) -> str:

@@ -2,7 +2,7 @@
 
 The DAG processor parses the loader file in a fresh process every `min_file_process_interval`,
 so an in-memory cache alone would never hit; validated configs are also kept on disk, keyed by
-the sha256 of the file's bytes and of the config package's own source (a code change must not
+the sha256 of the file's text and of the config package's own source (a code change must not
 serve an entry validated by older rules). Entries are JSON and are validated again on load:
 a cache directory someone else can write to must never be a way to run code (no pickle).
 """
@@ -21,7 +21,8 @@ import pydantic
 from pydantic import ValidationError
 
 from airflow_trainpipe.config import CONFIG_SUFFIXES, PipelineConfig, parse_config
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.config.loader import read_config_text
+from airflow_trainpipe.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,10 @@ def _display_name(path: Path, root: Path | None) -> str:
 
 def _read(path: Path, name: str, cache_dir: Path | None) -> ConfigFile:
     try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return ConfigFile(path, name, error=ConfigError([ConfigProblem(name, None, None, "", f"cannot read file: {exc}")]))
-    key = hashlib.sha256(raw + _code_fingerprint()).hexdigest()
+        text = read_config_text(path, source=name)
+    except ConfigError as exc:
+        return ConfigFile(path, name, error=exc)
+    key = hashlib.sha256(text.encode() + _code_fingerprint()).hexdigest()
     config = _memory.get(key) or _from_disk(cache_dir, key)
     if config is None:
         try:

@@ -18,7 +18,8 @@ from airflow_trainpipe.factory import params
 from airflow_trainpipe.factory.broken import broken_config_dag, fallback_dag_id, pipeline_name_of
 from airflow_trainpipe.factory.configs import ConfigFile, read_config_folder
 from airflow_trainpipe.factory.docs import pipeline_doc
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.config.loader import duplicate_pipeline
+from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
@@ -84,9 +85,7 @@ def _build(folder: Path, display_root: Path | None) -> list[DAG]:
 
 
 def _duplicate(file: ConfigFile, first: str) -> ConfigFile:
-    problem = ConfigProblem(file.name, None, None, "pipeline",
-                            f"pipeline {file.config.pipeline!r} is already defined by {first}; pipeline names are DAG ids and must be unique")
-    return ConfigFile(file.path, file.name, error=ConfigError([problem]))
+    return ConfigFile(file.path, file.name, error=ConfigError([duplicate_pipeline(file.name, file.config.pipeline, first)]))
 
 
 def model_asset(config: PipelineConfig) -> Asset:
