@@ -23,7 +23,6 @@ _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 def trigger_params(config: PipelineConfig) -> dict[str, Param]:
     current = config.training.hyperparameters
-    tunable = tunable_hyperparameters()
     return {
         PARTITION: _param(
             "",
@@ -33,14 +32,12 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
                         f"Empty: the run's own partition ({config.data.partition}).",
         ),
         HYPERPARAMETERS: _param(
-            {name: getattr(current, name) for name in tunable},
+            {name: getattr(current, name) for name in tunable_hyperparameters()},
             type="object",
             title="Hyperparameters",
             # Keys and types are checked by the train task, not by per-key `properties`: checking
             # those against the JSON Schema meta-schema costs ~0.8 ms on every parse of every DAG.
-            description="This run's training.hyperparameters; a value changed here overrides the config for this "
-                        "run only (" + ", ".join(f"{name}: {'/'.join(_json_types(Hyperparameters.model_fields[name].annotation))}"
-                                                  for name in tunable) + ").",
+            description=_HYPERPARAMETERS_DESCRIPTION,
         ),
         FORCE: _param(
             False,
@@ -59,9 +56,9 @@ def _param(default: Any, **schema: Any) -> Param:
     return Param(default, **{"$schema": "http://json-schema.org/draft-07/schema#"}, **schema)
 
 
-def tunable_hyperparameters() -> list[str]:
+def tunable_hyperparameters() -> tuple[str, ...]:
     """The scalar hyperparameters (numbers, flags); `model_args` stays in the config."""
-    return [name for name, field in Hyperparameters.model_fields.items() if _json_types(field.annotation)]
+    return tuple(_TUNABLE)
 
 
 def partition_template(config: PipelineConfig) -> str:
@@ -91,3 +88,11 @@ def _json_types(annotation: Any) -> list[str]:
             return []
         kinds.append(_JSON_TYPES[base])
     return sorted(kinds, key=lambda kind: kind == "null")
+
+
+# Derived once from the model class, not for every DAG of every parse.
+_TUNABLE = {name: kinds for name, field in Hyperparameters.model_fields.items() if (kinds := _json_types(field.annotation))}
+_HYPERPARAMETERS_DESCRIPTION = (
+    "This run's training.hyperparameters; a value changed here overrides the config for this run only ("
+    + ", ".join(f"{name}: {'/'.join(kinds)}" for name, kinds in _TUNABLE.items()) + ")."
+)
