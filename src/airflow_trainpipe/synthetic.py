@@ -60,7 +60,10 @@ def transactions(day: date, rows: int, seed: int) -> pa.Table:
     })
 
 
-PROBLEM_KINDS = ("drop", "rename", "dtype", "nulls", "out_of_range", "volume", "drift", "late_labels")
+# Each problem kind with its (fewest, most) colon-separated arguments.
+_ARITY = {"drop": (1, 1), "rename": (2, 2), "dtype": (1, 1), "nulls": (1, 2), "out_of_range": (1, 2),
+          "volume": (1, 1), "drift": (1, 1), "late_labels": (2, 2)}
+PROBLEM_KINDS = tuple(_ARITY)
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,9 @@ class Problem:
     @classmethod
     def parse(cls, text: str) -> Problem:
         kind, *args = text.split(":")
-        arity = {"drop": (1, 1), "rename": (2, 2), "dtype": (1, 1), "nulls": (1, 2), "out_of_range": (1, 2),
-                 "volume": (1, 1), "drift": (1, 1), "late_labels": (2, 2)}
-        if kind not in arity:
+        if kind not in _ARITY:
             raise ValueError(f"unknown problem {kind!r} in {text!r}; known: {', '.join(PROBLEM_KINDS)}")
-        low, high = arity[kind]
+        low, high = _ARITY[kind]
         if not low <= len(args) <= high or not all(args):
             raise ValueError(f"problem {text!r}: {kind} takes {low}{'' if low == high else f'-{high}'} argument(s)")
         return cls(kind, tuple(args))
