@@ -96,6 +96,12 @@ def test_train_applies_only_the_form_values_that_change_something(tmp_path: Path
     train.hyperparameter_overrides = '{"epoch": 4}'
     with pytest.raises(AirflowFailException, match="epoch"):
         train._overrides()
+    train.hyperparameter_overrides = "{epochs: 4"
+    with pytest.raises(AirflowFailException, match="neither JSON nor a literal"):
+        train._overrides()
+    train.hyperparameter_overrides = "[4]"
+    with pytest.raises(AirflowFailException, match="must be a mapping, got \\[4\\]"):
+        train._overrides()
 
 
 def test_doc_md_describes_the_pipeline_without_secrets() -> None:
