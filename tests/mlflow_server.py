@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.conftest import free_port
 
 
 @dataclass
@@ -36,12 +37,6 @@ class MlflowServer:
                 "MLFLOW_TRACKING_PASSWORD": self.password}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
     root.mkdir(parents=True, exist_ok=True)
     password = "pw-" + secrets.token_hex(12)
@@ -53,7 +48,7 @@ def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
         # Without the cache every request pays a PBKDF2 hash (~1 s on a busy 2-core machine).
         "auth_cache_ttl_seconds = 3600\n"
     )
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "MLFLOW_AUTH_CONFIG_PATH": str(auth_ini),
