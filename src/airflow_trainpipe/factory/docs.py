@@ -8,6 +8,7 @@ contents are never rendered; connections appear by id only.
 from __future__ import annotations
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.types import format_duration
 
 
 def pipeline_doc(config: PipelineConfig, source: str, asset_name: str) -> str:
@@ -51,7 +52,7 @@ def _schedule(config: PipelineConfig) -> str:
     s = config.schedule
     when = f"asset `{s.asset}` updated" if s.asset else f"`{s.cron}` ({s.timezone})"
     return (f"{when}, from {s.start_date}" + (f" to {s.end_date}" if s.end_date else "")
-            + f"; catchup {'on' if s.catchup else 'off'}; {s.retries} retries every {s.retry_delay}"
+            + f"; catchup {'on' if s.catchup else 'off'}; {s.retries} retries every {format_duration(s.retry_delay)}"
             + ("; a `train` retry resumes from its last complete checkpoint" if s.retries else ""))
 
 
@@ -67,7 +68,7 @@ def _wait(config: PipelineConfig) -> str:
     needs = [f"marker `{w.marker}`"] if w.marker else []
     if w.min_rows:
         needs.append(f"{w.min_rows} rows")
-    return f"{' and '.join(needs) or 'any data file'}; {w.mode}, every {w.poke_interval}, timeout {w.timeout}"
+    return f"{' and '.join(needs) or 'any data file'}; {w.mode}, every {format_duration(w.poke_interval)}, timeout {format_duration(w.timeout)}"
 
 
 def _validation(config: PipelineConfig) -> str:
