@@ -8,6 +8,7 @@ Credentials are never part of it; they arrive as environment variables from conn
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,7 +47,7 @@ class TrainSpec(BaseModel):
     @property
     def run_dir(self) -> str:
         """`<checkpoint.uri>/<pipeline>/<run_id>`: checkpoints, result.json, the run's state."""
-        return join(resolve(self.config.training.checkpoint.uri), self.config.pipeline, _safe(self.run_id))
+        return join(resolve(self.config.training.checkpoint.uri), self.config.pipeline, run_dir_name(self.run_id))
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True)
@@ -56,7 +57,25 @@ class TrainSpec(BaseModel):
         return cls.model_validate_json(text)
 
 
-def _safe(run_id: str) -> str:
-    # Airflow run ids contain ':' and '+' (manual__2026-01-01T00:00:00+00:00); keep them
-    # readable but valid as a single path segment on every filesystem and object store.
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in run_id)
+# Characters a run directory name keeps as they are; every other byte is written `~XX`.
+_KEPT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+_MAX_SEGMENT = 200  # object stores and filesystems allow 255 bytes per path segment
+
+
+def run_dir_name(run_id: str) -> str:
+    """One path segment per run id: readable, injective, never `.`, `..` or hidden.
+
+    Airflow run ids contain ':' and '+' (manual__2026-01-01T00:00:00+00:00) and, when given
+    through the API, anything else. Replacing those characters with one symbol would map two
+    run ids to one directory, whose checkpoints the second run would resume from; and `..`
+    would make the run directory the pipeline's checkpoint root, where pruning deletes other
+    runs' checkpoints. So every byte outside [A-Za-z0-9_.-] becomes `~XX` (its hex value, `~`
+    itself included: distinct ids stay distinct), and a leading dot is escaped too.
+    """
+    encoded = "".join(chr(b) if chr(b) in _KEPT else f"~{b:02X}" for b in run_id.encode("utf-8"))
+    if encoded.startswith("."):
+        encoded = "~2E" + encoded[1:]
+    if len(encoded) > _MAX_SEGMENT:
+        # `~~` never occurs in an encoding, so a shortened name cannot equal a full one.
+        encoded = encoded[:150] + "~~" + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:32]
+    return encoded

@@ -20,7 +20,7 @@ import pytest
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.events import parse
 from airflow_trainpipe.launchers.kubernetes import SCRATCH, RunLabels, manifests
-from airflow_trainpipe.train_spec import TrainSpec
+from airflow_trainpipe.train_spec import TrainSpec, run_dir_name
 from tests.jobs import EVERY_STEPS, job_config_text
 
 pytestmark = pytest.mark.slow
@@ -138,6 +138,6 @@ def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(tmp_path: P
     assert resumed["mlflow_run_id"] == start["mlflow_run_id"]  # the same MLflow run continues
     assert result["final_step"] == resumed["total_steps"] == 2 * EVERY_STEPS and result["world_size"] == 2
     assert min(e["step"] for e in events if e["event"] == "step") == EVERY_STEPS + 1
-    assert (checkpoints / config.pipeline / "scheduled__2026-01-01T00_00_00_00_00" / "result.json").exists()
+    assert (checkpoints / config.pipeline / run_dir_name("scheduled__2026-01-01T00:00:00+00:00") / "result.json").exists()
     # The Secret is named in the manifest, its value is not.
     assert CLUSTER_SECRETS[("trainpipe-mlflow", "token")] not in str(second_pod)
