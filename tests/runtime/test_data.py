@@ -92,3 +92,12 @@ def test_a_snapshot_too_small_to_split_is_refused(tmp_path: Path) -> None:
     pq.write_table(transactions(date(2026, 1, 1), 1, seed=1), path)
     with pytest.raises(DataError, match="holdout split left 1 training and 0 holdout rows|holdout split left 0 training and 1 holdout rows"):
         load_dataset([path.as_uri()], CONFIG.data, CONFIG.features, "binary_classification")
+
+
+def test_every_holdout_seed_gives_its_own_key_split() -> None:
+    table = transactions(date(2026, 1, 1), 2000, seed=1)
+    masks = {}
+    for seed in (0, 1, 2, 9, 10, 11, 12345678, 123456789):
+        data = CONFIG.data.model_copy(update={"holdout": CONFIG.data.holdout.model_copy(update={"seed": seed})})
+        masks[seed] = holdout_mask(table, data).tobytes()
+    assert len(set(masks.values())) == len(masks)

@@ -8,6 +8,7 @@ and a last pass keeps only the encoded training matrix and the raw holdout rows.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -78,6 +79,9 @@ class HoldoutSplit:
         self.data = data
         self.threshold = int(data.holdout.fraction * 10_000)
         self.offset = 0
+        # pandas wants exactly 16 bytes of key; the whole seed must enter them (a text prefix
+        # cut to 16 characters once dropped its last digit, so seeds 0-9 gave one split).
+        self._hash_key = hashlib.blake2b(f"trainpipe.holdout:{data.holdout.seed}".encode(), digest_size=8).hexdigest()
 
     def mask(self, table: pa.Table) -> np.ndarray:
         n, start = table.num_rows, self.offset
@@ -86,7 +90,7 @@ class HoldoutSplit:
             import pandas as pd
 
             keys = table.column(self.data.holdout.key_column).to_pandas().astype(str)
-            hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=f"trainpipe{self.data.holdout.seed:08d}"[:16])
+            hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=self._hash_key)
             return (hashed.to_numpy() % 10_000) < self.threshold
         draws = [
             np.random.default_rng([self.data.holdout.seed, block]).integers(0, 10_000, size=SPLIT_BLOCK)
