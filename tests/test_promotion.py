@@ -87,6 +87,31 @@ def test_nan_primary_metric_is_never_an_improvement() -> None:
     assert not decision.promote and "not a number" in decision.reason
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_candidate_that_cannot_be_scored_is_never_promoted_bootstrap_included(value: float) -> None:
+    # house_prices.yaml: no_champion.action promote without min_value
+    rules = gate(metric="rmse", no_champion={"action": "promote"})
+    bootstrap = decide(rules, REG, reg_metrics(value), None)
+    assert not bootstrap.promote and not bootstrap.fail
+    assert "rmse of the candidate is not a number" in bootstrap.reason
+    assert not decide(rules, REG, reg_metrics(value), reg_metrics(math.nan)).promote
+
+
+def test_a_champion_that_scores_nan_counts_as_no_champion() -> None:
+    # A champion whose predictions became NaN must not block every later promotion.
+    decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.6), cls_metrics(math.nan))
+    assert decision.promote, decision.reason
+    assert decision.reason.startswith("the champion's roc_auc is not a number (nan) on this holdout, so it counts as no champion: "
+                                      "no champion yet: bootstrap with roc_auc = 0.6")
+    # ...and the bootstrap policy applies in full: its minimum, and skip / fail.
+    floor = gate(metric="roc_auc", no_champion={"min_value": 0.7})
+    assert not decide(floor, CLS, cls_metrics(0.6), cls_metrics(math.nan)).promote
+    assert decide(floor, CLS, cls_metrics(0.75), cls_metrics(math.nan)).promote
+    skip = decide(gate(metric="roc_auc", no_champion={"action": "skip"}), CLS, cls_metrics(0.9), cls_metrics(math.nan))
+    assert not skip.promote and "'skip'" in skip.reason
+    assert decide(gate(metric="rmse"), REG, reg_metrics(3.0), reg_metrics(math.inf)).promote
+
+
 # -- guardrails -------------------------------------------------------------------------------
 
 def test_guardrail_absolute_regression_minimize_metric() -> None:

@@ -12,8 +12,12 @@ Rules, in order:
 - guardrails: a metric may not worsen by more than `max_regression` (absolute) and/or
   `max_relative_regression`. Each limit applies when it is given; an absolute limit that is
   not given applies (as 0) only when no relative limit is given either.
-- NaN (e.g. ROC AUC on a holdout with one class): a primary metric that is not a number
-  cannot show an improvement; a guardrail that becomes NaN counts as a regression.
+- not a number (NaN or infinite, e.g. ROC AUC on a holdout with one class, or a model whose
+  predictions are NaN): a candidate whose primary metric is not a number is never promoted,
+  bootstrap included. A champion whose primary metric is not a number on this holdout cannot
+  be compared with and must not block every later promotion: it counts as no champion, so
+  `gate.no_champion` decides (its action and `min_value`), and the reason says so. A guardrail
+  that becomes NaN for the candidate counts as a regression.
 - `force`: promote whatever the rules say; the decision records what they said.
 """
 
@@ -115,8 +119,14 @@ def decide(
         champion=None if champion is None else champion[gate.metric],
         min_improvement=gate.min_improvement, min_relative_improvement=gate.min_relative_improvement,
     )
-    if champion is None:
+    if not math.isfinite(value):
+        decision.reason = f"{gate.metric} of the candidate is not a number ({value}): a model that cannot be scored is never promoted"
+    elif champion is None:
         _bootstrap(gate, decision)
+    elif not math.isfinite(champion[gate.metric]):
+        _bootstrap(gate, decision)
+        decision.reason = (f"the champion's {gate.metric} is not a number ({decision.champion}) on this holdout, so it counts "
+                           f"as no champion: {decision.reason}")
     else:
         _compare(gate, task, candidate, champion, decision)
     if force and not decision.promote:
@@ -148,20 +158,17 @@ def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champ
     metric, value, best = decision.metric, decision.candidate, decision.champion
     assert best is not None
     failures: list[str] = []
-    if math.isnan(value) or math.isnan(best):
-        failures.append(f"{metric} is not a number (candidate {value}, champion {best})")
-    else:
-        improvement = _better_sign(decision.direction) * (value - best)
-        relative = _relative(improvement, best)
-        decision.improvement, decision.relative_improvement = improvement, relative
-        if improvement <= TOLERANCE:
-            failures.append(f"{metric} {value:.6g} is not better than the champion's {best:.6g}")
-        elif improvement < gate.min_improvement - TOLERANCE:
-            failures.append(f"{metric} improves by {improvement:.6g}, less than min_improvement {gate.min_improvement:.6g}")
-        if improvement > TOLERANCE and relative < gate.min_relative_improvement - TOLERANCE:
-            failures.append(
-                f"{metric} improves by {relative:.4%}, less than min_relative_improvement {gate.min_relative_improvement:.4%}"
-            )
+    improvement = _better_sign(decision.direction) * (value - best)  # both finite: decide() checked
+    relative = _relative(improvement, best)
+    decision.improvement, decision.relative_improvement = improvement, relative
+    if improvement <= TOLERANCE:
+        failures.append(f"{metric} {value:.6g} is not better than the champion's {best:.6g}")
+    elif improvement < gate.min_improvement - TOLERANCE:
+        failures.append(f"{metric} improves by {improvement:.6g}, less than min_improvement {gate.min_improvement:.6g}")
+    if improvement > TOLERANCE and relative < gate.min_relative_improvement - TOLERANCE:
+        failures.append(
+            f"{metric} improves by {relative:.4%}, less than min_relative_improvement {gate.min_relative_improvement:.4%}"
+        )
     for guardrail in gate.guardrails:
         check = check_guardrail(guardrail, METRICS[task][guardrail.metric], candidate[guardrail.metric], champion[guardrail.metric])
         decision.guardrails.append(check)
