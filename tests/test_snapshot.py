@@ -11,7 +11,14 @@ import pytest
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.digest import content_digest
-from airflow_trainpipe.snapshot import SnapshotError, load_manifest, partition_ready, resolve_snapshot
+from airflow_trainpipe.snapshot import (
+    PartitionError,
+    SnapshotError,
+    load_manifest,
+    partition_ready,
+    partition_uri,
+    resolve_snapshot,
+)
 from airflow_trainpipe.synthetic import Problem, write_day
 
 DAY = date(2026, 1, 2)
@@ -90,3 +97,20 @@ def test_partition_ready_by_marker_and_by_rows(tmp_path: Path) -> None:
     assert partition_ready(uri, "parquet", "_SUCCESS", None)[0]
     assert partition_ready(uri, "parquet", None, 300) == (True, f"{uri} holds 300 row(s) in 2 file(s)")
     assert partition_ready(uri, "parquet", "_SUCCESS", 301) == (False, f"{uri} holds 300 row(s) in 2 file(s), fewer than 301")
+
+
+@pytest.mark.parametrize(("partition", "problem"), [
+    ("../escape", "'..' segment"), ("ds=1/../../etc", "'..' segment"), ("..", "'..' segment"), (".", "'.' segment"),
+    ("a//b", "empty segment"), ("/etc/passwd", "absolute"), ("s3://other-bucket/x", "absolute"), ("C:\\x", "absolute"),
+    ("ds=1\\..\\x", "backslash"), ("ds=1\x00", "control character"), ("ds=1\nx", "control character"), ("", "is empty"),
+    (" ", "is empty"), ("_trainpipe/snapshots", "bookkeeping folder _trainpipe"),
+])
+def test_a_rendered_partition_must_stay_a_sub_path_of_data_uri(tmp_path: Path, partition: str, problem: str) -> None:
+    with pytest.raises(PartitionError, match=r"partition .* \(under data.uri file://") as caught:
+        partition_uri(_data(tmp_path), partition)
+    assert problem in str(caught.value) and repr(partition) in str(caught.value)
+
+
+@pytest.mark.parametrize("partition", ["ds=2026-01-02", "ds=2026-01-02/", "region=eu/ds=2026-01-02", "ds=2026-01-02 00:00", "a..b", "~x"])
+def test_ordinary_partitions_join_under_data_uri(tmp_path: Path, partition: str) -> None:
+    assert partition_uri(_data(tmp_path), partition) == f"{tmp_path.as_uri()}/{partition.rstrip('/')}"

@@ -60,8 +60,39 @@ class Manifest(BaseModel):
         return self.digest.removeprefix("sha256:")[:12]
 
 
+class PartitionError(TrainpipeError):
+    """A rendered partition that is not a plain sub-path of `data.uri`: retrying cannot fix it."""
+
+
 def partition_uri(data: DataSection, partition: str) -> str:
-    return join(resolve(data.uri), partition)
+    """`<data.uri>/<partition>`, once the rendered partition is known to stay under `data.uri`.
+
+    The config checks the template; this checks what it rendered to, which a trigger form or a
+    DAG run's conf can set to anything: the snapshot is read, and reports written, there.
+    """
+    root = resolve(data.uri)
+    problem = _partition_problem(partition)
+    if problem:
+        raise PartitionError(f"partition {partition!r} (under data.uri {root}) {problem}; expected a relative sub-path "
+                             "such as ds=2026-01-01")
+    return join(root, partition.rstrip("/"))
+
+
+def _partition_problem(partition: str) -> str | None:
+    if not partition.strip():
+        return "is empty"
+    if partition.startswith("/") or "://" in partition or (len(partition) > 1 and partition[1] == ":"):
+        return "is absolute"
+    if any(ord(c) < 32 or c in "\\\x7f" for c in partition):
+        return "contains a backslash or a control character"
+    segments = partition.rstrip("/").split("/")
+    if "" in segments:
+        return "has an empty segment ('//')"
+    if odd := [s for s in segments if s in (".", "..")]:
+        return f"has a {odd[0]!r} segment and would not stay under data.uri"
+    if STATE_DIR in segments:
+        return f"names the bookkeeping folder {STATE_DIR}"
+    return None
 
 
 def _is_data(relative: str, suffix: str) -> bool:

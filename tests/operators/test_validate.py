@@ -69,3 +69,41 @@ def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
     assert report["passed"] is False and report["reference"]["partition"] == "ds=2026-01-01"
     assert [c["column"] for c in report["checks"] if not c["passed"]] == ["amount"]
     assert "TRAINS-ON" not in drifted.output
+
+
+ESCAPING_PARTITION_DAG = '''
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
+
+config = load_config({config!r})
+# The trigger form's partition reaches the tasks through a template, as in the factory's DAGs.
+with DAG("escaping_partition", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         params={{"partition": "../outside/ds=2026-01-01"}}) as dag:
+    partition = "{{{{ params.partition }}}}"
+    DataSnapshotSensor(task_id="wait_for_data", data=config.data, partition=partition, mode="poke",
+                       poke_interval=1, timeout=30, retries=2)
+    DataValidateOperator(task_id="validate_data", config=config, partition=partition, retries=2)
+    DistributedTrainOperator(task_id="train", config=config, partition=partition, retries=2)
+'''
+
+
+@pytest.mark.slow
+def test_a_partition_that_leaves_data_uri_fails_every_task_at_once(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    # A real partition outside data.uri: before the check, the tasks read it and wrote reports there.
+    write_day((tmp_path / "outside").as_uri(), date(2026, 1, 1), 1500, seed=1)
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
+    config = tmp_path / "fraud_detector.yaml"
+    config.write_text(text)
+    (run,) = run_dag_file_for_dates(airflow_env, "escaping_partition", ESCAPING_PARTITION_DAG.format(config=str(config)), ["2026-01-01"])
+    assert run.tasks == dict.fromkeys(("wait_for_data", "validate_data", "train"), "failed"), run.output[-5000:]
+    assert run.tries == dict.fromkeys(("wait_for_data", "validate_data", "train"), 1)  # retries=2: not retried
+    assert run.output.count("partition '../outside/ds=2026-01-01' (under data.uri") >= 3
+    assert not (tmp_path / "outside" / "_trainpipe").exists()
+    assert not (tmp_path / "outside" / "ds=2026-01-01" / "_trainpipe").exists()

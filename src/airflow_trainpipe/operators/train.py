@@ -81,7 +81,7 @@ class DistributedTrainOperator(BaseOperator):
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
     def _spec(self, store: Any) -> TrainSpec:
-        from airflow_trainpipe.snapshot import SnapshotError, resolve_snapshot
+        from airflow_trainpipe.snapshot import PartitionError, SnapshotError, resolve_snapshot
         from airflow_trainpipe.train_spec import TrainSpec
 
         files, digest = self.data_files, self.data_digest
@@ -90,6 +90,8 @@ class DistributedTrainOperator(BaseOperator):
         if not files:
             try:
                 manifest = resolve_snapshot(self.config.data, self.partition)
+            except PartitionError as exc:
+                raise AirflowFailException(str(exc)) from exc  # a bad value does not fix itself
             except SnapshotError as exc:
                 raise AirflowException(str(exc)) from exc  # data may still arrive: retryable
             files, digest = manifest.file_uris, manifest.digest

@@ -44,13 +44,15 @@ class DataValidateOperator(BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.snapshot import SnapshotError, resolve_snapshot
+        from airflow_trainpipe.snapshot import PartitionError, SnapshotError, resolve_snapshot
         from airflow_trainpipe.validation import history
         from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
 
         config, data = self.config, self.config.data
         try:
             manifest = resolve_snapshot(data, self.partition, self.conn_id)
+        except PartitionError as exc:
+            raise AirflowFailException(str(exc)) from exc  # a bad value does not fix itself
         except SnapshotError as exc:
             raise AirflowException(str(exc)) from exc  # storage hiccup or a late file: worth a retry
         self.log.info("snapshot %s: %d file(s), %d rows, %d columns", manifest.digest, len(manifest.files),
