@@ -109,14 +109,9 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
         return report
 
     def _decide(self, client: Any, run_id: str, force: bool) -> tuple[Decision, dict[str, float], dict[str, float] | None, str | None]:
-        from mlflow.exceptions import MlflowException
-
         from airflow_trainpipe.promotion import Decision, comparison_table, decide
 
-        try:
-            run = client.get_run(run_id)
-        except MlflowException as exc:
-            raise AirflowFailException(f"candidate MLflow run {run_id!r} not found: {exc.message}") from exc
+        run = candidate_run(client, run_id)
         if run.info.status != "FINISHED":
             raise AirflowFailException(f"candidate MLflow run {run_id} is {run.info.status}, not FINISHED")
         metrics, tags = run.data.metrics, run.data.tags
@@ -159,7 +154,7 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
         return {key.removeprefix(f"{prefix}_"): value for key, value in metrics.items() if key.startswith(f"{prefix}_")}
 
     def _check_champion_unchanged(self, client: Any, run_id: str, scored_version: str, force: bool) -> None:
-        from airflow_trainpipe.runtime.evaluation import current_champion
+        from airflow_trainpipe.registry import current_champion
 
         name, alias = self.config.registered_model_name, self.config.registration.alias
         now = current_champion(client, name, alias)
@@ -195,6 +190,19 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
             import matplotlib.pyplot as plt
 
             plt.close(figure)
+
+
+def candidate_run(client: Any, run_id: str) -> Any:
+    """The candidate's MLflow run: a run that does not exist fails the task for good; a registry
+    that cannot be reached raises RegistryUnavailable, which Airflow retries."""
+    from airflow_trainpipe.registry import RegistryError, RegistryUnavailable, get_run
+
+    try:
+        return get_run(client, run_id)
+    except RegistryUnavailable:
+        raise
+    except RegistryError as exc:
+        raise AirflowFailException(f"candidate {exc}") from exc
 
 
 def comparison_chart(decision: Decision, candidate: dict[str, float], champion: dict[str, float] | None) -> Any:

@@ -87,13 +87,11 @@ def register(client: Any, config: PipelineConfig, run_id: str, decision: dict[st
     from mlflow.exceptions import MlflowException
 
     from airflow_trainpipe import __version__
-    from airflow_trainpipe.runtime.evaluation import current_champion
+    from airflow_trainpipe.operators.gate import candidate_run
+    from airflow_trainpipe.registry import current_champion
 
     name, alias, previous_alias = config.registered_model_name, config.registration.alias, config.registration.previous_alias
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as exc:
-        raise AirflowFailException(f"candidate MLflow run {run_id!r} not found: {exc.message}") from exc
+    run = candidate_run(client, run_id)
     try:
         client.create_registered_model(name, description=f"trainpipe pipeline {config.pipeline}")
     except MlflowException as exc:

@@ -106,16 +106,17 @@ class DataValidateOperator(BaseOperator):
         return {**record, "reference_kind": "champion"}
 
     def _champion_data_digest(self) -> str | None:
-        """The data digest the current champion was trained on (a lineage tag of its version)."""
-        from mlflow.exceptions import MlflowException
+        """The data digest the current champion was trained on (a lineage tag of its version).
 
+        None only when the registry says there is no champion; a registry that cannot be read
+        fails the task (retried) rather than silently comparing with another snapshot.
+        """
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.registry import RegistryUnavailable, champion_data_digest
 
         hook = MlflowHook(self.mlflow_conn_id)
         with hook.activated():
-            client = hook.get_conn()
             try:
-                version = client.get_model_version_by_alias(self.config.registered_model_name, self.config.registration.alias)
-            except MlflowException:
-                return None
-            return version.tags.get("trainpipe.data_digest") or client.get_run(version.run_id).data.tags.get("trainpipe.data_digest")
+                return champion_data_digest(hook.get_conn(), self.config.registered_model_name, self.config.registration.alias)
+            except RegistryUnavailable as exc:
+                raise AirflowException(f"drift reference 'champion': {exc}") from exc

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from airflow_trainpipe.registry import current_champion
 from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import TransformedNetwork
 from airflow_trainpipe.runtime.transform import FittedTransform, prepare_numeric
@@ -70,22 +71,6 @@ def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> C
     """The candidate exactly as its logged pyfunc will predict: same class, same `predict`."""
     predictor = TransformedNetwork.of(transform, model)
     return lambda rows: predictor.predict(None, rows)
-
-
-def current_champion(client: Any, model_name: str, alias: str) -> tuple[str, str] | None:
-    """(version, run id) of the version holding `alias`, or None when there is none yet."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        registered = client.get_registered_model(model_name)
-    except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return None
-        raise
-    version = registered.aliases.get(alias)
-    if version is None:
-        return None
-    return str(version), client.get_model_version(model_name, str(version)).run_id
 
 
 def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> ChampionScore:
