@@ -7,10 +7,13 @@ import json
 import logging
 from pathlib import Path
 
+import fsspec
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.runtime.checkpoint import MARKER, CheckpointManager, tag_for
+from airflow_trainpipe.runtime.checkpoint import MARKER, CheckpointError, CheckpointManager, _PendingSave, tag_for
+from tests.conftest import free_port
 
 
 def _manager(tmp_path: Path) -> CheckpointManager:
@@ -69,3 +72,105 @@ def test_due_by_steps_and_minutes(tmp_path: Path) -> None:
 
     time.sleep(0.01)
     assert manager.due(3)  # the time interval elapsed
+
+
+# -- reads that fail ---------------------------------------------------------------------------
+# A remote-like store: the local filesystem behind a protocol of its own (so the manager treats it
+# as remote, staging and uploading), whose reads of chosen files fail like a network blip.
+
+class FlakyFileSystem(LocalFileSystem):
+    protocol = "flaky"
+    failures: dict[str, int] = {}  # "<folder>/<file>" -> reads still to fail (-1: every read)
+    root_marker = "/"
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path.removeprefix("flaky://"))
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        name = "/".join(str(path).rsplit("/", 2)[-2:])
+        left = self.failures.get(name, 0)
+        if left:
+            self.failures[name] = left - 1 if left > 0 else left
+            raise ConnectionError(f"simulated network error reading {path}")
+        return super().cat_file(path, start=start, end=end, **kwargs)
+
+
+fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
+
+
+@pytest.fixture
+def flaky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))  # staging of the "remote" store
+    monkeypatch.setattr("airflow_trainpipe.runtime.checkpoint.READ_BACKOFF_S", 0.01, raising=False)
+    FlakyFileSystem.failures = {}
+    return FlakyFileSystem.failures
+
+
+@pytest.fixture(scope="module")
+def single_rank_group():
+    """A real one-rank gloo group: complete_pending() is a collective."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _complete_save(manager: CheckpointManager, run: Path, step: int, metric: float) -> None:
+    """What save() leaves for complete_pending(): this rank's files on the store, hashed."""
+    (run / "checkpoints" / tag_for(step)).mkdir(parents=True)
+    (run / "checkpoints" / tag_for(step) / "weights.pt").write_bytes(b"w")
+    manager._pending = _PendingSave(tag_for(step), step, metric, {})
+    manager.complete_pending()
+
+
+def _flaky_manager(run: Path, keep_last: int = 2) -> CheckpointManager:
+    cfg = CheckpointSection(keep_last=keep_last, keep_best=True)
+    return CheckpointManager(cfg, f"flaky://{run}", rank=0, local_rank=0, world_size=1, higher_is_better=True)
+
+
+def _steps(run: Path) -> list[str]:
+    return sorted(p.name for p in (run / "checkpoints").glob("step_*"))
+
+
+def test_a_transient_marker_read_failure_is_retried_and_prunes_only_what_it_should(tmp_path: Path, flaky, single_rank_group) -> None:
+    run = tmp_path / "run"
+    manager = _flaky_manager(run, keep_last=3)
+    for step, metric in ((10, 0.9), (20, 0.5), (30, 0.6)):
+        _complete_save(manager, run, step, metric)
+    # The marker of step 20 and best.json fail twice each while step 40 completes. Read as "no
+    # marker", step 20 looked partial and was deleted, and best.json was overwritten with step 40.
+    flaky.update({f"{tag_for(20)}/{MARKER}": 2, "checkpoints/best.json": 2})
+    _complete_save(manager, run, 40, 0.7)
+    # keep_last 3 (40, 30, 20) + best (10): nothing pruned, best.json still names step 10.
+    assert _steps(run) == [tag_for(s) for s in (10, 20, 30, 40)]
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["tag"] == tag_for(10)
+    _complete_save(manager, run, 50, 0.8)  # and pruning still works: 20 goes, best 10 stays
+    assert _steps(run) == [tag_for(s) for s in (10, 30, 40, 50)]
+
+
+def test_a_marker_that_stays_unreadable_fails_loudly_and_deletes_nothing(tmp_path: Path, flaky, single_rank_group) -> None:
+    run = tmp_path / "run"
+    manager = _flaky_manager(run)
+    for step, metric in ((10, 0.9), (20, 0.5), (30, 0.6)):
+        _complete_save(manager, run, step, metric)
+    flaky[f"{tag_for(20)}/{MARKER}"] = -1
+    with pytest.raises(CheckpointError, match=rf"cannot read flaky://{run}/checkpoints/{tag_for(20)}/{MARKER} \(4 attempts\)"):
+        _complete_save(manager, run, 40, 0.95)
+    assert _steps(run) == [tag_for(s) for s in (10, 20, 30, 40)]
+    flaky[f"{tag_for(40)}/{MARKER}"] = -1
+    with pytest.raises(CheckpointError, match=tag_for(40)):  # a resume does not fall back to an older checkpoint either
+        manager.latest_complete()
+    flaky.clear()
+    assert manager.latest_complete().step == 40
+
+
+def test_an_unreadable_best_json_is_never_overwritten(tmp_path: Path, flaky, single_rank_group) -> None:
+    run = tmp_path / "run"
+    manager = _flaky_manager(run)
+    _complete_save(manager, run, 10, 0.9)
+    flaky["checkpoints/best.json"] = -1
+    with pytest.raises(CheckpointError, match="best.json"):
+        _complete_save(manager, run, 20, 0.1)  # worse: best.json must keep naming step 10
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["tag"] == tag_for(10)

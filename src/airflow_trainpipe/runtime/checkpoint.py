@@ -31,6 +31,7 @@ import torch.distributed as dist
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.digest import sha256_of
 from airflow_trainpipe.events import emit
+from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
 
@@ -38,6 +39,12 @@ log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE.json"
 BEST = "best.json"
+READ_ATTEMPTS = 4
+READ_BACKOFF_S = 0.5  # doubled after each failed read: 0.5 + 1 + 2 s before giving up
+
+
+class CheckpointError(TrainpipeError):
+    """A checkpoint could not be written, read, converted or loaded; the message names it."""
 _TAG = re.compile(r"^step_(\d{9})$")
 
 
@@ -143,7 +150,7 @@ class CheckpointManager:
         if pending.thread is not None:
             pending.thread.join()
         if pending.error is not None:
-            raise RuntimeError(f"checkpoint {join(self.root, pending.tag)} could not be written: {pending.error}") from pending.error
+            raise CheckpointError(f"checkpoint {join(self.root, pending.tag)} could not be written: {pending.error}") from pending.error
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, pending.files if self.local_rank == 0 else {})
         if self.rank == 0:
@@ -178,12 +185,29 @@ class CheckpointManager:
             os.replace(tmp, target)  # readers see the old file or the whole new one
 
     def _read_json(self, relative: str) -> dict[str, Any] | None:
+        """The JSON file, or None when it does not exist or is not JSON (a torn write).
+
+        A read that fails (a network error, a throttled object store) says nothing about the
+        file: taking it for "no marker" would let pruning delete a complete checkpoint and let
+        `best.json` be overwritten. Such reads are retried, then fail the job loudly.
+        """
+        uri = join(self.root, relative)
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                text = self._fs.cat_file(f"{self._root_path}/{relative}")
+                break
+            except FileNotFoundError:
+                return None
+            except Exception as exc:  # s3fs raises botocore's own errors, not only OSError
+                if attempt == READ_ATTEMPTS:
+                    raise CheckpointError(f"cannot read {uri} ({READ_ATTEMPTS} attempts): {type(exc).__name__}: {exc}; "
+                                          "nothing was pruned, a retry of the task resumes from the newest complete checkpoint") from exc
+                log.warning("reading %s failed (attempt %d of %d), retrying: %s", uri, attempt, READ_ATTEMPTS, exc)
+                time.sleep(READ_BACKOFF_S * 2 ** (attempt - 1))
         try:
-            return json.loads(self._fs.cat_file(f"{self._root_path}/{relative}"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable %s: %s", join(self.root, relative), exc)
+            return json.loads(text)
+        except ValueError as exc:
+            log.warning("ignoring %s, which is not JSON (a torn write): %s", uri, exc)
             return None
 
     def _update_best(self, tag: str, metric: float) -> None:
@@ -271,7 +295,7 @@ class CheckpointManager:
             ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                raise RuntimeError(f"converting {checkpoint.uri} to a universal checkpoint failed:\n{done.stderr[-4000:]}")
+                raise CheckpointError(f"converting {checkpoint.uri} to a universal checkpoint failed:\n{done.stderr[-4000:]}")
             (scratch / MARKER).write_text(json.dumps(checkpoint.marker))
             shutil.rmtree(target, ignore_errors=True)
             os.replace(scratch, target)

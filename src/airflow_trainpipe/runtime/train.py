@@ -37,7 +37,7 @@ from airflow_trainpipe.config.catalog import METRICS  # noqa: E402
 from airflow_trainpipe.config.training import Hyperparameters  # noqa: E402
 from airflow_trainpipe.digest import content_digest  # noqa: E402
 from airflow_trainpipe.events import emit  # noqa: E402
-from airflow_trainpipe.runtime.checkpoint import CheckpointManager  # noqa: E402
+from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager  # noqa: E402
 from airflow_trainpipe.runtime.data import Dataset, load_dataset  # noqa: E402
 from airflow_trainpipe.runtime.evaluation import evaluate_final  # noqa: E402
 from airflow_trainpipe.runtime.faults import fault_point  # noqa: E402
@@ -209,7 +209,7 @@ class Trainer:
                 tag = self.checkpoints.to_universal(resume)
             path, client = self.engine.load_checkpoint(directory, tag=tag)
             if path is None:
-                raise RuntimeError(f"DeepSpeed could not load checkpoint {resume.uri}")
+                raise CheckpointError(f"DeepSpeed could not load checkpoint {resume.uri}")
             state = client["trainpipe"]
             sampler.load_state_dict(state["sampler"])
             if resume.world_size == self.world_size:
