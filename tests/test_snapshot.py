@@ -114,3 +114,14 @@ def test_a_rendered_partition_must_stay_a_sub_path_of_data_uri(tmp_path: Path, p
 @pytest.mark.parametrize("partition", ["ds=2026-01-02", "ds=2026-01-02/", "region=eu/ds=2026-01-02", "ds=2026-01-02 00:00", "a..b", "~x"])
 def test_ordinary_partitions_join_under_data_uri(tmp_path: Path, partition: str) -> None:
     assert partition_uri(_data(tmp_path), partition) == f"{tmp_path.as_uri()}/{partition.rstrip('/')}"
+
+
+def test_a_stored_manifest_must_hash_to_its_digest(tmp_path: Path) -> None:
+    write_day(tmp_path.as_uri(), DAY, 800, seed=4, files=2)
+    manifest = resolve_snapshot(_data(tmp_path), PARTITION)
+    assert load_manifest(_data(tmp_path), manifest.digest) == manifest
+    stored = next((tmp_path / "_trainpipe" / "snapshots").glob("*.json"))
+    # Someone with write access to the store swaps a file's recorded hash (to bless other bytes).
+    stored.write_text(stored.read_text().replace(manifest.files[0].sha256, "0" * 64))
+    with pytest.raises(SnapshotError, match=f"does not hash to its digest {manifest.digest}: it was altered"):
+        load_manifest(_data(tmp_path), manifest.digest)

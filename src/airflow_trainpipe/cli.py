@@ -72,6 +72,7 @@ def _train(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
+        manifest = None
         if args.data:
             files, digest = args.data, None
         elif args.snapshot:
@@ -86,7 +87,7 @@ def _train(args: argparse.Namespace) -> int:
     except TrainpipeError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
-    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
+    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, manifest=manifest, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
     nproc = args.nproc or config.training.resources.nproc_per_node
     print(f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)", file=sys.stderr)
     launcher = LocalLauncher(spec, nproc)

@@ -177,9 +177,14 @@ def load_manifest(data: DataSection, digest: str, conn_id: str | None = None) ->
     uri = manifest_uri(data, digest)
     fs, path = filesystem(uri, conn_id)
     try:
-        return Manifest.model_validate(json.loads(fs.cat_file(path)))
+        manifest = Manifest.model_validate(json.loads(fs.cat_file(path)))
     except FileNotFoundError:
         raise SnapshotError(f"no snapshot with digest {digest} under {resolve(data.uri)} ({uri} is missing)") from None
+    # The digest is what validation recorded; the stored manifest must hash to it, or it was
+    # altered since (the store is shared): its file list and sha256s would not be the validated ones.
+    if manifest.digest != digest or combine([f.sha256 for f in manifest.files]) != digest:
+        raise SnapshotError(f"manifest {uri} does not hash to its digest {digest}: it was altered after validation")
+    return manifest
 
 
 def partition_ready(uri: str, fmt: str, marker: str | None, min_rows: int | None,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.snapshot import Manifest
 from airflow_trainpipe.storage import join, resolve
 
 
@@ -32,6 +33,9 @@ class TrainSpec(BaseModel):
     data_digest: str | None = None
     """Content digest of the data snapshot, recorded as the data version (lineage)."""
 
+    manifest: Manifest | None = None
+    """The validated snapshot of `data_files`: the job checks every file's bytes against it."""
+
     max_steps: int | None = Field(default=None, gt=0)
     """Stop after this many optimizer steps (debugging); overrides hyperparameters.max_steps."""
 
@@ -43,6 +47,15 @@ class TrainSpec(BaseModel):
 
     tags: dict[str, str] = {}
     """Extra MLflow tags: dag id, task id, try number, ..."""
+
+    @model_validator(mode="after")
+    def _files_are_the_manifests(self) -> TrainSpec:
+        if self.manifest is not None:
+            if self.manifest.file_uris != self.data_files:
+                raise ValueError(f"data_files are not the files of manifest {self.manifest.digest}")
+            if self.data_digest not in (None, self.manifest.digest):
+                raise ValueError(f"data_digest {self.data_digest} is not the manifest's digest {self.manifest.digest}")
+        return self
 
     @property
     def run_dir(self) -> str:

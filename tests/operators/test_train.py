@@ -104,3 +104,51 @@ def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_air
     assert len(results) == 1
     result = json.loads(results[0].read_text())
     assert result["resumed_from_step"] == 10 and result["final_step"] == 15 and result["steps_recomputed"] == 2
+
+
+OVERWRITE_DAG = '''
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, XComArg, task
+
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.operators.validate import DataValidateOperator
+
+
+@task
+def export_rerun(data_files):
+    # The upstream export runs again between validation and training, rewriting a file in place.
+    from datetime import date
+    import pyarrow.parquet as pq
+    from airflow_trainpipe.synthetic import transactions
+
+    pq.write_table(transactions(date(2026, 1, 1), 2500, seed=99), data_files[0].removeprefix("file://"))
+
+
+with DAG("overwritten", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    validate = DataValidateOperator(task_id="validate_data", config={config!r})
+    train = DistributedTrainOperator(task_id="train", config={config!r}, data_files=XComArg(validate, key="data_files"),
+                                     data_digest=XComArg(validate, key="data_digest"), max_steps=5, retries=2,
+                                     retry_delay=timedelta(seconds=0))
+    export_rerun(XComArg(validate, key="data_files")) >> train
+'''
+
+
+@pytest.mark.slow
+def test_a_file_overwritten_between_validate_and_train_fails_train_at_once_naming_it(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    from datetime import date
+
+    from airflow_trainpipe.synthetic import write_day
+    from tests.airflow_dags import run_dag_file
+
+    files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 2500, seed=9)
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    for old, new in (("uri: data/card_transactions", f"uri: {(tmp_path / 'data').as_uri()}"),
+                     ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"), ("min_rows: 1000", "min_rows: 100")):
+        text = text.replace(old, new)
+    (tmp_path / "train.yaml").write_text(text)
+    run = run_dag_file(airflow_env, "overwritten", OVERWRITE_DAG.format(config=str(tmp_path / "train.yaml")), "2026-01-01")
+    assert run.tasks == {"validate_data": "success", "export_rerun": "success", "train": "failed"}, run.output[-5000:]
+    assert run.tries["train"] == 1  # retries=2: bad bytes are not retried
+    assert f"ChangedDataError: {files[0]} changed since it was validated" in run.output
+    assert "not retried" in run.output

@@ -101,3 +101,20 @@ def test_every_holdout_seed_gives_its_own_key_split() -> None:
         data = CONFIG.data.model_copy(update={"holdout": CONFIG.data.holdout.model_copy(update={"seed": seed})})
         masks[seed] = holdout_mask(table, data).tobytes()
     assert len(set(masks.values())) == len(masks)
+
+
+def test_a_file_overwritten_since_validation_is_refused_by_name(tmp_path: Path) -> None:
+    from airflow_trainpipe.runtime.data import ChangedDataError
+    from airflow_trainpipe.snapshot import resolve_snapshot
+
+    data = CONFIG.data.model_copy(update={"uri": tmp_path.as_uri()})
+    files = write_day(tmp_path.as_uri(), date(2026, 1, 1), 1500, seed=2, files=2)
+    manifest = resolve_snapshot(data, "ds=2026-01-01")
+    verified = load_dataset(files, data, CONFIG.features, "binary_classification", manifest)
+    plain = load_dataset(files, data, CONFIG.features, "binary_classification")
+    assert np.array_equal(verified.train_x, plain.train_x) and verified.transform.hash == plain.transform.hash
+    # Overwritten in place with other rows of the same schema, as a re-run export would.
+    path = Path(files[1].removeprefix("file://"))
+    pq.write_table(transactions(date(2026, 1, 1), 700, seed=3), path)
+    with pytest.raises(ChangedDataError, match=f"{files[1]} changed since it was validated: .* the snapshot {manifest.digest}"):
+        load_dataset(files, data, CONFIG.features, "binary_classification", manifest)

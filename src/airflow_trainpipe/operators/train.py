@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.snapshot import Manifest
     from airflow_trainpipe.train_spec import TrainSpec
 
 
@@ -81,32 +82,49 @@ class DistributedTrainOperator(BaseOperator):
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
     def _spec(self, store: Any) -> TrainSpec:
-        from airflow_trainpipe.snapshot import PartitionError, SnapshotError, resolve_snapshot
         from airflow_trainpipe.train_spec import TrainSpec
 
         files, digest = self.data_files, self.data_digest
         if isinstance(files, str):  # a template that rendered one path
             files = [files]
-        if not files:
-            try:
-                manifest = resolve_snapshot(self.config.data, self.partition)
-            except PartitionError as exc:
-                raise AirflowFailException(str(exc)) from exc  # a bad value does not fix itself
-            except SnapshotError as exc:
-                raise AirflowException(str(exc)) from exc  # data may still arrive: retryable
+        manifest = self._manifest(list(files or []), digest)
+        if manifest is not None:
             files, digest = manifest.file_uris, manifest.digest
             self.log.info("snapshot %s: %d file(s), %d rows", manifest.digest, len(files), manifest.rows)
         overrides = self._overrides()
         return TrainSpec(
             config=self.config,
             run_id=self.run_id,
-            data_files=list(files),
+            data_files=list(files or []),
             data_digest=digest,
+            manifest=manifest,
             max_steps=self.max_steps,
             hyperparameter_overrides=overrides,
             mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,
             tags={"airflow.dag_id": self.dag_id, "airflow.task_id": self.task_id},
         )
+
+    def _manifest(self, files: list[str], digest: str | None) -> Manifest | None:
+        """The snapshot the job must read: the validated one (by its digest), or the partition's now.
+
+        Files given without a digest (a hand-written task) train unverified, as given.
+        """
+        from airflow_trainpipe.snapshot import PartitionError, SnapshotError, load_manifest, resolve_snapshot
+
+        try:
+            if not files:
+                return resolve_snapshot(self.config.data, self.partition)
+            if digest is None:
+                return None
+            manifest = load_manifest(self.config.data, digest)
+        except PartitionError as exc:
+            raise AirflowFailException(str(exc)) from exc  # a bad value does not fix itself
+        except SnapshotError as exc:
+            raise AirflowException(str(exc)) from exc  # data may still arrive, a store may recover: retryable
+        if manifest.file_uris != files:
+            raise AirflowFailException(f"data_files are not the files of the validated snapshot {digest} "
+                                       f"({len(files)} given, {len(manifest.files)} in its manifest)")
+        return manifest
 
     def _overrides(self) -> dict[str, Any]:
         """The rendered overrides that change something, validated against the config's types.
@@ -163,6 +181,7 @@ class DistributedTrainOperator(BaseOperator):
         launcher.start()
         result: dict[str, Any] | None = None
         errors: list[str] = []
+        final = False  # the job said a retry cannot help (bad data)
         tail: deque[str] = deque(maxlen=30)
         try:
             for line in launcher.lines():
@@ -179,11 +198,14 @@ class DistributedTrainOperator(BaseOperator):
                     result = event
                 elif event["event"] == "error":
                     errors.append(f"rank {event['rank']}: {event['error']}")
+                    final = final or event.get("retryable") is False
                 if (text := describe(event)) is not None:
                     self.log.info("%s", text)
             code = launcher.wait()
         finally:
             launcher.kill()  # timeouts and exceptions land here: no rank outlives the task
+        if code != 0 and final:
+            raise AirflowFailException(f"training job failed (try {try_number}), not retried: {errors[0]}")
         if code != 0:
             reason = f": {errors[0]}" if errors else ""
             raise AirflowException(

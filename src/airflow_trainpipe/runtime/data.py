@@ -22,6 +22,7 @@ from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.fitting import TransformFitter
 from airflow_trainpipe.runtime.transform import FittedTransform
+from airflow_trainpipe.snapshot import Manifest, SnapshotFile
 from airflow_trainpipe.storage import filesystem
 
 BATCH_ROWS = 1 << 16
@@ -32,16 +33,25 @@ class DataError(TrainpipeError):
     """The snapshot cannot be trained on (missing columns, unreadable file, too few rows)."""
 
 
-def iter_batches(files: list[str], fmt: str, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[pa.Table]:
+class ChangedDataError(DataError):
+    """A file's bytes are not the ones validation saw: the run must not train on it."""
+
+
+def iter_batches(files: list[str], fmt: str, columns: list[str], batch_rows: int = BATCH_ROWS,
+                 manifest: Manifest | None = None) -> Iterator[pa.Table]:
     """Exactly `files`, in order, reduced to `columns`, as tables of at most `batch_rows` rows.
 
-    Parquet streams by row group; a CSV file is read whole (type inference needs all of it) and
-    then sliced, so memory is bounded by the largest file, not by the snapshot.
+    With the validated `manifest`, each file is read whole, hashed as it is read, and parsed
+    from those very bytes, so what trains is what was validated: a file overwritten since
+    (in place or replaced) raises ChangedDataError naming it. Memory is bounded by the largest
+    file (a CSV is read whole anyway: type inference needs all of it), not by the snapshot.
     """
+    expected = {f.uri: f for f in manifest.files} if manifest is not None else {}
     for uri in files:
-        fs, path = filesystem(uri)
         try:
-            with fs.open(path, "rb") as handle:
+            source = _verified_bytes(uri, expected[uri], manifest.digest) if uri in expected else None
+            fs, path = filesystem(uri)
+            with (pa.BufferReader(source) if source is not None else fs.open(path, "rb")) as handle:
                 if fmt == "parquet":
                     parquet = pq.ParquetFile(handle)
                     _require(uri, parquet.schema_arrow.names, columns)
@@ -54,6 +64,22 @@ def iter_batches(files: list[str], fmt: str, columns: list[str], batch_rows: int
         _require(uri, table.column_names, columns)
         for batch in table.select(columns).to_batches(max_chunksize=batch_rows):
             yield pa.Table.from_batches([batch])
+
+
+def _verified_bytes(uri: str, expected: SnapshotFile, digest: str) -> bytearray:
+    fs, path = filesystem(uri)
+    content, sha = bytearray(), hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(chunk)
+            content += chunk
+    if sha.hexdigest() != expected.sha256 or len(content) != expected.size:
+        raise ChangedDataError(
+            f"{uri} changed since it was validated: {len(content)} bytes with sha256 {sha.hexdigest()[:16]}..., "
+            f"the snapshot {digest} recorded {expected.size} bytes with sha256 {expected.sha256[:16]}...; "
+            "nothing is trained on it (re-run validate_data to validate the new bytes)"
+        )
+    return content
 
 
 def _require(uri: str, present: list[str], columns: list[str]) -> None:
@@ -104,9 +130,10 @@ def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
     return HoldoutSplit(data).mask(table)
 
 
-def _split(files: list[str], data: DataSection, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _split(files: list[str], data: DataSection, columns: list[str], batch_rows: int = BATCH_ROWS,
+           manifest: Manifest | None = None) -> Iterator[tuple[pa.Table, pa.Table]]:
     split = HoldoutSplit(data)
-    for batch in iter_batches(files, data.format, columns, batch_rows):
+    for batch in iter_batches(files, data.format, columns, batch_rows, manifest):
         nulls = batch.column(data.label).null_count
         if nulls:
             raise DataError(f"label column {data.label!r} has {nulls} null value(s)")
@@ -115,15 +142,15 @@ def _split(files: list[str], data: DataSection, columns: list[str], batch_rows: 
 
 
 def fit_transform(files: list[str], data: DataSection, features: FeaturesSection, task: str,
-                  batch_rows: int = BATCH_ROWS) -> FittedTransform:
+                  batch_rows: int = BATCH_ROWS, manifest: Manifest | None = None) -> FittedTransform:
     """Fit on the training rows of the snapshot only: holdout rows are dropped before fitting."""
     columns = _columns(data)
     fitter = TransformFitter(data, features, task)
-    for train, _ in _split(files, data, columns, batch_rows):
+    for train, _ in _split(files, data, columns, batch_rows, manifest):
         fitter.update(train)
     if fitter.needs_second_pass:
         fitter.start_second_pass()
-        for train, _ in _split(files, data, columns, batch_rows):
+        for train, _ in _split(files, data, columns, batch_rows, manifest):
             fitter.update_clipped(train)
     return fitter.result()
 
@@ -143,10 +170,12 @@ class Dataset:
     """The raw holdout rows: evaluation and the logged model's input example start from them."""
 
 
-def load_dataset(files: list[str], data: DataSection, features: FeaturesSection, task: str) -> Dataset:
-    transform = fit_transform(files, data, features, task)
+def load_dataset(files: list[str], data: DataSection, features: FeaturesSection, task: str,
+                 manifest: Manifest | None = None) -> Dataset:
+    """`manifest`: the validated snapshot of `files`; every read of a file is checked against it."""
+    transform = fit_transform(files, data, features, task, manifest=manifest)
     train_x, train_y, holdout = [], [], []
-    for train, held in _split(files, data, _columns(data)):
+    for train, held in _split(files, data, _columns(data), manifest=manifest):
         train_x.append(transform.features(train))
         train_y.append(transform.labels(train))
         holdout.append(held)

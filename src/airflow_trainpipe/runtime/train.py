@@ -38,7 +38,7 @@ from airflow_trainpipe.config.training import Hyperparameters  # noqa: E402
 from airflow_trainpipe.digest import content_digest  # noqa: E402
 from airflow_trainpipe.events import emit  # noqa: E402
 from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager  # noqa: E402
-from airflow_trainpipe.runtime.data import Dataset, load_dataset  # noqa: E402
+from airflow_trainpipe.runtime.data import DataError, Dataset, load_dataset  # noqa: E402
 from airflow_trainpipe.runtime.evaluation import evaluate_final  # noqa: E402
 from airflow_trainpipe.runtime.faults import fault_point  # noqa: E402
 from airflow_trainpipe.runtime.metrics import compute_metrics  # noqa: E402
@@ -186,7 +186,7 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         _seed(self.hp.seed)
-        data = load_dataset(self.spec.data_files, self.config.data, self.config.features, self.task)
+        data = load_dataset(self.spec.data_files, self.config.data, self.config.features, self.task, self.spec.manifest)
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = int(resume.marker["global_batch"]) if resume else self.hp.batch_size * self.hp.gradient_accumulation_steps * self.world_size
         universal = bool(resume) and resume.world_size != self.world_size and self.training.deepspeed.zero_stage > 0
@@ -447,8 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         Trainer(spec).run()
     except Exception as exc:
         # A structured line, so the launcher can say why the job failed without digging through
-        # torchrun's failure summary; the traceback still follows on stderr.
-        emit("error", rank=int(rank), error=f"{type(exc).__name__}: {exc}")
+        # torchrun's failure summary; the traceback still follows on stderr. Bad data does not
+        # fix itself: the launcher fails the task without retries.
+        emit("error", rank=int(rank), error=f"{type(exc).__name__}: {exc}", retryable=not isinstance(exc, DataError))
         raise
     dist.barrier()
     return 0
