@@ -110,3 +110,12 @@ def test_real_server_needs_the_connections_credentials(mlflow_server, connection
     denied, message = MlflowHook("mlflow_anonymous").test_connection()
     assert not denied
     assert "401" in message, message
+
+
+def test_credentials_written_into_the_uri_never_reach_links_or_messages(connection) -> None:
+    connection("mlflow_default", extra={"tracking_uri": "https://svc:uri-pa55-x@mlflow.example.com/api"})
+    hook = MlflowHook()
+    assert hook.tracking_uri == "https://svc:uri-pa55-x@mlflow.example.com/api"  # the client needs it
+    assert hook.ui_url == "https://***@mlflow.example.com/api"
+    assert "uri-pa55-x" not in hook.run_url("1", "abc") and "uri-pa55-x" not in hook.model_version_url("m", 1)
+    assert "uri-pa55-x" not in repr(hook.target)

@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
-from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.secrets import credential_in_value
 from airflow_trainpipe.config.types import PositiveDuration, Quantity
 
 # DNS-1123 subdomain (Secret, PriorityClass, ServiceAccount names) and label (namespace).
@@ -132,11 +133,15 @@ class KubernetesSection(Section):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
+        for name, text in value.items():
             if not re.match(_ENV_NAME, name):
                 raise ValueError(f"{name!r} is not an environment variable name")
             if name in RESERVED_ENV:
                 raise ValueError(f"{name} is set by the launcher and cannot be overridden")
+            # Values land in the pod manifest in clear text: checked for credentials as keys are.
+            if kind := credential_in_value(text):
+                field_problems([((name,), f"the value carries {kind}; put credentials in a Kubernetes Secret "
+                                          "(env_keys / env_from) or an Airflow connection, never in a config")])
         return value
 
     @field_validator("registry_auth", "env_from")

@@ -19,9 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_trainpipe.config.secrets import redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -34,7 +37,7 @@ CREDENTIAL_ENVS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFL
 class MlflowTarget:
     """Where MLflow is, how to reach its UI, and the environment that authenticates a client."""
 
-    tracking_uri: str
+    tracking_uri: str = field(repr=False)  # may carry user:password@
     ui_url: str | None
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     conn_id: str | None = None
@@ -131,8 +134,11 @@ class MlflowHook(BaseHook):
         for name in ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
             if name in credentials:
                 mask_secret(credentials[name])
+        if password := urlsplit(tracking_uri).password:  # user:password@ written into the URI itself
+            mask_secret(password)
         ui_url = extra.get("ui_url") or (tracking_uri if tracking_uri.startswith(("http://", "https://")) else None)
-        return MlflowTarget(tracking_uri=tracking_uri, ui_url=ui_url.rstrip("/") if ui_url else None,
+        # The UI URL goes into extra links (stored, shown to every viewer): never with credentials.
+        return MlflowTarget(tracking_uri=tracking_uri, ui_url=redact_uri(ui_url).rstrip("/") if ui_url else None,
                             credentials=credentials, conn_id=self.mlflow_conn_id)
 
     @property
@@ -193,4 +199,4 @@ class MlflowHook(BaseHook):
                 self.get_conn().search_experiments(max_results=1)
         except Exception as exc:
             return False, f"{type(exc).__name__}: {exc}"
-        return True, f"reached MLflow at {self.tracking_uri}"
+        return True, f"reached MLflow at {redact_uri(self.tracking_uri)}"

@@ -158,6 +158,7 @@ class DistributedTrainOperator(BaseOperator):
         return {name: getattr(merged, name) for name in raw if getattr(merged, name) != getattr(current, name)}
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.config.secrets import redact_uri
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.launchers.local import LocalLauncher
         from airflow_trainpipe.launchers.progress import describe
@@ -174,7 +175,7 @@ class DistributedTrainOperator(BaseOperator):
         nproc = self.nproc or self.config.training.resources.nproc_per_node
         self.log.info("starting torchrun with %d process(es); run directory %s", nproc, spec.run_dir)
         hook = MlflowHook(self.mlflow_conn_id)
-        self.log.info("MLflow tracking URI %s", hook.tracking_uri)
+        self.log.info("MLflow tracking URI %s", redact_uri(hook.tracking_uri))
         # Credentials travel as environment only: never on the command line or in the spec file.
         env = {**self.env, **hook.environment(), "TRAINPIPE_TRY_NUMBER": str(try_number)}
         launcher = self._launcher = LocalLauncher(spec, nproc, env=env)
