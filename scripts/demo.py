@@ -136,8 +136,13 @@ def _print_day(result: dict, seconds: float) -> None:
     print(f"   DAG run {result['run_id']}: {result['state']} in {seconds:.0f} s")
     print("   " + " | ".join(f"{task} {tasks.get(task, '-')}" for task in TASKS))
     validated = xcom.get("validate_data")
-    if validated:
+    if validated and validated["passed"]:
         print(f"   data: snapshot {validated['digest'][:19]}..., {validated['rows']} rows, all checks passed")
+    elif validated:  # validation.fail_on: never: the run went on, the report still failed checks
+        print(f"   data: snapshot {validated['digest'][:19]}..., {validated['rows']} rows, "
+              f"{len(validated['failures'])} check(s) FAILED (validation.fail_on is never: training went on):")
+        for check in validated["failures"]:
+            print(f"      {check['kind']} {check['name']}: {check['message']} (expected {check['expected']})")
     else:
         report = _failed_report()
         if report is not None:
