@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ def job_config_text(checkpoint_root: Path, zero_stage: int = 1) -> str:
         ("early_stopping_patience: 2", "early_stopping_patience: 5"),
         ("dropout: 0.1", "dropout: 0.0"),  # dropout masks depend on the rank layout
         ("zero_stage: 1", f"zero_stage: {zero_stage}"),
+        # 953 of the 1200 rows train: 19 steps of 48 per epoch, so the epoch-end checkpoint (step
+        # 19) is not one of the every-10-steps ones, which the resume tests rely on.
+        ("    seed: 7\n", "    seed: 6\n"),
     ):
         assert old in text, old
         text = text.replace(old, new)
@@ -67,11 +72,16 @@ def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, files: list[str]
     return _uninterrupted[zero_stage]
 
 
-def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env: dict[str, str] | None = None) -> JobRun:
-    """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL."""
+def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env: dict[str, str] | None = None,
+            before_kill: Callable[[], None] | None = None, timeout: float | None = None) -> JobRun:
+    """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL (after
+    `before_kill` returns, when given), or until `timeout` seconds, when it is killed too."""
     launcher = LocalLauncher(spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})})
     launcher.start()
     run = JobRun(code=-1)
+    killer = threading.Timer(timeout, launcher.kill) if timeout else None
+    if killer is not None:
+        killer.start()
     try:
         for line in launcher.lines():
             run.output.append(line.text)
@@ -83,8 +93,12 @@ def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env
             elif event.get("event") == "result":
                 run.result = event
             if pause_at and f"TRAINPIPE PAUSED {pause_at}" in line.text:
+                if before_kill is not None:
+                    before_kill()
                 launcher.kill()  # kill -9 every process of the job
         run.code = launcher.wait()
     finally:
+        if killer is not None:
+            killer.cancel()
         launcher.kill()
     return run

@@ -102,3 +102,30 @@ def test_a_champion_logged_before_raw_row_models_is_recorded_not_raised(registry
     registry.set_registered_model_alias("legacy", "champion", version.version)
     result = score_champion(registry, config, _holdout())
     assert result.metrics is None and "takes encoded tensors, not raw rows" in result.error
+
+
+def test_the_champion_is_scored_from_its_artifacts_never_by_unpickling(registry, tmp_path: Path) -> None:
+    """Someone who can write the artifact store swaps the pyfunc's pickled python_model for one that
+    runs code when unpickled: scoring the champion must neither run it nor need it."""
+    import pickle
+
+    config = load_config(write_config(tmp_path / "p.yaml", "tampered"))
+    holdout = _holdout()
+    transform = _transform(["amount"], ["atm", "pos", "web"])
+    model = _champion(registry, "tampered", transform)
+    proof = tmp_path / "unpickled"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (proof,))
+
+    (pickled,) = (tmp_path / "mlartifacts").rglob("python_model.pkl")
+    pickled.write_bytes(pickle.dumps(Payload()))
+    result = score_champion(registry, config, holdout)
+    assert result.error is None and not proof.exists()
+    assert result.metrics == score(candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification")
+    try:  # the check can fail: loading the pyfunc does run the payload
+        mlflow.pyfunc.load_model("models:/tampered/1")
+    except Exception:  # noqa: BLE001 - the payload returns None instead of a model
+        pass
+    assert proof.exists()

@@ -183,6 +183,7 @@ class DistributedTrainOperator(BaseOperator):
         result: dict[str, Any] | None = None
         errors: list[str] = []
         final = False  # the job said a retry cannot help (bad data)
+        mlflow_run_id = spec.mlflow_run_id
         tail: deque[str] = deque(maxlen=30)
         try:
             for line in launcher.lines():
@@ -191,8 +192,10 @@ class DistributedTrainOperator(BaseOperator):
                     tail.append(line.text)
                     self.log.info("%s", line.text)
                     continue
-                if event["event"] == "start" and store is not None and event.get("mlflow_run_id"):
-                    store.set("mlflow_run_id", event["mlflow_run_id"])
+                if event["event"] == "start" and event.get("mlflow_run_id"):
+                    mlflow_run_id = event["mlflow_run_id"]
+                    if store is not None:
+                        store.set("mlflow_run_id", mlflow_run_id)
                 elif event["event"] == "checkpoint" and store is not None:
                     store.set("checkpoint", {"step": event["step"], "uri": event["uri"]})
                 elif event["event"] == "result":
@@ -205,6 +208,8 @@ class DistributedTrainOperator(BaseOperator):
             code = launcher.wait()
         finally:
             launcher.kill()  # timeouts and exceptions land here: no rank outlives the task
+        if code != 0 and mlflow_run_id:
+            _mark_run_failed(hook, mlflow_run_id, self.log)  # a job killed hard could not do it itself
         if code != 0 and final:
             raise AirflowFailException(f"training job failed (try {try_number}), not retried: {errors[0]}")
         if code != 0:
@@ -262,6 +267,16 @@ class DistributedTrainOperator(BaseOperator):
         while time.monotonic() < deadline and self._launcher.process is not None and self._launcher.process.poll() is None:
             time.sleep(0.2)
         self._launcher.kill(signal.SIGKILL)
+
+
+def _mark_run_failed(hook: Any, run_id: str, log: Any) -> None:
+    try:
+        with hook.activated():
+            client = hook.get_conn()
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status="FAILED")
+    except Exception as exc:  # the job's failure is what the task reports, not this
+        log.warning("could not mark MLflow run %s FAILED: %s", run_id, exc)
 
 
 def _stored_result(run_dir: str) -> dict[str, Any]:

@@ -287,8 +287,9 @@ class CheckpointManager:
         if self.local_rank == 0 and not (target / MARKER).exists():
             scratch = self.staging / f"{universal}.tmp"
             shutil.rmtree(scratch, ignore_errors=True)
+            # Through safe_load's runner: the converter torch.loads every shard, weights-only.
             command = [
-                sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
+                sys.executable, "-m", "airflow_trainpipe.runtime.safe_load", "deepspeed.checkpoint.ds_to_universal",
                 "--input_folder", str(self.staging / checkpoint.tag),
                 "--output_folder", str(scratch),
                 "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1",

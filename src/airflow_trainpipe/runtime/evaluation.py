@@ -16,6 +16,7 @@ unreadable, it needs columns this run's data lacks, it predates raw-row models) 
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ import torch
 
 from airflow_trainpipe.registry import current_champion
 from airflow_trainpipe.runtime.metrics import compute_metrics
-from airflow_trainpipe.runtime.serving import TransformedNetwork
+from airflow_trainpipe.runtime.serving import TransformedNetwork, load_registered
 from airflow_trainpipe.runtime.transform import FittedTransform, prepare_numeric
 
 if TYPE_CHECKING:
@@ -74,8 +75,6 @@ def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> C
 
 
 def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> ChampionScore:
-    import mlflow
-
     name, alias = config.registered_model_name, config.registration.alias
     result = ChampionScore(model_name=name, alias=alias)
     found = current_champion(client, name, alias)
@@ -85,8 +84,9 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
     result.version, result.run_id = found
     try:
         # The version number, not the alias: the model scored is exactly the one named in the tags.
-        model = mlflow.pyfunc.load_model(f"models:/{name}/{result.version}")
-        inputs = model.metadata.get_input_schema()
+        # Read from its artifacts (transform JSON + exported program), never its pickled pyfunc.
+        with tempfile.TemporaryDirectory(prefix="trainpipe-champion-") as directory:
+            model, inputs = load_registered(f"models:/{name}/{result.version}", directory)
         if inputs is None or inputs.is_tensor_spec():
             raise ValueError("its model takes encoded tensors, not raw rows (logged before feature transforms "
                              "shipped inside the model)")
@@ -94,7 +94,8 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
         if missing:
             raise ValueError(f"it needs column(s) {', '.join(missing)} that this run's data config does not read")
         known = [c.name for c in inputs.inputs if c.name in holdout.column_names and c.name != config.data.label]
-        result.metrics = score(model.predict, holdout.select([*known, config.data.label]), config.data.label, config.training.task)
+        predict = lambda rows: model.predict(None, rows)  # noqa: E731
+        result.metrics = score(predict, holdout.select([*known, config.data.label]), config.data.label, config.training.task)
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)

@@ -10,6 +10,7 @@ values in the label's units for regression.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import mlflow.pyfunc
@@ -52,13 +53,42 @@ class TransformedNetwork(mlflow.pyfunc.PythonModel):
         model.transform, model.network = transform, network.eval()
         return model
 
+    @classmethod
+    def from_artifacts(cls, transform: str | Path, network: str | Path) -> TransformedNetwork:
+        """The model from its two artifact files, without unpickling anything (runtime/safe_load.py)."""
+        model = cls()
+        model.load_context(SimpleNamespace(artifacts={"transform": str(transform), "network": str(network)}))
+        return model
+
     def load_context(self, context: Any) -> None:
+        from airflow_trainpipe.runtime.safe_load import load_exported_program
+
         self.transform = FittedTransform.from_json(Path(context.artifacts["transform"]).read_text())
-        self.network = torch.export.load(context.artifacts["network"]).module()
+        self.network = load_exported_program(context.artifacts["network"])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
         features = self.transform.features(to_arrow(model_input))
         return self.transform.predictions(network_outputs(self.network, features))
+
+
+def load_registered(model_uri: str, directory: str | Path) -> tuple[TransformedNetwork, Any]:
+    """A logged model's predictor and input schema, read from its artifacts into `directory`.
+
+    Only the MLmodel file (YAML), the transform (JSON) and the network program are downloaded
+    and read: the pickled `python_model.pkl` of the pyfunc is never loaded, so a registry that
+    others can write cannot make the scoring process run code.
+    """
+    from mlflow.models import Model
+    from mlflow.store.artifact.models_artifact_repo import ModelsArtifactRepository
+
+    repository = ModelsArtifactRepository(model_uri)
+    model = Model.load(repository.download_artifacts("MLmodel", dst_path=str(directory)))
+    artifacts = (model.flavors.get("python_function") or {}).get("artifacts") or {}
+    if set(artifacts) != {"transform", "network"}:
+        raise ValueError(f"its model takes encoded tensors, not raw rows ({model_uri} has no fitted transform and network "
+                         f"program among its artifacts: {sorted(artifacts) or 'none'}; logged before raw-row models)")
+    files = {name: repository.download_artifacts(spec["path"], dst_path=str(directory)) for name, spec in artifacts.items()}
+    return TransformedNetwork.from_artifacts(files["transform"], files["network"]), model.get_input_schema()
 
 
 def log_raw_row_model(model: torch.nn.Module, transform: FittedTransform, input_example: Any, name: str = "model") -> Any:

@@ -147,3 +147,10 @@ class Tracker:
     def finish(self, status: str) -> None:
         self.flush()
         self.client.set_terminated(self.run_id, status=status)
+
+    def fail(self) -> None:
+        """Mark the run FAILED on the way out of a failing job, never hiding the job's own error."""
+        try:
+            self.finish("FAILED")
+        except Exception as exc:  # MLflow itself may be why the job fails
+            log.warning("could not mark MLflow run %s FAILED: %s", self.run_id, exc)

@@ -16,9 +16,6 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +34,18 @@ from airflow_trainpipe.config.catalog import METRICS  # noqa: E402
 from airflow_trainpipe.config.training import Hyperparameters  # noqa: E402
 from airflow_trainpipe.digest import content_digest  # noqa: E402
 from airflow_trainpipe.events import emit  # noqa: E402
+from airflow_trainpipe.runtime.accounting import StepHighWater, Timing  # noqa: E402
 from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager  # noqa: E402
 from airflow_trainpipe.runtime.data import DataError, Dataset, load_dataset  # noqa: E402
 from airflow_trainpipe.runtime.evaluation import evaluate_final  # noqa: E402
+from airflow_trainpipe.runtime.extensions import clear_stale_build_locks  # noqa: E402
 from airflow_trainpipe.runtime.faults import fault_point  # noqa: E402
 from airflow_trainpipe.runtime.metrics import compute_metrics  # noqa: E402
 from airflow_trainpipe.runtime.models import build_model  # noqa: E402
+from airflow_trainpipe.runtime.safe_load import enforce_weights_only  # noqa: E402
 from airflow_trainpipe.runtime.sampler import ResumableSampler  # noqa: E402
 from airflow_trainpipe.runtime.tracking import Tracker, flatten  # noqa: E402
-from airflow_trainpipe.storage import filesystem, join, node_local_dir  # noqa: E402
+from airflow_trainpipe.storage import filesystem, join  # noqa: E402
 from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
 
 log = logging.getLogger("airflow_trainpipe.train")
@@ -89,14 +89,25 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    """Every generator's state as tensors and plain numbers: checkpoints load weights-only
+    (runtime/safe_load.py), which refuses numpy arrays and other pickled objects."""
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    version, python_state, gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "python": {"version": version, "state": torch.tensor(python_state, dtype=torch.int64), "gauss": gauss},
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    saved = state["numpy"]
+    np.random.set_state((saved["name"], saved["keys"].numpy().astype(np.uint32), saved["pos"], saved["has_gauss"], saved["cached_gaussian"]))
+    python = state["python"]
+    random.setstate((python["version"], tuple(python["state"].tolist()), python["gauss"]))
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -105,58 +116,6 @@ def _seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-class Progress:
-    """High-water mark of steps reached, so a resumed attempt can say how many it recomputes."""
-
-    def __init__(self, run_dir: str):
-        local = node_local_dir(run_dir, "progress")
-        local.mkdir(parents=True, exist_ok=True)
-        self.path = local / "progress.json"
-
-    def high_water(self) -> int:
-        try:
-            return int(json.loads(self.path.read_text())["step"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return 0
-
-    def record(self, step: int) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": step}))
-        os.replace(tmp, self.path)
-
-
-@dataclass
-class Timing:
-    """Where this attempt's wall time went; `make bench` reads it from result.json."""
-
-    first_step: int
-    earlier_compute_s: float
-    started: float = field(default_factory=time.monotonic)
-    data_wait_s: float = 0.0
-    checkpoint_s: float = 0.0
-    eval_s: float = 0.0
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def compute_s(self) -> float:
-        """Training time over all attempts up to now (lost work of killed attempts excluded)."""
-        return self.earlier_compute_s + self.elapsed()
-
-    @contextmanager
-    def measure(self, name: str) -> Iterator[None]:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            setattr(self, name, getattr(self, name) + time.monotonic() - t0)
-
-    def summary(self, last_step: int) -> dict[str, float]:
-        loop = self.elapsed()
-        return {"steps": last_step - self.first_step, "loop_s": loop, "train_s": loop - self.eval_s,
-                "checkpoint_s": self.checkpoint_s, "eval_s": self.eval_s, "data_wait_s": self.data_wait_s}
 
 
 class Trainer:
@@ -200,9 +159,9 @@ class Trainer:
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config)
 
         sampler = ResumableSampler(len(data.train_y), global_batch, self.hp.gradient_accumulation_steps, self.world_size, self.rank, self.hp.seed)
-        state: dict[str, Any] = {"step": 0, "history": [], "compute_seconds": 0.0, "best": None, "stale_epochs": 0}
+        state: dict[str, Any] = {"step": 0, "history": [], "compute_seconds": 0.0, "device_seconds": 0.0, "best": None, "stale_epochs": 0}
         resumed_from, recomputed = 0, 0
-        progress = Progress(self.run_dir)
+        progress = StepHighWater(self.run_dir)
         if resume:
             directory, tag = self.checkpoints.fetch(resume)
             if universal:
@@ -240,7 +199,7 @@ class Trainer:
             result = self._finish(data, state, tracker, resumed_from, recomputed)
         except BaseException:
             if tracker:
-                tracker.flush()
+                tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
             raise
         return result
 
@@ -260,11 +219,14 @@ class Trainer:
     # -- training -----------------------------------------------------------------------------
 
     def _loop(self, data: Dataset, sampler: ResumableSampler, state: dict[str, Any], total_steps: int,
-              tracker: Tracker | None, progress: Progress) -> dict[str, Any]:
+              tracker: Tracker | None, progress: StepHighWater) -> dict[str, Any]:
         train_x, train_y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
         loss_fn = torch.nn.BCEWithLogitsLoss() if self.task == "binary_classification" else torch.nn.MSELoss()
         step, stop, train_loss = state["step"], False, state.get("final_train_loss")
-        timing = Timing(first_step=step, earlier_compute_s=state["compute_seconds"])
+        # A checkpoint from before device-seconds were kept counts its time once per configured process.
+        earlier_device = state.get("device_seconds", state["compute_seconds"] * self.training.resources.nproc_per_node)
+        timing = Timing(first_step=step, earlier_compute_s=state["compute_seconds"], world_size=self.world_size,
+                        earlier_device_s=earlier_device)
         local_losses: list[float] = []
         self.engine.train()
         while sampler.epoch < self.hp.epochs and step < total_steps and not stop:
@@ -284,7 +246,7 @@ class Trainer:
                 step += 1
                 local_losses.append(loss_sum / len(inputs))
                 if self.rank == 0:
-                    progress.record(step)  # a local file: exact high-water mark, no collective
+                    progress.record(step)  # a local file (and a background upload): no collective
                 fault_point("step", step)
                 # One collective every SYNC_EVERY steps instead of one per step: on a latency-bound
                 # job a gloo round trip costs as much as a third of a step. Every rank reaches the
@@ -312,7 +274,7 @@ class Trainer:
                         self.checkpoints.complete_pending()
                 if (by_steps or stats[-2].item() > 0) and not sampler.epoch_done():
                     with timing.measure("checkpoint_s"):
-                        state["compute_seconds"] = timing.compute_s()
+                        state["compute_seconds"], state["device_seconds"] = timing.compute_s(), timing.device_s()
                         self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step),
                                               extra={"global_batch": sampler.global_batch})
             if not sampler.epoch_done():
@@ -331,12 +293,16 @@ class Trainer:
             stop = bool(patience and state["stale_epochs"] >= patience)
             sampler.next_epoch()
             with timing.measure("checkpoint_s"):
-                state["compute_seconds"], state["final_train_loss"] = timing.compute_s(), train_loss
+                state["compute_seconds"], state["device_seconds"] = timing.compute_s(), timing.device_s()
+                state["final_train_loss"] = train_loss
                 self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step), metric=value,
                                       extra={"global_batch": sampler.global_batch})
         with timing.measure("checkpoint_s"):
             self.checkpoints.complete_pending()
-        state.update(step=step, stopped_early=stop, final_train_loss=train_loss, compute_seconds=timing.compute_s())
+        state.update(step=step, stopped_early=stop, final_train_loss=train_loss, compute_seconds=timing.compute_s(),
+                     device_seconds=timing.device_s())
+        if self.rank == 0:
+            progress.flush()
         state["timing"] = timing.summary(step)
         return state
 
@@ -382,8 +348,7 @@ class Trainer:
         for key in sorted(weights):
             digest.update(key.encode())
             digest.update(weights[key].numpy().tobytes())
-        devices = self.training.resources.gpus_per_node if self.on_gpu else self.training.resources.nproc_per_node
-        compute_hours = state["compute_seconds"] / 3600 * devices * self.training.resources.nodes
+        compute_hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
         holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
         result = {
             "final_step": state["step"],
@@ -443,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
+    enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
+    clear_stale_build_locks()  # before DeepSpeed builds or loads its ops (init_distributed)
     try:
         Trainer(spec).run()
     except Exception as exc:

@@ -1,0 +1,137 @@
+"""What a training run spent: wall and device time over all attempts, and the steps it recomputed.
+
+Both survive a retry: device time rides in the checkpoint's client state; the step high-water mark
+lives in the run directory, where an attempt on another node or in a new pod finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
+
+log = logging.getLogger(__name__)
+
+MARK_FILE = "progress.json"
+
+
+class StepHighWater:
+    """The highest step any attempt of this run reached, so a resumed attempt can say how many
+    steps it recomputes.
+
+    Each step is written to this node's disk at once: exact when the retry runs on the same node
+    (and for a file:// run directory, which is that location). A remote run directory (s3://)
+    also gets the mark from a background thread that uploads the newest step, one PUT at a time,
+    so the training loop never waits on the store; a new pod reads it there, behind by at most
+    the steps of the last upload in flight when the previous attempt was killed.
+    """
+
+    def __init__(self, run_dir: str):
+        local = node_local_dir(run_dir, "progress")
+        local.mkdir(parents=True, exist_ok=True)
+        self.path = local / MARK_FILE
+        self.remote = None if is_local(run_dir) else join(run_dir, MARK_FILE)
+        self._latest: int | None = None
+        self._uploaded: int | None = None
+        self._changed = threading.Condition()
+        self._uploader: threading.Thread | None = None
+
+    def high_water(self) -> int:
+        steps = [self._read_local()]
+        if self.remote is not None:
+            fs, path = filesystem(self.remote)
+            try:
+                steps.append(int(json.loads(fs.cat_file(path))["step"]))
+            except FileNotFoundError:
+                pass
+        return max(steps)
+
+    def _read_local(self) -> int:
+        try:
+            return int(json.loads(self.path.read_text())["step"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return 0
+
+    def record(self, step: int) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"step": step}))
+        os.replace(tmp, self.path)
+        if self.remote is None:
+            return
+        with self._changed:
+            self._latest = step
+            self._changed.notify()
+        if self._uploader is None:
+            self._uploader = threading.Thread(target=self._upload_newest, name="step-high-water", daemon=True)
+            self._uploader.start()
+
+    def _upload_newest(self) -> None:
+        fs, path = filesystem(self.remote)
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._latest != self._uploaded)
+                step = self._latest
+            try:
+                fs.pipe_file(path, json.dumps({"step": step}).encode())
+            except Exception as exc:  # only the recomputed-steps figure depends on it: never stop training
+                log.warning("could not record step %s at %s: %s", step, self.remote, exc)
+                time.sleep(1)
+            with self._changed:
+                self._uploaded = step
+                self._changed.notify_all()
+
+    def flush(self, timeout: float = 30) -> None:
+        """Wait until the newest step is in the run directory (end of the job)."""
+        if self._uploader is None:
+            return
+        with self._changed:
+            self._changed.wait_for(lambda: self._uploaded == self._latest, timeout=timeout)
+
+
+@dataclass
+class Timing:
+    """Where this attempt's wall time went; `make bench` reads it from result.json.
+
+    Device time is wall time times the attempt's actual world size (one device per process), summed
+    over attempts: a retry on fewer or more processes is counted as it ran, not as configured.
+    """
+
+    first_step: int
+    earlier_compute_s: float
+    world_size: int = 1
+    earlier_device_s: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    data_wait_s: float = 0.0
+    checkpoint_s: float = 0.0
+    eval_s: float = 0.0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def compute_s(self) -> float:
+        """Training time over all attempts up to now (lost work of killed attempts excluded)."""
+        return self.earlier_compute_s + self.elapsed()
+
+    def device_s(self) -> float:
+        """Device-seconds over all attempts up to now (lost work of killed attempts excluded)."""
+        return self.earlier_device_s + self.elapsed() * self.world_size
+
+    @contextmanager
+    def measure(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            setattr(self, name, getattr(self, name) + time.monotonic() - t0)
+
+    def summary(self, last_step: int) -> dict[str, float]:
+        loop = self.elapsed()
+        return {"steps": last_step - self.first_step, "loop_s": loop, "train_s": loop - self.eval_s,
+                "checkpoint_s": self.checkpoint_s, "eval_s": self.eval_s, "data_wait_s": self.data_wait_s}
