@@ -274,3 +274,6 @@ def test_event_watcher_keeps_what_the_task_needs_and_logs_progress_lines() -> No
     assert shown[2] == "checkpoint complete: step 20 at s3://ml-checkpoints/x/step_000000020"
     assert store == {"mlflow_run_id": "abc", "checkpoint": {"step": 20, "uri": "s3://ml-checkpoints/x/step_000000020"}}
     assert watcher.errors == ["rank 3: RuntimeError: NCCL timeout"] and watcher.result is None
+    assert not watcher.final  # an NCCL timeout may pass: retried
+    watcher("base", PREFIX + json.dumps({"event": "error", "rank": 0, "error": "ChangedDataError: x changed", "retryable": False}))
+    assert watcher.final  # bad data does not fix itself: the task fails without retries

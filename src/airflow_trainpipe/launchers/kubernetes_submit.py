@@ -49,6 +49,7 @@ class EventWatcher:
         self.store = store
         self.result: dict[str, Any] | None = None
         self.errors: list[str] = []
+        self.final = False  # the job said a retry cannot help (bad data)
         self.tail: deque[str] = deque(maxlen=30)
 
     def __call__(self, container: str, message: str) -> str:
@@ -65,6 +66,7 @@ class EventWatcher:
             self.result = {k: v for k, v in event.items() if k != "event"}
         elif kind == "error":
             self.errors.append(f"rank {event.get('rank')}: {event.get('error')}")
+            self.final = self.final or event.get("retryable") is False
         return describe(event) or message
 
 

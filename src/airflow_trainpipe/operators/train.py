@@ -247,6 +247,8 @@ class DistributedTrainOperator(BaseOperator):
             run = submit.run_pod if resources.nodes == 1 else submit.run_job
             run(operator, self.config, labels, context, self.log)
         except Exception as exc:
+            if watcher.final:
+                raise AirflowFailException(f"training on Kubernetes failed (try {try_number}), not retried: {watcher.errors[0]}") from exc
             reason = f": {watcher.errors[0]}" if watcher.errors else f": {exc}"
             raise AirflowException(
                 f"training on Kubernetes failed (try {try_number}){reason}; a retry starts new pods that resume from "
