@@ -39,7 +39,8 @@ def _spec(tmp: Path, files: list[str], run_id: str, hidden: str, zero_stage: int
     text = text.replace("uri: checkpoints", f"uri: {(tmp / 'ckpt').as_uri()}")
     text = text.replace("every_steps: 100", "every_steps: 200")  # the CheckpointSection default
     text = text.replace("early_stopping_patience: 2", "early_stopping_patience: 9")
-    return TrainSpec(config=parse_config(text), run_id=run_id, data_files=files, max_steps=max_steps)
+    spec = TrainSpec(config=parse_config(text), run_id=run_id, data_files=files)
+    return spec.limited_to(max_steps) if max_steps else spec
 
 
 def _ours(spec: TrainSpec) -> dict:

@@ -83,12 +83,16 @@ def test_validate_with_champion_reference_retries_when_the_registry_is_unreachab
     assert not isinstance(caught.value, AirflowFailException)  # retryable
 
 
-def test_gate_retries_an_unreachable_registry_and_fails_a_missing_run(unreachable: str, sqlite_client) -> None:
-    from mlflow import MlflowClient
+def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
+        unreachable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_trainpipe.exceptions import as_airflow_errors
+    from airflow_trainpipe.hooks.mlflow import MlflowHook
 
-    from airflow_trainpipe.operators.gate import candidate_run
-
-    with pytest.raises(RegistryUnavailable):
-        candidate_run(MlflowClient(tracking_uri=unreachable, registry_uri=unreachable), "abc")
-    with pytest.raises(AirflowFailException, match="candidate MLflow run 'abc' not found"):
-        candidate_run(sqlite_client, "abc")
+    _unreachable_connection(monkeypatch, unreachable)
+    with pytest.raises(AirflowException) as retried, as_airflow_errors():
+        MlflowHook().finished_run("abc")
+    assert not isinstance(retried.value, AirflowFailException)
+    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", json.dumps(
+        {"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    with pytest.raises(AirflowFailException, match="candidate MLflow run 'abc' not found"), as_airflow_errors():
+        MlflowHook().finished_run("abc")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
     from airflow_trainpipe.launchers.local import LocalLauncher
-    from airflow_trainpipe.launchers.progress import describe
+    from airflow_trainpipe.launchers.watcher import JobWatcher
     from airflow_trainpipe.snapshot import load_manifest, render_partition, resolve_snapshot
     from airflow_trainpipe.train_spec import TrainSpec
 
@@ -87,27 +86,26 @@ def _train(args: argparse.Namespace) -> int:
     except TrainpipeError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
-    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, manifest=manifest, max_steps=args.max_steps, tags={"trainpipe.launched_by": "cli"})
+    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, manifest=manifest, tags={"trainpipe.launched_by": "cli"})
+    spec = spec.limited_to(args.max_steps) if args.max_steps else spec
     nproc = args.nproc or config.training.resources.nproc_per_node
     print(f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)", file=sys.stderr)
     launcher = LocalLauncher(spec, nproc)
+    watcher = JobWatcher(show_raw=False, tail=40)
     launcher.start()
-    tail: deque[str] = deque(maxlen=40)
     try:
         for line in launcher.lines():
-            if line.event is None:
-                tail.append(line.text)
-                if args.verbose:
-                    print(line.text, file=sys.stderr)
-            elif (text := describe(line.event)) is not None:
-                print(text, flush=True)
+            if (shown := watcher.feed(line.text)) is not None:
+                print(shown, flush=True)
+            elif args.verbose and line.event is None:
+                print(line.text, file=sys.stderr)
         code = launcher.wait()
     except KeyboardInterrupt:
         launcher.kill()
         return 130
     if code != 0 and not args.verbose:
         print(f"training job exited with code {code}; its last output:", file=sys.stderr)
-        print("\n".join(tail), file=sys.stderr)
+        print("\n".join(watcher.tail), file=sys.stderr)
     return code
 
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
 class TrainpipeError(Exception):
-    """Base class of every error this package raises on purpose."""
+    """Base class of every error this package raises on purpose.
+
+    `retryable` says whether another try of the task can succeed (a store or server that comes
+    back, data that is still arriving); tasks fail at once on the others (bad data, a bad value,
+    a missing run), whatever their `retries` (see `as_airflow_errors`).
+    """
+
+    retryable = False
 
 
 @dataclass(frozen=True)
@@ -40,3 +49,24 @@ class ConfigError(TrainpipeError):
     @property
     def file(self) -> str:
         return self.problems[0].file
+
+
+class TrainingJobError(TrainpipeError):
+    """A training job could not run or finish (its pods, its world size); the message names it."""
+
+    retryable = True  # a new try starts new processes, possibly on other nodes
+
+
+class PayloadError(TrainpipeError):
+    """What a task received from another task is not the payload it expects."""
+
+
+@contextmanager
+def as_airflow_errors() -> Iterator[None]:
+    """Inside a task: our errors become Airflow's, retried only when `retryable`."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    try:
+        yield
+    except TrainpipeError as exc:
+        raise (AirflowException if exc.retryable else AirflowFailException)(str(exc)) from exc

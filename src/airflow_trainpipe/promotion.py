@@ -25,57 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.gate import GateSection, Guardrail
+from airflow_trainpipe.payloads import GateDecision, GuardrailCheck
 
 # Differences this small are float noise of the metric computation, not a regression.
 TOLERANCE = 1e-12
-
-
-@dataclass
-class GuardrailCheck:
-    metric: str
-    direction: str
-    candidate: float
-    champion: float
-    regression: float
-    relative_regression: float | None
-    max_regression: float | None
-    max_relative_regression: float | None
-    passed: bool
-
-
-@dataclass
-class Decision:
-    promote: bool
-    reason: str
-    metric: str
-    direction: str
-    candidate: float
-    champion: float | None
-    improvement: float | None = None
-    relative_improvement: float | None = None
-    min_improvement: float = 0.0
-    min_relative_improvement: float = 0.0
-    guardrails: list[GuardrailCheck] = field(default_factory=list)
-    forced: bool = False
-    fail: bool = False  # no champion and `no_champion.action: fail`
-
-    def as_dict(self) -> dict[str, Any]:
-        return {key: _json_number(value) for key, value in asdict(self).items()}
-
-
-def _json_number(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # XCom and MLflow JSON have no NaN / inf
-    if isinstance(value, list):
-        return [_json_number(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_number(v) for k, v in value.items()}
-    return value
 
 
 def _better_sign(direction: str) -> float:
@@ -100,7 +56,9 @@ def check_guardrail(guardrail: Guardrail, direction: str, candidate: float, cham
         regression = _better_sign(direction) * (champion - candidate)  # > 0: the candidate is worse
         relative = _relative(regression, champion)
         passed = (max_abs is None or regression <= max_abs + TOLERANCE) and (max_rel is None or relative <= max_rel + TOLERANCE)
-    return GuardrailCheck(guardrail.metric, direction, candidate, champion, regression, relative, max_abs, max_rel, passed)
+    return GuardrailCheck(metric=guardrail.metric, direction=direction, candidate=candidate, champion=champion,
+                          regression=regression, relative_regression=relative, max_regression=max_abs,
+                          max_relative_regression=max_rel, passed=passed)
 
 
 def decide(
@@ -110,11 +68,11 @@ def decide(
     champion: Mapping[str, float] | None,
     *,
     force: bool = False,
-) -> Decision:
+) -> GateDecision:
     """`candidate` / `champion`: metric name -> value on the same holdout; champion None: none yet."""
     direction = gate.direction or METRICS[task][gate.metric]
     value = candidate[gate.metric]
-    decision = Decision(
+    decision = GateDecision(
         promote=False, reason="", metric=gate.metric, direction=direction, candidate=value,
         champion=None if champion is None else champion[gate.metric],
         min_improvement=gate.min_improvement, min_relative_improvement=gate.min_relative_improvement,
@@ -135,7 +93,7 @@ def decide(
     return decision
 
 
-def _bootstrap(gate: GateSection, decision: Decision) -> None:
+def _bootstrap(gate: GateSection, decision: GateDecision) -> None:
     policy, value, metric = gate.no_champion, decision.candidate, decision.metric
     if policy.action == "skip":
         decision.reason = "no champion yet and no_champion.action is 'skip'"
@@ -154,7 +112,7 @@ def _bootstrap(gate: GateSection, decision: Decision) -> None:
         )
 
 
-def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champion: Mapping[str, float], decision: Decision) -> None:
+def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champion: Mapping[str, float], decision: GateDecision) -> None:
     metric, value, best = decision.metric, decision.candidate, decision.champion
     assert best is not None
     failures: list[str] = []
@@ -194,7 +152,7 @@ def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champ
         )
 
 
-def comparison_table(decision: Decision, candidate: Mapping[str, float], champion: Mapping[str, float] | None) -> str:
+def comparison_table(decision: GateDecision, candidate: Mapping[str, float], champion: Mapping[str, float] | None) -> str:
     """Plain-text table of every metric, for the task log."""
     rows = [("metric", "candidate", "champion", "delta", "role")]
     roles = {decision.metric: "primary"} | {g.metric: "guardrail" + ("" if g.passed else " BREACHED") for g in decision.guardrails}

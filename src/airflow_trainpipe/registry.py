@@ -26,6 +26,8 @@ class RegistryError(TrainpipeError):
 class RegistryUnavailable(RegistryError):
     """The registry could not be asked; retrying later can succeed."""
 
+    retryable = True
+
 
 def is_not_found(exc: BaseException) -> bool:
     """True only for MLflow's own "does not exist" answer."""

@@ -28,6 +28,8 @@ STATE_DIR = "_trainpipe"
 class SnapshotError(TrainpipeError):
     """The partition is missing, holds no data files, or its files disagree with each other."""
 
+    retryable = True  # files may still arrive, a store may recover
+
 
 class SnapshotFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

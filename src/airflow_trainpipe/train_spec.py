@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.snapshot import Manifest
 from airflow_trainpipe.storage import join, resolve
 
@@ -36,17 +37,33 @@ class TrainSpec(BaseModel):
     manifest: Manifest | None = None
     """The validated snapshot of `data_files`: the job checks every file's bytes against it."""
 
-    max_steps: int | None = Field(default=None, gt=0)
-    """Stop after this many optimizer steps (debugging); overrides hyperparameters.max_steps."""
-
-    hyperparameter_overrides: dict[str, Any] = {}
-    """Per-run overrides of `training.hyperparameters` (from the trigger form)."""
+    hyperparameters: Hyperparameters
+    """This run's effective, validated hyperparameters: the config's, with the run's overrides
+    (trigger form) and step limit applied. The job reads these, never the config's. Default:
+    the config's own."""
 
     mlflow_run_id: str | None = None
     """Resume into this MLflow run (a retry of the same task)."""
 
     tags: dict[str, str] = {}
     """Extra MLflow tags: dag id, task id, try number, ..."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _config_hyperparameters_by_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "hyperparameters" not in data and isinstance(data.get("config"), PipelineConfig):
+            return {**data, "hyperparameters": data["config"].training.hyperparameters}
+        return data
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The hyperparameters that differ from the config's (lineage)."""
+        configured = self.config.training.hyperparameters
+        return {k: v for k, v in self.hyperparameters.model_dump(mode="json").items() if getattr(configured, k) != getattr(self.hyperparameters, k)}
+
+    def limited_to(self, max_steps: int) -> TrainSpec:
+        """The same job, stopping after `max_steps` optimizer steps (or its own limit, if smaller)."""
+        return self.model_copy(update={"hyperparameters": self.hyperparameters.with_overrides({}, max_steps=max_steps)})
 
     @model_validator(mode="after")
     def _files_are_the_manifests(self) -> TrainSpec:

@@ -58,8 +58,8 @@ def test_train_takes_the_validated_snapshot_and_register_emits_the_model_asset()
     dag = _dags(EXAMPLE_CONFIGS)["fraud_detector"]
     train = dag.get_task("train")
     assert isinstance(train, DistributedTrainOperator)
-    assert (train.data_files.operator.task_id, train.data_files.key) == ("validate_data", "data_files")
-    assert (train.data_digest.operator.task_id, train.data_digest.key) == ("validate_data", "data_digest")
+    assert (train.validation.operator.task_id, train.validation.key) == ("validate_data", "return_value")
+    assert train.data_files is None and train.data_digest is None
     [asset] = dag.get_task("register").outlets
     assert isinstance(asset, Asset)
     assert (asset.name, asset.uri) == ("fraud_detector@champion", "x-mlflow-model://fraud_detector/champion")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.hooks.mlflow import MlflowHook
+from airflow_trainpipe.registry import RegistryError
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_tracking_uri_extra_wins_and_ui_url_extra_is_used(connection) -> None:
 
 def test_connection_without_host_or_uri_is_an_error(connection) -> None:
     connection("mlflow_empty")
-    with pytest.raises(ValueError, match="'mlflow_empty' has neither a host nor an extra 'tracking_uri'"):
+    with pytest.raises(RegistryError, match="'mlflow_empty' has neither a host nor an extra 'tracking_uri'"):
         _ = MlflowHook("mlflow_empty").tracking_uri
 
 

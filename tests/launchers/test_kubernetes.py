@@ -253,14 +253,14 @@ def test_aws_environment_comes_from_the_airflow_connection(monkeypatch: pytest.M
 
 def test_event_watcher_keeps_what_the_task_needs_and_logs_progress_lines() -> None:
     from airflow_trainpipe.events import PREFIX
-    from airflow_trainpipe.launchers.kubernetes_submit import EventWatcher
+    from airflow_trainpipe.launchers.watcher import JobWatcher
 
     class Store(dict):  # the part of Airflow's task_state_store the watcher uses
         def set(self, key: str, value: object) -> None:
             self[key] = value
 
     store = Store()
-    watcher = EventWatcher(store)
+    watcher = JobWatcher(store)
     lines = [
         PREFIX + json.dumps({"event": "start", "total_steps": 20, "resumed_from": 10, "steps_recomputed": 3, "world_size": 8,
                              "global_batch": 4096, "train_rows": 9000, "holdout_rows": 1000, "mlflow_run_id": "abc"}),
@@ -268,12 +268,12 @@ def test_event_watcher_keeps_what_the_task_needs_and_logs_progress_lines() -> No
         PREFIX + json.dumps({"event": "checkpoint", "step": 20, "uri": "s3://ml-checkpoints/x/step_000000020", "metric": None}),
         PREFIX + json.dumps({"event": "error", "rank": 3, "error": "RuntimeError: NCCL timeout"}),
     ]
-    shown = [watcher("base", line) for line in lines]
+    shown = [watcher.log_formatter("base", line) for line in lines]
     assert shown[0].startswith("training started: 20 steps on 8 rank(s)") and "resuming from step 10" in shown[0]
     assert shown[1] == lines[1] and list(watcher.tail) == [lines[1]]
     assert shown[2] == "checkpoint complete: step 20 at s3://ml-checkpoints/x/step_000000020"
     assert store == {"mlflow_run_id": "abc", "checkpoint": {"step": 20, "uri": "s3://ml-checkpoints/x/step_000000020"}}
     assert watcher.errors == ["rank 3: RuntimeError: NCCL timeout"] and watcher.result is None
     assert not watcher.final  # an NCCL timeout may pass: retried
-    watcher("base", PREFIX + json.dumps({"event": "error", "rank": 0, "error": "ChangedDataError: x changed", "retryable": False}))
+    watcher.log_formatter("base", PREFIX + json.dumps({"event": "error", "rank": 0, "error": "ChangedDataError: x changed", "retryable": False}))
     assert watcher.final  # bad data does not fix itself: the task fails without retries

@@ -109,7 +109,7 @@ def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(tmp_path: P
     data_root = Path(job_files[0].removeprefix("file://")).parents[1]
     checkpoints = tmp_path / "checkpoints"
     config = parse_config(kubernetes_config(checkpoints, data_root, tmp_path / "mlflow.db"))
-    spec = TrainSpec(config=config, run_id=RUN_ID, data_files=job_files, max_steps=2 * EVERY_STEPS)
+    spec = TrainSpec(config=config, run_id=RUN_ID, data_files=job_files).limited_to(2 * EVERY_STEPS)
 
     def pod_of_try(try_number: int) -> dict[str, Any]:
         (pod,) = manifests(config, spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))

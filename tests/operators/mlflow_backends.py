@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_trainpipe.payloads import GateDecision
 from tests.conftest import EXAMPLE_CONFIGS
 
 BACKENDS = ["server", "sqlite"]
@@ -31,3 +32,9 @@ def write_config(path: Path, model_name: str, replacements: tuple[tuple[str, str
         text = text.replace(old, new)
     path.write_text(text)
     return path
+
+
+def gate_decision(**fields: object) -> GateDecision:
+    """A gate decision as the gate task writes it; only what a test is about needs saying."""
+    defaults = {"promote": True, "reason": "test", "metric": "roc_auc", "direction": "maximize", "candidate": 0.8, "champion": None}
+    return GateDecision.model_validate({**defaults, **fields})

@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.gate import BaselineGateOperator, as_bool
 from tests.mlflow_server import log_candidate_run
-from tests.operators.mlflow_backends import BACKENDS, define_connection, write_config
+from tests.operators.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 
 CHAMPION = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50, "accuracy": 0.9}
 
@@ -83,12 +83,11 @@ def test_metric_not_logged_fails_naming_run_and_metric(gate_setup) -> None:
 
 def test_unscored_champion_fails_with_its_error_unless_forced(gate_setup) -> None:
     hook, config, _, candidate = gate_setup
-    from airflow_trainpipe.operators.register import register
+    from airflow_trainpipe.operators.register import register_candidate
 
     champion_run = candidate(CHAMPION, None, None)
-    with hook.activated():
-        register(hook.get_conn(), BaselineGateOperator(task_id="g", config=str(config)).config, champion_run,
-                 {"promote": True, "champion_version": None}, {}, log=logging.getLogger("test"))
+    register_candidate(hook, BaselineGateOperator(task_id="g", config=str(config)).config, champion_run,
+                       gate_decision(champion_version=None), {}, log=logging.getLogger("test"))
     broken = candidate(CHAMPION, None, "1", **{"trainpipe.champion.error": "cannot score champion: it needs column(s) zip"})
     gate = BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=broken)
     with pytest.raises(AirflowFailException, match="no metric champion_roc_auc.*champion version 1: cannot score champion: it needs column"):
@@ -100,12 +99,11 @@ def test_unscored_champion_fails_with_its_error_unless_forced(gate_setup) -> Non
 
 def test_champion_changed_since_scoring_fails(gate_setup) -> None:
     hook, config, model_name, candidate = gate_setup
-    from airflow_trainpipe.operators.register import register
+    from airflow_trainpipe.operators.register import register_candidate
 
     parsed = BaselineGateOperator(task_id="g", config=str(config)).config
     first = candidate(CHAMPION, None, None)
     stale = candidate({**CHAMPION, "roc_auc": 0.9}, None, None)  # scored while there was no champion yet
-    with hook.activated():
-        register(hook.get_conn(), parsed, first, {"promote": True, "champion_version": None}, {}, log=logging.getLogger("test"))
+    register_candidate(hook, parsed, first, gate_decision(champion_version=None), {}, log=logging.getLogger("test"))
     with pytest.raises(AirflowFailException, match=rf"the champion changed since run {stale} was scored: {model_name}@champion was version none, now 1"):
         BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=stale).execute({})

@@ -12,9 +12,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.hooks.mlflow import MlflowHook
-from airflow_trainpipe.operators.register import RegisterModelOperator, register
+from airflow_trainpipe.operators.register import RegisterModelOperator, register_candidate
 from tests.mlflow_server import log_candidate_run
-from tests.operators.mlflow_backends import BACKENDS, define_connection, write_config
+from tests.operators.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 
 LOG = logging.getLogger("test")
 METRICS = {"roc_auc": 0.8, "log_loss": 0.3, "recall": 0.5}
@@ -30,7 +30,8 @@ def test_template_fields_are_public_api() -> None:
 
 def test_refuses_a_decision_that_did_not_promote(tmp_path: Path) -> None:
     config = write_config(tmp_path / "p.yaml", "whatever")
-    operator = RegisterModelOperator(task_id="register", config=str(config), gate_decision={"promote": False, "reason": "worse"})
+    operator = RegisterModelOperator(task_id="register", config=str(config),
+                                     gate_decision=gate_decision(promote=False, reason="worse").as_dict())
     with pytest.raises(AirflowFailException, match="the gate did not promote this candidate: worse"):
         operator.execute({})
 
@@ -42,27 +43,27 @@ def registry(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tm
     config = load_config(write_config(tmp_path / "pipeline.yaml", name, (("tags: {team: risk-ml}", "tags: {team: risk-ml, tier: gold}"),)))
     hook = MlflowHook()
     with hook.activated():
-        yield hook.get_conn(), config, name
+        yield hook, config, name
 
 
 def test_registration_is_idempotent_and_moves_the_aliases(registry) -> None:
-    client, config, name = registry
+    hook, config, name = registry
+    client = hook.get_conn()
     first = log_candidate_run(name, METRICS, None, None, model_name=name)
-    bootstrap = {"promote": True, "champion_version": None, "metric": "roc_auc", "candidate": 0.8, "champion": None, "reason": "bootstrap"}
+    bootstrap = gate_decision(champion_version=None, candidate=0.8, champion=None, reason="bootstrap")
     lineage = {"trainpipe.pipeline": "fraud_detector", "airflow.dag_id": "d", "airflow.dag_run_id": "manual__1"}
-    one = register(client, config, first, bootstrap, lineage, log=LOG)
-    again = register(client, config, first, bootstrap, lineage, log=LOG)  # a retry, or a re-run of the DAG run
+    one = register_candidate(hook, config, first, bootstrap, lineage, log=LOG)
+    again = register_candidate(hook, config, first, bootstrap, lineage, log=LOG)  # a retry, or a re-run of the DAG run
     assert one == {**again, "created": True} and again["created"] is False
     assert one["version"] == "1" and one["previous_version"] is None
     assert len(client.search_model_versions(f"name = '{name}'")) == 1
 
     second = log_candidate_run(name, {**METRICS, "roc_auc": 0.85}, METRICS, "1", model_name=name)
-    better = {"promote": True, "champion_version": "1", "metric": "roc_auc", "candidate": 0.85, "champion": 0.8,
-              "improvement": 0.05, "reason": "better", "forced": False}
+    better = gate_decision(champion_version="1", candidate=0.85, champion=0.8, improvement=0.05, reason="better", forced=False)
     lineage = {**lineage, "airflow.dag_run_id": "manual__2"}
-    two = register(client, config, second, better, lineage, log=LOG)
+    two = register_candidate(hook, config, second, better, lineage, log=LOG)
     assert (two["version"], two["previous_version"], two["previous_alias"]) == ("2", "1", "previous_champion")
-    assert register(client, config, second, better, lineage, log=LOG)["created"] is False
+    assert register_candidate(hook, config, second, better, lineage, log=LOG)["created"] is False
     assert aliases(client, name) == {"champion": "2", "previous_champion": "1"}
     assert len(client.search_model_versions(f"name = '{name}'")) == 2
 
@@ -80,14 +81,15 @@ def test_registration_is_idempotent_and_moves_the_aliases(registry) -> None:
 
 
 def test_a_champion_that_changed_after_the_gate_is_not_replaced(registry) -> None:
-    client, config, name = registry
+    hook, config, name = registry
+    client = hook.get_conn()
     first = log_candidate_run(name, METRICS, None, None, model_name=name)
-    register(client, config, first, {"promote": True, "champion_version": None}, {}, log=LOG)
+    register_candidate(hook, config, first, gate_decision(champion_version=None), {}, log=LOG)
     late = log_candidate_run(name, METRICS, None, None, model_name=name)  # gated while there was no champion
     with pytest.raises(AirflowFailException, match=f"{name}@champion is version 1, but the gate compared against none"):
-        register(client, config, late, {"promote": True, "champion_version": None}, {}, log=LOG)
+        register_candidate(hook, config, late, gate_decision(champion_version=None), {}, log=LOG)
     assert aliases(client, name) == {"champion": "1"}
-    forced = register(client, config, late, {"promote": True, "champion_version": None, "forced": True}, {}, log=LOG)
+    forced = register_candidate(hook, config, late, gate_decision(champion_version=None, forced=True), {}, log=LOG)
     assert forced["version"] == "2" and aliases(client, name) == {"champion": "2", "previous_champion": "1"}
 
 

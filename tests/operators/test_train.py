@@ -15,7 +15,8 @@ from tests.conftest import EXAMPLE_CONFIGS
 
 
 def test_template_fields_are_public_api() -> None:
-    assert DistributedTrainOperator.template_fields == ("run_id", "partition", "data_files", "data_digest", "hyperparameter_overrides")
+    assert DistributedTrainOperator.template_fields == ("run_id", "partition", "validation", "data_files", "data_digest",
+                                                        "hyperparameter_overrides")
 
 
 def test_accepts_a_config_path_and_defaults_to_the_configs_partition() -> None:
@@ -109,28 +110,28 @@ def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_air
 OVERWRITE_DAG = '''
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, XComArg, task
+from airflow.sdk import DAG, task
 
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
 
 
 @task
-def export_rerun(data_files):
+def export_rerun(validation):
     # The upstream export runs again between validation and training, rewriting a file in place.
     from datetime import date
     import pyarrow.parquet as pq
     from airflow_trainpipe.synthetic import transactions
 
-    pq.write_table(transactions(date(2026, 1, 1), 2500, seed=99), data_files[0].removeprefix("file://"))
+    first = validation["manifest"]["files"][0]["uri"]
+    pq.write_table(transactions(date(2026, 1, 1), 2500, seed=99), first.removeprefix("file://"))
 
 
 with DAG("overwritten", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     validate = DataValidateOperator(task_id="validate_data", config={config!r})
-    train = DistributedTrainOperator(task_id="train", config={config!r}, data_files=XComArg(validate, key="data_files"),
-                                     data_digest=XComArg(validate, key="data_digest"), max_steps=5, retries=2,
+    train = DistributedTrainOperator(task_id="train", config={config!r}, validation=validate.output, max_steps=5, retries=2,
                                      retry_delay=timedelta(seconds=0))
-    export_rerun(XComArg(validate, key="data_files")) >> train
+    export_rerun(validate.output) >> train
 '''
 
 

@@ -17,23 +17,26 @@ from tests.conftest import EXAMPLE_CONFIGS
 DAG_SOURCE = '''
 from datetime import datetime
 
-from airflow.sdk import DAG, XComArg, task
+from airflow.sdk import DAG, task
 
 from airflow_trainpipe.operators.validate import DataValidateOperator
 
 
 @task
-def train(data_files, data_digest):
-    # What DistributedTrainOperator receives in the pipeline: the manifest's files and digest.
+def train(validation):
+    # What DistributedTrainOperator receives in the pipeline: the summary with the manifest.
     from airflow_trainpipe.digest import content_digest
+    from airflow_trainpipe.payloads import ValidationSummary
 
-    assert content_digest(data_files) == data_digest
-    print("TRAINS-ON " + " ".join(data_files) + " " + data_digest)
+    summary = ValidationSummary.model_validate(validation)
+    data_files = summary.manifest.file_uris
+    assert content_digest(data_files) == summary.digest
+    print("TRAINS-ON " + " ".join(data_files) + " " + summary.digest)
 
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     validate = DataValidateOperator(task_id="validate_data", config={config!r}, retries=2)
-    train(XComArg(validate, key="data_files"), XComArg(validate, key="data_digest"))
+    train(validate.output)
 '''
 
 

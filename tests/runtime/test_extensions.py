@@ -34,7 +34,7 @@ def test_a_job_starts_despite_the_lock_of_a_build_that_died(tmp_path: Path, trai
     lock.touch()
     old = time.time() - STALE_AFTER_S - 60
     os.utime(lock, (old, old))
-    spec = make_spec(tmp_path, job_files, "after_a_dead_build").model_copy(update={"max_steps": 2})
+    spec = make_spec(tmp_path, job_files, "after_a_dead_build").limited_to(2)
     run = run_job(spec, timeout=240)
     assert run.code == 0, run.text[-3000:]
     assert f"removed {lock}" in run.text

@@ -56,7 +56,8 @@ def test_rng_state_survives_a_weights_only_round_trip(tmp_path: Path) -> None:
 
     import numpy as np
 
-    from airflow_trainpipe.runtime.train import _rng_state, _set_rng_state
+    from airflow_trainpipe.runtime.seeding import restore_rng_state as _set_rng_state
+    from airflow_trainpipe.runtime.seeding import rng_state as _rng_state
 
     random.seed(3)
     np.random.seed(4)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from airflow_trainpipe.exceptions import TrainingJobError
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 
 
@@ -43,11 +44,11 @@ def test_epochs_reshuffle_and_drop_the_incomplete_batch() -> None:
 
 
 def test_world_size_that_does_not_divide_the_global_batch_is_refused() -> None:
-    with pytest.raises(ValueError, match="global batch 12 does not split into 1 micro-batch"):
+    with pytest.raises(TrainingJobError, match="global batch 12 does not split into 1 micro-batch"):
         ResumableSampler(100, 12, 1, 5, 0, seed=3)
 
 
 def test_state_from_another_batch_size_is_refused() -> None:
     sampler = ResumableSampler(100, 12, 1, 1, 0, seed=3)
-    with pytest.raises(ValueError, match="does not match global batch 12"):
+    with pytest.raises(TrainingJobError, match="does not match global batch 12"):
         sampler.load_state_dict({"epoch": 0, "consumed": 24, "global_batch": 24, "seed": 3})

@@ -54,7 +54,7 @@ def test_a_job_that_fails_marks_its_mlflow_run_failed(tmp_path: Path, trainpipe_
 def test_compute_hours_count_the_world_size_the_job_ran_with(tmp_path: Path, trainpipe_home: Path, job_files: list[str]) -> None:
     from tests.jobs import make_spec, run_job
 
-    spec = make_spec(tmp_path, job_files, "one_rank").model_copy(update={"max_steps": 12})
+    spec = make_spec(tmp_path, job_files, "one_rank").limited_to(12)
     assert spec.config.training.resources.nproc_per_node == 2  # the config says 2; this job runs on 1
     run = run_job(spec, nproc=1)
     assert run.code == 0, run.text[-3000:]

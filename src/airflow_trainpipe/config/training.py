@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
@@ -50,6 +51,15 @@ class Hyperparameters(Section):
 
     model_args: dict[str, Scalar | list[Scalar]] = {}
     """Keyword arguments of the model builder, e.g. `{hidden_sizes: [64, 32], dropout: 0.1}`."""
+
+    def with_overrides(self, overrides: dict[str, Any], max_steps: int | None = None) -> Hyperparameters:
+        """One run's effective hyperparameters: these with `overrides` applied and the smaller of
+        the two step limits, validated exactly as the YAML is (JSON mode: a form's `1` is a
+        valid float). Raises pydantic's ValidationError naming the field."""
+        merged = {**self.model_dump(mode="json"), **overrides}
+        if max_steps is not None:
+            merged["max_steps"] = min(max_steps, merged["max_steps"] or max_steps)
+        return type(self).model_validate_json(json.dumps(merged))
 
 
 # DeepSpeed keys that the typed fields own; an override would make two places disagree.

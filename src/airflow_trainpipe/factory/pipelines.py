@@ -135,8 +135,7 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         task_id="train",
         config=config,
         partition=partition,
-        data_files=validate.output["data_files"],
-        data_digest=validate.output["data_digest"],
+        validation=validate.output,  # the ValidationSummary: train reads exactly its manifest's bytes
         hyperparameter_overrides=params.hyperparameter_template(),
         **task_defaults,
     )

@@ -29,7 +29,10 @@ from airflow_trainpipe.config.secrets import redact_uri
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+    from airflow_trainpipe.payloads import Evaluation, GateDecision
+
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+NO_CHAMPION = "none"  # the training job's trainpipe.champion.version when nothing held the alias
 CREDENTIAL_ENVS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_INSECURE_TLS")
 
 
@@ -118,7 +121,9 @@ class MlflowHook(BaseHook):
             base = host.rstrip("/") + (f":{conn.port}" if conn.port else "")
             tracking_uri = base + (f"/{conn.schema.strip('/')}" if conn.schema else "")
         else:
-            raise ValueError(f"connection {self.mlflow_conn_id!r} has neither a host nor an extra 'tracking_uri'")
+            from airflow_trainpipe.registry import RegistryError
+
+            raise RegistryError(f"connection {self.mlflow_conn_id!r} has neither a host nor an extra 'tracking_uri'")
         credentials: dict[str, str] = {}
         token = extra.get("token")
         if conn.login:
@@ -193,6 +198,118 @@ class MlflowHook(BaseHook):
 
         return f"{self.ui_url}/#/models/{quote(name)}/versions/{version}" if self.ui_url else None
 
+    # -- registry and tracking operations of the tasks ----------------------------------------
+    # Each opens the connection for its own calls. Lookups say "not there" only on MLflow's own
+    # answer (RegistryError, final) and raise RegistryUnavailable otherwise (retried).
+
+    def current_champion(self, model_name: str, alias: str) -> tuple[str, str] | None:
+        """(version, run id) holding `alias`, or None when no version does."""
+        from airflow_trainpipe.registry import current_champion
+
+        with self.activated():
+            return current_champion(self.get_conn(), model_name, alias)
+
+    def champion_data_digest(self, model_name: str, alias: str) -> str | None:
+        """The data digest the champion was trained on (its lineage tag), None without a champion."""
+        from airflow_trainpipe.registry import champion_data_digest
+
+        with self.activated():
+            return champion_data_digest(self.get_conn(), model_name, alias)
+
+    def finished_run(self, run_id: str) -> Any:
+        """The candidate's MLflow run, which must exist and have FINISHED."""
+        from airflow_trainpipe.registry import RegistryError, RegistryUnavailable, get_run
+
+        with self.activated():
+            try:
+                run = get_run(self.get_conn(), run_id)
+            except RegistryUnavailable:
+                raise
+            except RegistryError as exc:
+                raise RegistryError(f"candidate {exc}") from exc
+        if run.info.status != "FINISHED":
+            raise RegistryError(f"candidate MLflow run {run_id} is {run.info.status}, not FINISHED")
+        return run
+
+    def run_evaluation(self, run_id: str) -> Evaluation:
+        """Candidate and champion metrics the training job logged on a finished run."""
+        from airflow_trainpipe.payloads import Evaluation
+        from airflow_trainpipe.registry import RegistryError
+
+        data = self.finished_run(run_id).data
+        version = data.tags.get("trainpipe.champion.version")
+        if version is None:
+            raise RegistryError(f"MLflow run {run_id} has no tag trainpipe.champion.version: the champion was not scored")
+
+        def prefixed(prefix: str) -> dict[str, float]:
+            return {k.removeprefix(prefix): v for k, v in data.metrics.items() if k.startswith(prefix)}
+
+        scored = version != NO_CHAMPION
+        return Evaluation(candidate=prefixed("candidate_"), champion=prefixed("champion_") if scored else None,
+                          champion_version=version if scored else None, champion_run_id=data.tags.get("trainpipe.champion.run_id"),
+                          champion_error=data.tags.get("trainpipe.champion.error"))
+
+    def record_gate_decision(self, run_id: str, decision: GateDecision, figure: Any) -> None:
+        """The decision as an artifact and tags of the candidate's run, with its chart."""
+        with self.activated():
+            client = self.get_conn()
+            client.log_dict(run_id, decision.as_dict(), "gate/decision.json")
+            client.set_tag(run_id, "trainpipe.gate.promote", str(decision.promote).lower())
+            client.set_tag(run_id, "trainpipe.gate.forced", str(decision.forced).lower())
+            client.set_tag(run_id, "trainpipe.gate.reason", decision.reason[:5000])
+            client.log_figure(run_id, figure, "gate/comparison.png")
+
+    def find_or_create_version(self, model_name: str, run: Any, description: str) -> tuple[str, bool]:
+        """The model version of `run` (created when there is none yet): (version, created).
+
+        Looked up by run id first, so a retry or a re-run never registers a second version.
+        """
+        from mlflow.exceptions import MlflowException
+
+        from airflow_trainpipe.registry import RegistryError
+
+        run_id = run.info.run_id
+        with self.activated():
+            client = self.get_conn()
+            try:
+                client.create_registered_model(model_name, description=description)
+            except MlflowException as exc:
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+            existing = client.search_model_versions(f"name = '{model_name}' and run_id = '{run_id}'")
+            if existing:
+                return str(min(existing, key=lambda v: int(v.version)).version), False
+            outputs = run.outputs.model_outputs if run.outputs else []
+            if not outputs:
+                raise RegistryError(f"MLflow run {run_id} logged no model to register")
+            model_id = outputs[-1].model_id
+            version = client.create_model_version(name=model_name, source=f"models:/{model_id}", run_id=run_id, model_id=model_id)
+        return str(version.version), True
+
+    def set_version_tags(self, model_name: str, version: str, tags: dict[str, str]) -> None:
+        with self.activated():
+            client = self.get_conn()
+            for key, value in tags.items():
+                client.set_model_version_tag(model_name, version, key, value)
+
+    def move_alias(self, model_name: str, alias: str, version: str, previous_alias: str | None, holder: str | None) -> str | None:
+        """Point `alias` at `version`; the version that held it gets `previous_alias`. Returns it."""
+        with self.activated():
+            client = self.get_conn()
+            previous = None
+            if holder and previous_alias:
+                client.set_registered_model_alias(model_name, previous_alias, holder)
+                previous = holder
+            client.set_registered_model_alias(model_name, alias, version)
+        return previous
+
+    def mark_run_failed(self, run_id: str) -> None:
+        """FAILED, unless the run already ended (a job that marked itself)."""
+        with self.activated():
+            client = self.get_conn()
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status="FAILED")
+
     def test_connection(self) -> tuple[bool, str]:
         try:
             with self.activated():
@@ -200,3 +317,4 @@ class MlflowHook(BaseHook):
         except Exception as exc:
             return False, f"{type(exc).__name__}: {exc}"
         return True, f"reached MLflow at {redact_uri(self.tracking_uri)}"
+

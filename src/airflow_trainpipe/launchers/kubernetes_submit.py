@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import deque
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
@@ -26,7 +25,6 @@ from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_trainpipe.config import PipelineConfig
-from airflow_trainpipe.events import parse
 from airflow_trainpipe.launchers.kubernetes import (
     CONTAINER,
     JOB_NAME_PREFIX,
@@ -37,37 +35,9 @@ from airflow_trainpipe.launchers.kubernetes import (
     pod_manifest,
     service_manifest,
 )
-from airflow_trainpipe.launchers.progress import describe
+from airflow_trainpipe.exceptions import TrainingJobError
+from airflow_trainpipe.launchers.watcher import JobWatcher
 from airflow_trainpipe.train_spec import TrainSpec
-
-
-class EventWatcher:
-    """KubernetesPodOperator `log_formatter`: turns the job's event lines into progress lines and
-    keeps what the task needs (result, errors, MLflow run id, checkpoint pointer)."""
-
-    def __init__(self, store: Any):
-        self.store = store
-        self.result: dict[str, Any] | None = None
-        self.errors: list[str] = []
-        self.final = False  # the job said a retry cannot help (bad data)
-        self.tail: deque[str] = deque(maxlen=30)
-
-    def __call__(self, container: str, message: str) -> str:
-        event = parse(message)
-        if event is None:
-            self.tail.append(message)
-            return message
-        kind = event.get("event")
-        if kind == "start" and self.store is not None and event.get("mlflow_run_id"):
-            self.store.set("mlflow_run_id", event["mlflow_run_id"])
-        elif kind == "checkpoint" and self.store is not None:
-            self.store.set("checkpoint", {"step": event["step"], "uri": event["uri"]})
-        elif kind == "result":
-            self.result = {k: v for k, v in event.items() if k != "event"}
-        elif kind == "error":
-            self.errors.append(f"rank {event.get('rank')}: {event.get('error')}")
-            self.final = self.final or event.get("retryable") is False
-        return describe(event) or message
 
 
 def to_model(data: dict, klass: str) -> Any:
@@ -80,7 +50,7 @@ def to_model(data: dict, klass: str) -> Any:
     return ApiClient().deserialize(_Response(json.dumps(data)), klass)
 
 
-def _common(config: PipelineConfig, task_id: str, watcher: EventWatcher, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _common(config: PipelineConfig, task_id: str, watcher: JobWatcher, name: str, labels: dict[str, str]) -> dict[str, Any]:
     k8s_cfg = config.training.kubernetes
     timeout = int(k8s_cfg.startup_timeout.total_seconds())
     return {
@@ -94,7 +64,7 @@ def _common(config: PipelineConfig, task_id: str, watcher: EventWatcher, name: s
         "labels": {key: value for key, value in labels.items() if key != "try_number"},
         "base_container_name": CONTAINER,
         "get_logs": True,
-        "log_formatter": watcher,
+        "log_formatter": watcher.log_formatter,
         "startup_timeout_seconds": timeout,
         "schedule_timeout_seconds": timeout,
         "termination_message_policy": "FallbackToLogsOnError",  # the last log lines say why it died
@@ -110,7 +80,7 @@ def _without_namespace(manifest: dict) -> dict:
     return {**manifest, "metadata": metadata}
 
 
-def pod_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: EventWatcher) -> KubernetesPodOperator:
+def pod_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher) -> KubernetesPodOperator:
     manifest = pod_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
     if config.training.kubernetes.namespace is None:
         manifest = _without_namespace(manifest)
@@ -122,7 +92,7 @@ def pod_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, tas
     )
 
 
-def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: EventWatcher) -> KubernetesJobOperator:
+def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher) -> KubernetesJobOperator:
     manifest = job_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
     job_spec = manifest["spec"]
     pod_template = {"metadata": job_spec["template"]["metadata"], "spec": job_spec["template"]["spec"]}
@@ -242,7 +212,7 @@ def _run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: Ru
         finished = operator.hook.wait_until_job_complete(job_name=name, namespace=namespace, job_poll_interval=operator.job_poll_interval)
         if error := operator.hook.is_job_failed(job=finished):
             job_failed = True
-            raise RuntimeError(f"Kubernetes Job {namespace}/{name} failed: {error}")
+            raise TrainingJobError(f"Kubernetes Job {namespace}/{name} failed: {error}")
     finally:
         # A failed Job stays for `kubectl describe` (its pods are stopped; the TTL or the next
         # try removes it); a finished one, or one this task stops watching (timeout, error),
@@ -259,7 +229,7 @@ def _leader_pod(operator: KubernetesJobOperator, namespace: str, job_name: str, 
         if pods:
             return pods[0]
         if time.monotonic() > deadline:
-            raise RuntimeError(f"no pod of Job {namespace}/{job_name} appeared within {timeout_s}s")
+            raise TrainingJobError(f"no pod of Job {namespace}/{job_name} appeared within {timeout_s}s")
         time.sleep(2)
 
 
@@ -284,7 +254,7 @@ def _wait_gone(operator: KubernetesJobOperator, namespace: str, name: str, timeo
                 return
             raise
         time.sleep(2)
-    raise RuntimeError(f"Job {namespace}/{name} of an earlier try is still terminating after {timeout_s:.0f}s")
+    raise TrainingJobError(f"Job {namespace}/{name} of an earlier try is still terminating after {timeout_s:.0f}s")
 
 
 def _delete_job(operator: KubernetesJobOperator, namespace: str, name: str) -> None:

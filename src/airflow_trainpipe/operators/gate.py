@@ -21,13 +21,14 @@ from airflow.sdk import BaseOperator, SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.payloads import GateDecision
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_trainpipe.promotion import Decision
+    from airflow_trainpipe.payloads import Evaluation
 
-NO_CHAMPION = "none"  # runtime.evaluation.NO_CHAMPION, without importing the runtime
+NO_CHAMPION = "none"
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", "", "none"}
 
 
@@ -47,8 +48,8 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
     """Decide whether the candidate replaces the champion; skip registration when it does not.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
-    :param mlflow_run_id: the candidate's MLflow run (templated); default: the `mlflow_run_id` of
-        the `train_task_id` task's XCom.
+    :param mlflow_run_id: gate this MLflow run (templated), reading the metrics the training job
+        logged on it; default: the TrainResult of the `train_task_id` task's XCom.
     :param train_task_id: task whose XCom holds the training result.
     :param force: promote whatever the rules say (templated, e.g. `{{ params.force }}`); the
         decision records that it was forced.
@@ -76,25 +77,23 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
         self.force = force
         self.mlflow_conn_id = mlflow_conn_id
 
-    def _run_id(self, context: Context) -> str:
-        if self.mlflow_run_id:
-            return str(self.mlflow_run_id)
-        result = context["ti"].xcom_pull(task_ids=self.train_task_id)
-        if not isinstance(result, dict) or not result.get("mlflow_run_id"):
-            raise AirflowFailException(f"no mlflow_run_id in the XCom of task {self.train_task_id!r}; pass mlflow_run_id")
-        return str(result["mlflow_run_id"])
-
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.hooks.mlflow import MlflowHook
 
         force = as_bool(self.force, "force")
-        run_id = self._run_id(context)
         hook = MlflowHook(self.mlflow_conn_id)
-        with hook.activated():
-            client = hook.get_conn()
-            decision, candidate, champion, scored_version = self._decide(client, run_id, force)
-            report = self._report(decision, run_id, scored_version)
-            self._log_to_run(client, run_id, decision, report, candidate, champion)
+        with as_airflow_errors():
+            run_id, evaluation = self._evaluation(context, hook)
+            decision = self._decide(hook, run_id, evaluation, force)
+            figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
+            try:
+                hook.record_gate_decision(run_id, decision, figure)
+            finally:
+                import matplotlib.pyplot as plt
+
+                plt.close(figure)
+        report = decision.as_dict()
         if decision.fail:
             raise AirflowFailException(f"gate for run {run_id}: {decision.reason}")
         if decision.promote:
@@ -108,104 +107,67 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
             self.skip(ti=ti, tasks=downstream)
         return report
 
-    def _decide(self, client: Any, run_id: str, force: bool) -> tuple[Decision, dict[str, float], dict[str, float] | None, str | None]:
-        from airflow_trainpipe.promotion import Decision, comparison_table, decide
+    def _evaluation(self, context: Context, hook: Any) -> tuple[str, Evaluation]:
+        """The candidate's run and both metric sets: from the train task's TrainResult, or, for a
+        run named by `mlflow_run_id`, from what the job logged on that run."""
+        from airflow_trainpipe.payloads import TrainResult, read_payload
 
-        run = candidate_run(client, run_id)
-        if run.info.status != "FINISHED":
-            raise AirflowFailException(f"candidate MLflow run {run_id} is {run.info.status}, not FINISHED")
-        metrics, tags = run.data.metrics, run.data.tags
+        if self.mlflow_run_id:
+            run_id = str(self.mlflow_run_id)
+            return run_id, hook.run_evaluation(run_id)
+        result = read_payload(TrainResult, context["ti"].xcom_pull(task_ids=self.train_task_id),
+                              f"the XCom of task {self.train_task_id!r}")
+        hook.finished_run(result.mlflow_run_id)
+        return result.mlflow_run_id, result.evaluation
+
+    def _decide(self, hook: Any, run_id: str, evaluation: Evaluation, force: bool) -> GateDecision:
+        from airflow_trainpipe.promotion import comparison_table, decide
+
         needed = [self.config.gate.metric, *(g.metric for g in self.config.gate.guardrails)]
-        candidate = self._metrics(metrics, "candidate", run_id)
-        missing = [m for m in needed if m not in candidate]
+        missing = [m for m in needed if m not in evaluation.candidate]
         if missing:
             raise AirflowFailException(f"MLflow run {run_id} has no metric {', '.join('candidate_' + m for m in missing)}")
-        scored_version = tags.get("trainpipe.champion.version")
-        if scored_version is None:
-            raise AirflowFailException(f"MLflow run {run_id} has no tag trainpipe.champion.version: the champion was not scored")
-        champion: dict[str, float] | None = None
-        if scored_version != NO_CHAMPION:
-            champion = self._metrics(metrics, "champion", run_id)
-            missing = [m for m in needed if m not in champion]
-            if missing and not force:
-                cause = tags.get("trainpipe.champion.error") or "the metric was not logged"
-                raise AirflowFailException(
-                    f"MLflow run {run_id} has no metric {', '.join('champion_' + m for m in missing)} for champion "
-                    f"version {scored_version}: {cause}"
-                )
-        self._check_champion_unchanged(client, run_id, scored_version, force)
-        if champion is not None and missing:  # forced, and the champion could not be scored
-            cause = tags.get("trainpipe.champion.error") or f"metric(s) {', '.join(missing)} not logged"
+        champion = evaluation.champion
+        unscored = [m for m in needed if m not in champion] if champion is not None else []
+        if unscored and not force:
+            cause = evaluation.champion_error or "the metric was not logged"
+            raise AirflowFailException(
+                f"MLflow run {run_id} has no metric {', '.join('champion_' + m for m in unscored)} for champion "
+                f"version {evaluation.champion_version}: {cause}"
+            )
+        self._check_champion_unchanged(hook, run_id, evaluation.champion_version, force)
+        if unscored:  # forced, and the champion could not be scored
+            cause = evaluation.champion_error or f"metric(s) {', '.join(unscored)} not logged"
             champion = None
-            decision = Decision(
+            decision = GateDecision(
                 promote=True, forced=True, metric=self.config.gate.metric, direction=self.config.gate_direction,
-                candidate=candidate[self.config.gate.metric], champion=None,
-                reason=f"forced promotion; champion version {scored_version} could not be compared: {cause}",
+                candidate=evaluation.candidate[self.config.gate.metric], champion=None,
+                reason=f"forced promotion; champion version {evaluation.champion_version} could not be compared: {cause}",
             )
         else:
-            decision = decide(self.config.gate, self.config.training.task, candidate, champion, force=force)
+            decision = decide(self.config.gate, self.config.training.task, evaluation.candidate, champion, force=force)
+        decision.mlflow_run_id, decision.champion_version = run_id, evaluation.champion_version
+        decision.model_name, decision.alias = self.config.registered_model_name, self.config.registration.alias
         self.log.info("candidate run %s vs champion %s\n%s", run_id,
-                      "none" if scored_version == NO_CHAMPION else f"{self.config.registered_model_name} v{scored_version}",
-                      comparison_table(decision, candidate, champion))
-        return decision, candidate, champion, None if scored_version == NO_CHAMPION else scored_version
+                      f"{decision.model_name} v{evaluation.champion_version}" if evaluation.champion_version else "none",
+                      comparison_table(decision, evaluation.candidate, champion))
+        return decision
 
-    @staticmethod
-    def _metrics(metrics: dict[str, float], prefix: str, run_id: str) -> dict[str, float]:
-        return {key.removeprefix(f"{prefix}_"): value for key, value in metrics.items() if key.startswith(f"{prefix}_")}
-
-    def _check_champion_unchanged(self, client: Any, run_id: str, scored_version: str, force: bool) -> None:
-        from airflow_trainpipe.registry import current_champion
-
+    def _check_champion_unchanged(self, hook: Any, run_id: str, scored_version: str | None, force: bool) -> None:
         name, alias = self.config.registered_model_name, self.config.registration.alias
-        now = current_champion(client, name, alias)
-        now_version = now[0] if now else NO_CHAMPION
+        now = hook.current_champion(name, alias)
+        now_version = now[0] if now else None
         if now_version != scored_version and force:
             self.log.warning("the champion changed since run %s was scored (version %s, now %s); promoting anyway: forced",
-                             run_id, scored_version, now_version)
+                             run_id, scored_version or NO_CHAMPION, now_version or NO_CHAMPION)
         elif now_version != scored_version:
             raise AirflowFailException(
-                f"the champion changed since run {run_id} was scored: {name}@{alias} was version {scored_version}, "
-                f"now {now_version}; re-run the train task to score the candidate against the current champion"
+                f"the champion changed since run {run_id} was scored: {name}@{alias} was version {scored_version or NO_CHAMPION}, "
+                f"now {now_version or NO_CHAMPION}; re-run the train task to score the candidate against the current champion"
             )
 
-    def _report(self, decision: Decision, run_id: str, scored_version: str | None) -> dict[str, Any]:
-        return {
-            **decision.as_dict(),
-            "mlflow_run_id": run_id,
-            "model_name": self.config.registered_model_name,
-            "alias": self.config.registration.alias,
-            "champion_version": scored_version,
-        }
 
-    def _log_to_run(self, client: Any, run_id: str, decision: Decision, report: dict[str, Any],
-                    candidate: dict[str, float], champion: dict[str, float] | None) -> None:
-        client.log_dict(run_id, report, "gate/decision.json")
-        client.set_tag(run_id, "trainpipe.gate.promote", str(decision.promote).lower())
-        client.set_tag(run_id, "trainpipe.gate.forced", str(decision.forced).lower())
-        client.set_tag(run_id, "trainpipe.gate.reason", decision.reason[:5000])
-        figure = comparison_chart(decision, candidate, champion)
-        try:
-            client.log_figure(run_id, figure, "gate/comparison.png")
-        finally:
-            import matplotlib.pyplot as plt
-
-            plt.close(figure)
-
-
-def candidate_run(client: Any, run_id: str) -> Any:
-    """The candidate's MLflow run: a run that does not exist fails the task for good; a registry
-    that cannot be reached raises RegistryUnavailable, which Airflow retries."""
-    from airflow_trainpipe.registry import RegistryError, RegistryUnavailable, get_run
-
-    try:
-        return get_run(client, run_id)
-    except RegistryUnavailable:
-        raise
-    except RegistryError as exc:
-        raise AirflowFailException(f"candidate {exc}") from exc
-
-
-def comparison_chart(decision: Decision, candidate: dict[str, float], champion: dict[str, float] | None) -> Any:
+def comparison_chart(decision: GateDecision, candidate: dict[str, float], champion: dict[str, float] | None) -> Any:
     """One panel per metric (their scales differ): candidate vs champion bars, the verdict on top."""
     import matplotlib
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,21 +23,25 @@ from airflow_trainpipe.links.mlflow import MlflowRunLink
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_trainpipe.config.training import Hyperparameters
     from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.launchers.watcher import JobWatcher
+    from airflow_trainpipe.payloads import TrainResult
     from airflow_trainpipe.snapshot import Manifest
     from airflow_trainpipe.train_spec import TrainSpec
 
 
 class DistributedTrainOperator(BaseOperator):
-    """Train the pipeline's model; returns the MLflow run id and the job's result as XCom.
+    """Train the pipeline's model; returns the job's TrainResult (payloads.py) as XCom.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
     :param run_id: scopes checkpoints (`<checkpoint.uri>/<pipeline>/<run_id>/`) and the MLflow run.
     :param partition: sub-path of the run's snapshot; defaults to `data.partition` (templated).
-    :param data_files: exact files to train on (the validate task's `data_files` XCom); default: the
-        files of a snapshot resolved from `<data.uri>/<partition>/` now.
-    :param data_digest: content digest of the snapshot (the validate task's `data_digest` XCom);
-        computed from the files when not given.
+    :param validation: the validate task's ValidationSummary (e.g. `validate.output`): the job
+        trains on exactly its manifest's files, checked byte for byte.
+    :param data_files: without `validation`: exact files to train on; default: the files of a
+        snapshot resolved from `<data.uri>/<partition>/` now.
+    :param data_digest: with `data_files`: the digest of their stored, validated manifest.
     :param hyperparameter_overrides: per-run overrides of `training.hyperparameters` (trigger form).
     :param max_steps: stop after this many optimizer steps.
     :param nproc: processes per node; default `training.resources` (2 in the CPU example).
@@ -47,8 +50,8 @@ class DistributedTrainOperator(BaseOperator):
         job as environment variables. Undefined `mlflow_default`: the embedded sqlite store.
     """
 
-    template_fields: Sequence[str] = ("run_id", "partition", "data_files", "data_digest", "hyperparameter_overrides")
-    template_fields_renderers = {"data_files": "json", "hyperparameter_overrides": "json"}
+    template_fields: Sequence[str] = ("run_id", "partition", "validation", "data_files", "data_digest", "hyperparameter_overrides")
+    template_fields_renderers = {"validation": "json", "data_files": "json", "hyperparameter_overrides": "json"}
     ui_color = "#e8d5f5"
     operator_extra_links = (MlflowRunLink(),)
 
@@ -58,6 +61,7 @@ class DistributedTrainOperator(BaseOperator):
         config: PipelineConfig | str,
         run_id: str = "{{ run_id }}",
         partition: str | None = None,
+        validation: dict[str, Any] | None = None,
         data_files: list[str] | str | None = None,
         data_digest: str | None = None,
         hyperparameter_overrides: dict[str, Any] | None = None,
@@ -71,6 +75,7 @@ class DistributedTrainOperator(BaseOperator):
         self.config = config if isinstance(config, PipelineConfig) else load_config(config)
         self.run_id = run_id
         self.partition = partition if partition is not None else self.config.data.partition
+        self.validation = validation
         self.data_files = data_files
         self.data_digest = data_digest
         self.hyperparameter_overrides = hyperparameter_overrides or {}
@@ -81,50 +86,64 @@ class DistributedTrainOperator(BaseOperator):
         self._launcher: LocalLauncher | None = None
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
+    # -- what to run ----------------------------------------------------------------------------
+
     def _spec(self, store: Any) -> TrainSpec:
         from airflow_trainpipe.train_spec import TrainSpec
 
-        files, digest = self.data_files, self.data_digest
-        if isinstance(files, str):  # a template that rendered one path
-            files = [files]
-        manifest = self._manifest(list(files or []), digest)
+        manifest = self._manifest()
         if manifest is not None:
-            files, digest = manifest.file_uris, manifest.digest
-            self.log.info("snapshot %s: %d file(s), %d rows", manifest.digest, len(files), manifest.rows)
-        overrides = self._overrides()
+            self.log.info("snapshot %s: %d file(s), %d rows", manifest.digest, len(manifest.files), manifest.rows)
+        files = manifest.file_uris if manifest is not None else self._given_files()
         return TrainSpec(
             config=self.config,
             run_id=self.run_id,
-            data_files=list(files or []),
-            data_digest=digest,
+            data_files=files,
+            data_digest=manifest.digest if manifest is not None else None,
             manifest=manifest,
-            max_steps=self.max_steps,
-            hyperparameter_overrides=overrides,
+            hyperparameters=self._hyperparameters(),
             mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,
             tags={"airflow.dag_id": self.dag_id, "airflow.task_id": self.task_id},
         )
 
-    def _manifest(self, files: list[str], digest: str | None) -> Manifest | None:
-        """The snapshot the job must read: the validated one (by its digest), or the partition's now.
+    def _given_files(self) -> list[str]:
+        files = self.data_files
+        return [files] if isinstance(files, str) else list(files or [])  # a template may render one path
+
+    def _manifest(self) -> Manifest | None:
+        """The snapshot the job must read: the validated one, or the partition's as it is now.
 
         Files given without a digest (a hand-written task) train unverified, as given.
         """
-        from airflow_trainpipe.snapshot import PartitionError, SnapshotError, load_manifest, resolve_snapshot
+        from airflow_trainpipe.exceptions import as_airflow_errors
+        from airflow_trainpipe.payloads import ValidationSummary, read_payload
+        from airflow_trainpipe.snapshot import load_manifest, resolve_snapshot
 
-        try:
+        files, digest = self._given_files(), self.data_digest
+        with as_airflow_errors():  # a bad payload or partition fails at once; missing data or a store hiccup is retried
+            if self.validation is not None:
+                return read_payload(ValidationSummary, self.validation, "validation").manifest
             if not files:
                 return resolve_snapshot(self.config.data, self.partition)
             if digest is None:
                 return None
             manifest = load_manifest(self.config.data, digest)
-        except PartitionError as exc:
-            raise AirflowFailException(str(exc)) from exc  # a bad value does not fix itself
-        except SnapshotError as exc:
-            raise AirflowException(str(exc)) from exc  # data may still arrive, a store may recover: retryable
         if manifest.file_uris != files:
             raise AirflowFailException(f"data_files are not the files of the validated snapshot {digest} "
                                        f"({len(files)} given, {len(manifest.files)} in its manifest)")
         return manifest
+
+    def _hyperparameters(self) -> Hyperparameters:
+        """The config's, with this run's overrides and step limit: validated once, here."""
+        from pydantic import ValidationError
+
+        overrides = self._overrides()
+        if overrides:
+            self.log.info("hyperparameters overridden for this run: %s", overrides)
+        try:
+            return self.config.training.hyperparameters.with_overrides(overrides, max_steps=self.max_steps)
+        except ValidationError as exc:
+            raise AirflowFailException(f"invalid max_steps {self.max_steps}: {exc}") from exc
 
     def _overrides(self) -> dict[str, Any]:
         """The rendered overrides that change something, validated against the config's types.
@@ -133,35 +152,21 @@ class DistributedTrainOperator(BaseOperator):
         Python literal (a dict rendered without native templating) are both accepted. Values
         equal to the config are dropped, so a form submitted unchanged is not an override.
         """
-        import ast
-        import json
-
         from pydantic import ValidationError
 
-        raw = self.hyperparameter_overrides
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw) if raw.strip() else {}
-            except ValueError:
-                try:
-                    raw = ast.literal_eval(raw)
-                except (ValueError, SyntaxError):
-                    raise AirflowFailException(f"hyperparameter_overrides is neither JSON nor a literal: {raw!r}") from None
-        if not isinstance(raw, dict):
-            raise AirflowFailException(f"hyperparameter_overrides must be a mapping, got {raw!r}")
+        raw = _mapping(self.hyperparameter_overrides)
         current = self.config.training.hyperparameters
         try:
-            # JSON mode: a form's `1` is a valid float, as the YAML's would be.
-            merged = type(current).model_validate_json(json.dumps({**current.model_dump(mode="json"), **raw}))
+            merged = current.with_overrides(raw)
         except ValidationError as exc:
             raise AirflowFailException(f"invalid hyperparameter_overrides {raw}: {exc}") from exc
         return {name: getattr(merged, name) for name in raw if getattr(merged, name) != getattr(current, name)}
 
+    # -- running it -----------------------------------------------------------------------------
+
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.config.secrets import redact_uri
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.launchers.local import LocalLauncher
-        from airflow_trainpipe.launchers.progress import describe
+        from airflow_trainpipe.launchers.watcher import JobWatcher
 
         store = context.get("task_state_store")
         try_number = context["ti"].try_number
@@ -170,75 +175,59 @@ class DistributedTrainOperator(BaseOperator):
         if previous:
             self.log.info("try %d: the previous try's last complete checkpoint is step %s at %s; resuming from the newest complete one",
                           try_number, previous["step"], previous["uri"])
+        watcher = JobWatcher(store)
+        hook = MlflowHook(self.mlflow_conn_id)
         if self.config.training.launcher == "kubernetes":
-            return self._execute_kubernetes(context, spec, store, try_number)
+            result = self._run_on_kubernetes(context, spec, watcher, try_number)
+        else:
+            result = self._run_locally(spec, watcher, hook, try_number)
+        MlflowRunLink.persist(context, hook.run_url(result.mlflow_experiment_id, result.mlflow_run_id))
+        return result.model_copy(update={"run_dir": spec.run_dir}).to_xcom()
+
+    def _run_locally(self, spec: TrainSpec, watcher: JobWatcher, hook: Any, try_number: int) -> TrainResult:
+        from airflow_trainpipe.config.secrets import redact_uri
+        from airflow_trainpipe.launchers.local import LocalLauncher
+
         nproc = self.nproc or self.config.training.resources.nproc_per_node
         self.log.info("starting torchrun with %d process(es); run directory %s", nproc, spec.run_dir)
-        hook = MlflowHook(self.mlflow_conn_id)
         self.log.info("MLflow tracking URI %s", redact_uri(hook.tracking_uri))
         # Credentials travel as environment only: never on the command line or in the spec file.
         env = {**self.env, **hook.environment(), "TRAINPIPE_TRY_NUMBER": str(try_number)}
         launcher = self._launcher = LocalLauncher(spec, nproc, env=env)
         launcher.start()
-        result: dict[str, Any] | None = None
-        errors: list[str] = []
-        final = False  # the job said a retry cannot help (bad data)
-        mlflow_run_id = spec.mlflow_run_id
-        tail: deque[str] = deque(maxlen=30)
         try:
             for line in launcher.lines():
-                event = line.event
-                if event is None:
-                    tail.append(line.text)
-                    self.log.info("%s", line.text)
-                    continue
-                if event["event"] == "start" and event.get("mlflow_run_id"):
-                    mlflow_run_id = event["mlflow_run_id"]
-                    if store is not None:
-                        store.set("mlflow_run_id", mlflow_run_id)
-                elif event["event"] == "checkpoint" and store is not None:
-                    store.set("checkpoint", {"step": event["step"], "uri": event["uri"]})
-                elif event["event"] == "result":
-                    result = event
-                elif event["event"] == "error":
-                    errors.append(f"rank {event['rank']}: {event['error']}")
-                    final = final or event.get("retryable") is False
-                if (text := describe(event)) is not None:
-                    self.log.info("%s", text)
+                if (shown := watcher.feed(line.text)) is not None:
+                    self.log.info("%s", shown)
             code = launcher.wait()
         finally:
             launcher.kill()  # timeouts and exceptions land here: no rank outlives the task
-        if code != 0 and mlflow_run_id:
-            _mark_run_failed(hook, mlflow_run_id, self.log)  # a job killed hard could not do it itself
-        if code != 0 and final:
-            raise AirflowFailException(f"training job failed (try {try_number}), not retried: {errors[0]}")
         if code != 0:
-            reason = f": {errors[0]}" if errors else ""
-            raise AirflowException(
-                f"training job exited with code {code} (try {try_number}){reason}; a retry resumes from the newest "
-                f"complete checkpoint under {spec.run_dir}/checkpoints. Last output:\n" + "\n".join(tail)
-            )
-        if result is None:
+            if run_id := watcher.mlflow_run_id or spec.mlflow_run_id:
+                _mark_run_failed(hook, run_id, self.log)  # a job killed hard could not do it itself
+            raise watcher.failure(f"training job exited with code {code} (try {try_number})",
+                                  f"a retry resumes from the newest complete checkpoint under {spec.run_dir}/checkpoints")
+        if watcher.result is None:
             raise AirflowException("training job exited 0 without reporting a result")
-        result.pop("event", None)
-        MlflowRunLink.persist(context, hook.run_url(result.get("mlflow_experiment_id", ""), result["mlflow_run_id"]))
-        return {"run_dir": spec.run_dir, **result}
+        return watcher.result
 
-    def kubernetes_operator(self, context: Context, spec: TrainSpec, store: Any = None) -> Any:
+    def kubernetes_operator(self, context: Context, spec: TrainSpec, watcher: JobWatcher | None = None) -> Any:
         """The KubernetesPodOperator (one node) or KubernetesJobOperator (several) of this try."""
         from airflow_trainpipe.launchers import kubernetes_submit as submit
         from airflow_trainpipe.launchers.kubernetes import RunLabels
+        from airflow_trainpipe.launchers.watcher import JobWatcher
+
+        watcher = watcher or JobWatcher()
 
         labels = RunLabels(self.dag_id, self.task_id, context["run_id"], context["ti"].try_number)
         build = submit.pod_operator if self.config.training.resources.nodes == 1 else submit.job_operator
-        return build(self.config, spec, labels, self.task_id, submit.EventWatcher(store))
+        return build(self.config, spec, labels, self.task_id, watcher)
 
-    def _execute_kubernetes(self, context: Context, spec: TrainSpec, store: Any, try_number: int) -> dict[str, Any]:
+    def _run_on_kubernetes(self, context: Context, spec: TrainSpec, watcher: JobWatcher, try_number: int) -> TrainResult:
         from airflow_trainpipe.launchers import kubernetes_submit as submit
         from airflow_trainpipe.launchers.kubernetes import RunLabels
 
-        operator = self._k8s_operator = self.kubernetes_operator(context, spec, store)
-        watcher = operator.log_formatter
+        operator = self._k8s_operator = self.kubernetes_operator(context, spec, watcher)
         resources = self.config.training.resources
         self.log.info("starting %d pod(s) x %d process(es) on Kubernetes; run directory %s",
                       resources.nodes, resources.nproc_per_node, spec.run_dir)
@@ -247,15 +236,9 @@ class DistributedTrainOperator(BaseOperator):
             run = submit.run_pod if resources.nodes == 1 else submit.run_job
             run(operator, self.config, labels, context, self.log)
         except Exception as exc:
-            if watcher.final:
-                raise AirflowFailException(f"training on Kubernetes failed (try {try_number}), not retried: {watcher.errors[0]}") from exc
-            reason = f": {watcher.errors[0]}" if watcher.errors else f": {exc}"
-            raise AirflowException(
-                f"training on Kubernetes failed (try {try_number}){reason}; a retry starts new pods that resume from "
-                f"the newest complete checkpoint under {spec.run_dir}/checkpoints. Last output:\n" + "\n".join(watcher.tail)
-            ) from exc
-        result = watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
-        return {"run_dir": spec.run_dir, **result}
+            raise watcher.failure(f"training on Kubernetes failed (try {try_number})", "a retry starts new pods that resume "
+                                  f"from the newest complete checkpoint under {spec.run_dir}/checkpoints", cause=exc) from exc
+        return watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
 
     def on_kill(self) -> None:
         if self._k8s_operator is not None:
@@ -271,25 +254,44 @@ class DistributedTrainOperator(BaseOperator):
         self._launcher.kill(signal.SIGKILL)
 
 
+def _mapping(raw: Any) -> dict[str, Any]:
+    """Rendered overrides as a mapping: JSON text, a Python literal, or a dict already."""
+    import ast
+    import json
+
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            try:
+                raw = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                raise AirflowFailException(f"hyperparameter_overrides is neither JSON nor a literal: {raw!r}") from None
+    if not isinstance(raw, dict):
+        raise AirflowFailException(f"hyperparameter_overrides must be a mapping, got {raw!r}")
+    return raw
+
+
 def _mark_run_failed(hook: Any, run_id: str, log: Any) -> None:
     try:
-        with hook.activated():
-            client = hook.get_conn()
-            if client.get_run(run_id).info.status == "RUNNING":
-                client.set_terminated(run_id, status="FAILED")
+        hook.mark_run_failed(run_id)
     except Exception as exc:  # the job's failure is what the task reports, not this
         log.warning("could not mark MLflow run %s FAILED: %s", run_id, exc)
 
 
-def _stored_result(run_dir: str) -> dict[str, Any]:
+def _stored_result(run_dir: str) -> TrainResult:
     """The job's result.json, when the followed log did not carry the result event (a worker
     that reattached after the pod finished)."""
     import json
 
+    from airflow_trainpipe.exceptions import as_airflow_errors
+    from airflow_trainpipe.payloads import TrainResult, read_payload
     from airflow_trainpipe.storage import filesystem, join
 
     fs, path = filesystem(join(run_dir, "result.json"))
     try:
-        return json.loads(fs.cat_file(path))
+        text = fs.cat_file(path)
     except FileNotFoundError as exc:
         raise AirflowException(f"the training pods finished but {run_dir}/result.json does not exist") from exc
+    with as_airflow_errors():
+        return read_payload(TrainResult, json.loads(text), f"{run_dir}/result.json")

@@ -13,6 +13,10 @@ from airflow_trainpipe.config import PipelineConfig, load_config
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_trainpipe.payloads import ValidationSummary
+    from airflow_trainpipe.snapshot import Manifest
+    from airflow_trainpipe.validation.validate import ValidationReport
+
 
 class DataValidateOperator(BaseOperator):
     """Freeze the run's partition into a snapshot and run the config's checks on it.
@@ -23,8 +27,8 @@ class DataValidateOperator(BaseOperator):
     next to the snapshot, logs a table of the failures, and returns a summary. A failure raises
     AirflowFailException: retrying cannot fix bad data, so the task fails at once.
 
-    XCom: `return_value` is the summary; `data_files` and `data_digest` are the snapshot the
-    train task must read (exactly these files).
+    XCom: `return_value` is a ValidationSummary (payloads.py): the verdict, and the snapshot's
+    manifest, whose files the train task must read (exactly these bytes).
 
     :param config: the parsed pipeline config, or the path of its YAML file.
     :param partition: sub-path of the run's snapshot (templated); default `data.partition`.
@@ -44,22 +48,33 @@ class DataValidateOperator(BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.snapshot import PartitionError, SnapshotError, resolve_snapshot
+        from airflow_trainpipe.exceptions import as_airflow_errors
+        from airflow_trainpipe.snapshot import resolve_snapshot
+
+        with as_airflow_errors():  # a bad partition fails at once; a late file or a store hiccup is retried
+            manifest = resolve_snapshot(self.config.data, self.partition, self.conn_id)
+        self.log.info("snapshot %s: %d file(s), %d rows, %d columns", manifest.digest, len(manifest.files),
+                      manifest.rows, len(manifest.columns))
+        summary, report = self._validate(manifest)
+        if not summary.passed:
+            self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
+            if self.config.validation.fail_on == "error":
+                raise AirflowFailException(
+                    f"snapshot {manifest.digest} of {manifest.partition_uri} failed validation "
+                    f"({report.failure_summary()}); nothing is trained on it. Report: {summary.report_uri}"
+                )
+            self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
+        return summary.to_xcom()
+
+    def _validate(self, manifest: Manifest) -> tuple[ValidationSummary, ValidationReport]:
+        """Run the checks, write the report, record a usable snapshot in the history."""
+        from airflow_trainpipe.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
         from airflow_trainpipe.validation import history
         from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
 
         config, data = self.config, self.config.data
-        try:
-            manifest = resolve_snapshot(data, self.partition, self.conn_id)
-        except PartitionError as exc:
-            raise AirflowFailException(str(exc)) from exc  # a bad value does not fix itself
-        except SnapshotError as exc:
-            raise AirflowException(str(exc)) from exc  # storage hiccup or a late file: worth a retry
-        self.log.info("snapshot %s: %d file(s), %d rows, %d columns", manifest.digest, len(manifest.files),
-                      manifest.rows, len(manifest.columns))
         previous = history.previous(data, config.pipeline, self.partition, self.conn_id)
-        reference = self._reference(previous)
-        report = validate_snapshot(config, self.partition, manifest, reference=reference, previous=previous,
+        report = validate_snapshot(config, self.partition, manifest, reference=self._reference(previous), previous=previous,
                                    conn_id=self.conn_id)
         written = write_report(report, self.conn_id)
         self.log.info("report: %s", written["report"])
@@ -68,28 +83,16 @@ class DataValidateOperator(BaseOperator):
         if report.drift_scores:
             self.log.info("drift vs %s: %s", report.reference["partition"] if report.reference else "-",
                           ", ".join(f"{k}={v:.4f}" for k, v in report.drift_scores.items()))
-        enforce = config.validation.fail_on == "error"
-        if report.passed or not enforce:
-            history.record(data, config.pipeline, self.partition, history_payload(report), self.conn_id)
-        summary = {
-            "passed": report.passed, "digest": manifest.digest, "rows": manifest.rows,
-            "partition_uri": manifest.partition_uri, "reference": report.reference, "drift": report.drift_scores,
-            "failures": [c.to_dict() for c in report.failures], **{f"{k}_uri": v for k, v in written.items()},
-        }
-        if not report.passed:
-            self.log.warning("%d check(s) failed:\n%s", len(report.failures), report.failure_table())
-            if enforce:
-                raise AirflowFailException(
-                    f"snapshot {manifest.digest} of {manifest.partition_uri} failed validation "
-                    f"({report.failure_summary()}); nothing is trained on it. Report: {written['report']}"
-                )
-            self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
-        else:
+        if report.passed:
             self.log.info("all %d check(s) passed", len(report.checks))
-        ti = context["ti"]
-        ti.xcom_push(key="data_files", value=manifest.file_uris)
-        ti.xcom_push(key="data_digest", value=manifest.digest)
-        return summary
+        if report.passed or config.validation.fail_on == "never":
+            history.record(data, config.pipeline, self.partition, history_payload(report), self.conn_id)
+        return ValidationSummary(
+            passed=report.passed, manifest=manifest, drift=report.drift_scores,
+            reference=ReferenceSnapshot.model_validate(report.reference) if report.reference else None,
+            failures=[CheckOutcome.model_validate(c.to_dict()) for c in report.failures],
+            report_uri=written["report"], data_docs_uri=written.get("data_docs"),
+        ), report
 
     def _reference(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
         drift = self.config.validation.drift
@@ -112,11 +115,10 @@ class DataValidateOperator(BaseOperator):
         fails the task (retried) rather than silently comparing with another snapshot.
         """
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.registry import RegistryUnavailable, champion_data_digest
+        from airflow_trainpipe.registry import RegistryUnavailable
 
-        hook = MlflowHook(self.mlflow_conn_id)
-        with hook.activated():
-            try:
-                return champion_data_digest(hook.get_conn(), self.config.registered_model_name, self.config.registration.alias)
-            except RegistryUnavailable as exc:
-                raise AirflowException(f"drift reference 'champion': {exc}") from exc
+        try:
+            return MlflowHook(self.mlflow_conn_id).champion_data_digest(self.config.registered_model_name,
+                                                                        self.config.registration.alias)
+        except RegistryUnavailable as exc:
+            raise AirflowException(f"drift reference 'champion': {exc}") from exc

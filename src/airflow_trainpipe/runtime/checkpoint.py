@@ -45,6 +45,8 @@ READ_BACKOFF_S = 0.5  # doubled after each failed read: 0.5 + 1 + 2 s before giv
 
 class CheckpointError(TrainpipeError):
     """A checkpoint could not be written, read, converted or loaded; the message names it."""
+
+    retryable = True  # a store that comes back; the next try resumes from the newest complete one
 _TAG = re.compile(r"^step_(\d{9})$")
 
 

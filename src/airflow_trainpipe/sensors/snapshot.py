@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_trainpipe.config.data import DataSection
 
@@ -46,12 +46,11 @@ class DataSnapshotSensor(BaseSensorOperator):
 
     @property
     def partition_uri(self) -> str:
-        from airflow_trainpipe.snapshot import PartitionError, partition_uri
+        from airflow_trainpipe.exceptions import as_airflow_errors
+        from airflow_trainpipe.snapshot import partition_uri
 
-        try:
+        with as_airflow_errors():  # waiting longer cannot fix a bad value: PartitionError is final
             return partition_uri(self.data, self.partition)
-        except PartitionError as exc:
-            raise AirflowFailException(str(exc)) from exc  # waiting longer cannot fix a bad value
 
     def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.snapshot import partition_ready

@@ -1,0 +1,192 @@
+"""What one task hands the next, and what the training job hands its task: typed, validated on read.
+
+    validate_data --ValidationSummary--> train --TrainResult--> gate --GateDecision--> register
+
+Each payload is written to XCom with `model_dump(mode="json")` and read back with
+`model_validate`: a field missing or of the wrong type fails the reading task naming the payload,
+instead of a `dict.get` quietly returning None. Non-finite metrics (NaN ROC AUC on a one-class
+holdout) travel as the strings "NaN" / "Infinity", which JSON can carry and pydantic reads back.
+Light on purpose: pydantic and the snapshot manifest only (parse time imports operators).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+
+from airflow_trainpipe.digest import combine
+from airflow_trainpipe.exceptions import PayloadError
+from airflow_trainpipe.snapshot import Manifest
+
+
+P = TypeVar("P", bound="Payload")
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="strings")
+
+    def to_xcom(self) -> dict[str, Any]:
+        """Plain JSON values; NaN and infinities as strings (dumping to Python objects would keep
+        them as floats, which XCom's and MLflow's JSON refuse)."""
+        return json.loads(self.model_dump_json())
+
+
+def read_payload(model: type[P], raw: Any, source: str) -> P:
+    """`raw` (an XCom value, a job's event) as `model`; PayloadError naming `source` otherwise."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "<payload>"
+        raise PayloadError(f"{source} is not a {model.__name__}: {where}: {first['msg']}"
+                           + (f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else "")) from None
+
+
+# -- validate_data -> train --------------------------------------------------------------------
+
+class CheckOutcome(Payload):
+    """One check's verdict in the validation report."""
+
+    kind: str  # schema | volume | expectation | drift
+    name: str
+    column: str | None
+    passed: bool
+    observed: Any
+    expected: Any
+    message: str
+
+
+class ReferenceSnapshot(Payload):
+    """The validated snapshot drift (and volume) was compared with."""
+
+    partition: str
+    digest: str
+    rows: int
+    kind: Literal["previous", "champion"]
+
+
+class ValidationSummary(Payload):
+    """validate_data's result: the snapshot it froze and what the checks said about it.
+
+    `manifest` is exactly what train must read: its files, their sha256s, the digest.
+    """
+
+    passed: bool
+    manifest: Manifest
+    reference: ReferenceSnapshot | None
+    drift: dict[str, float]
+    failures: list[CheckOutcome]
+    report_uri: str
+    data_docs_uri: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def rows(self) -> int:
+        return self.manifest.rows
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_computed(cls, data: Any) -> Any:
+        # A dumped summary carries its computed fields; they are derived, never read back.
+        return {k: v for k, v in data.items() if k not in ("digest", "rows")} if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _manifest_is_whole(self) -> ValidationSummary:
+        if combine([f.sha256 for f in self.manifest.files]) != self.manifest.digest:
+            raise ValueError(f"manifest {self.manifest.digest} does not hash to its digest")
+        return self
+
+
+# -- train -> gate -------------------------------------------------------------------------------
+
+class Evaluation(Payload):
+    """Candidate and champion scored by one function on the run's holdout rows."""
+
+    holdout_rows: int | None = None
+    candidate: dict[str, float]
+    champion: dict[str, float] | None = None
+    champion_version: str | None = None
+    champion_run_id: str | None = None
+    champion_error: str | None = None
+
+
+class TrainTiming(Payload):
+    steps: int
+    loop_s: float
+    train_s: float
+    checkpoint_s: float
+    eval_s: float
+    data_wait_s: float
+
+
+class TrainResult(Payload):
+    """The training job's `result` event (and result.json); the train task adds `run_dir`."""
+
+    final_step: int
+    final_train_loss: float | None
+    holdout_metrics: dict[str, float]
+    weights_sha256: str
+    resumed_from_step: int
+    steps_recomputed: int
+    epochs_completed: int
+    stopped_early: bool
+    world_size: int
+    compute_hours_cpu: float | None = None
+    compute_hours_gpu: float | None = None
+    timing: TrainTiming
+    mlflow_run_id: str
+    mlflow_experiment_id: str
+    transform_hash: str
+    evaluation: Evaluation
+    model_uri: str
+    run_dir: str | None = None
+
+
+# -- gate -> register ----------------------------------------------------------------------------
+
+class GuardrailCheck(Payload):
+    metric: str
+    direction: str
+    candidate: float
+    champion: float
+    regression: float
+    relative_regression: float | None
+    max_regression: float | None
+    max_relative_regression: float | None
+    passed: bool
+
+
+class GateDecision(Payload):
+    """The gate's verdict on one candidate run, with the numbers it was decided on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, ser_json_inf_nan="strings")
+
+    promote: bool
+    reason: str
+    metric: str
+    direction: str
+    candidate: float
+    champion: float | None
+    improvement: float | None = None
+    relative_improvement: float | None = None
+    min_improvement: float = 0.0
+    min_relative_improvement: float = 0.0
+    guardrails: list[GuardrailCheck] = Field(default_factory=list)
+    forced: bool = False
+    fail: bool = False  # no champion and `no_champion.action: fail`
+    # What the decision is about (set by the gate task):
+    mlflow_run_id: str | None = None
+    model_name: str | None = None
+    alias: str | None = None
+    champion_version: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe (non-finite numbers as strings): for XCom, MLflow artifacts and tags."""
+        return self.to_xcom()

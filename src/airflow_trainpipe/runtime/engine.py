@@ -1,0 +1,104 @@
+"""The DeepSpeed engine of a training job: its config, construction, and what is read off it.
+
+Importing this module imports DeepSpeed, which picks its accelerator when first imported, so
+the CPU accelerator is chosen here, before that import, on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+    os.environ["DS_ACCELERATOR"] = "cpu"
+
+import deepspeed  # noqa: E402
+
+from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
+
+PREDICT_BATCH = 4096
+
+
+def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool) -> dict[str, Any]:
+    """From the config's `training.deepspeed` and the run's effective hyperparameters."""
+    hp, ds = spec.hyperparameters, spec.config.training.deepspeed
+    precision = ds.precision
+    if precision == "auto":
+        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if on_gpu else "fp32"
+    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    if ds.offload_optimizer != "none":
+        zero["offload_optimizer"] = {"device": ds.offload_optimizer, **({"nvme_path": ds.nvme_path} if ds.offload_optimizer == "nvme" else {})}
+    if ds.offload_params != "none":
+        zero["offload_param"] = {"device": ds.offload_params, **({"nvme_path": ds.nvme_path} if ds.offload_params == "nvme" else {})}
+    config: dict[str, Any] = {
+        "train_batch_size": global_batch,
+        "train_micro_batch_size_per_gpu": global_batch // hp.gradient_accumulation_steps // world_size,
+        "gradient_accumulation_steps": hp.gradient_accumulation_steps,
+        "gradient_clipping": ds.gradient_clipping,
+        "zero_optimization": zero,
+        "bf16": {"enabled": precision == "bf16"},
+        "fp16": {"enabled": precision == "fp16"},
+        # A torch optimizer instance is passed in, so ZeRO must accept a "client" optimizer.
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1 << 62,
+        "checkpoint": {"load_universal": universal},
+    }
+    return _merge(config, ds.overrides)
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def compute_dtype(ds_config: dict[str, Any]) -> torch.dtype:
+    if ds_config["bf16"]["enabled"]:
+        return torch.bfloat16
+    return torch.float16 if ds_config["fp16"]["enabled"] else torch.float32
+
+
+def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any]) -> Any:
+    """AdamW with linear warm-up, under DeepSpeed (ZeRO, precision, offload from `ds_config`)."""
+    hp = spec.hyperparameters
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
+    warmup = hp.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    return engine
+
+
+def predict(engine: Any, x: np.ndarray, device: torch.device, dtype: torch.dtype) -> np.ndarray:
+    """Raw network outputs; every rank runs the same batches (ZeRO-3 gathers parameters inside forward)."""
+    engine.eval()
+    outputs = []
+    with torch.no_grad():
+        for start in range(0, len(x), PREDICT_BATCH):
+            chunk = torch.from_numpy(x[start : start + PREDICT_BATCH]).to(device, dtype)
+            outputs.append(engine(chunk).float().squeeze(1).cpu())
+    engine.train()
+    return torch.cat(outputs).numpy().astype(np.float64)
+
+
+def full_state_dict(engine: Any, zero_stage: int) -> dict[str, torch.Tensor]:
+    """The whole model's fp32 weights on every rank (ZeRO-3 gathers its shards first)."""
+    module = engine.module
+    if zero_stage == 3:
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
+    return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
+    """Identity of a set of weights: same names and bytes, same digest (the bit-exact check)."""
+    digest = hashlib.sha256()
+    for key in sorted(weights):
+        digest.update(key.encode())
+        digest.update(weights[key].numpy().tobytes())
+    return digest.hexdigest()
