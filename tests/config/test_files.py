@@ -51,6 +51,11 @@ def test_bytes_that_are_not_utf8_are_located(tmp_path: Path) -> None:
         "cannot read file: not UTF-8 text: byte 0xe9 at line 2, column 11 (invalid continuation byte); save the file as UTF-8")
 
 
+def test_utf16_is_named(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text("pipeline: a\n", encoding="utf-16")
+    assert _error(tmp_path / "x.yaml").endswith("cannot read file: it is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8")
+
+
 def test_a_path_no_file_can_have_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="cannot read file: embedded null byte"):
         read_config_text("a\x00.yaml")

@@ -145,6 +145,11 @@ def test_several_documents_are_one_located_problem() -> None:
         "x.yaml:2:1: <document>: invalid YAML: a second document starts here; a config file is one YAML document"]
 
 
+def test_an_anchor_defined_twice_names_both_lines() -> None:
+    assert _problems("pipeline: x\na: &a 1\nb: &a 2\n") == [
+        "x.yaml:3:4: <document>: invalid YAML: anchor &a is defined again (first on line 2)"]
+
+
 def test_forbidden_characters_are_located() -> None:
     assert _problems("pipeline: é\x00\n") == ["x.yaml:1:12: <document>: invalid YAML: unacceptable character #x0000: "
                                               "control characters are not allowed"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import stat
 import typing
 from pathlib import Path
@@ -25,6 +26,19 @@ log = logging.getLogger(__name__)
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 _FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket",
                stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable_name(name: str | Path) -> str:
+    """A file name as users see it and Airflow stores it: printable UTF-8.
+
+    A name is any bytes but `/` and NUL; undecodable bytes and control characters are shown
+    escaped (`caf\\xe9.yaml`, `new\\nline.yaml`), never printed raw or as lone surrogates.
+    """
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def read_config_text(path: str | Path, source: str | None = None) -> str:
@@ -66,6 +80,8 @@ def _read_text(path: str | Path, source: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise unreadable("it is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8") from None
         line, column = offset_position(data, exc.start)
         raise unreadable(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} ({exc.reason}); "
                          "save the file as UTF-8") from None

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from airflow_trainpipe.config.docstrings import field_description
-from airflow_trainpipe.config.files import offset_position, read_config_text
+from airflow_trainpipe.config.files import offset_position, printable_name, read_config_text
 from airflow_trainpipe.config.limits import LimitExceeded, compose_limited, size_problem
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.suggest import did_you_mean
@@ -46,7 +46,8 @@ _SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|cr
 
 def load_config(path: str | Path) -> PipelineConfig:
     """Parse and validate one config file; raise ConfigError listing every problem in it."""
-    return parse_config(read_config_text(path), source=str(path))
+    source = printable_name(path)
+    return parse_config(read_config_text(path, source), source=source)
 
 
 def duplicate_pipeline(source: str, pipeline: str, first: str) -> ConfigProblem:
@@ -221,6 +222,10 @@ def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> ConfigProblem:
     line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
     if exc.context == "expected a single document in the stream":
         return ConfigProblem(source, line, column, "", "invalid YAML: a second document starts here; a config file is one YAML document")
+    if exc.context and exc.context.startswith("found duplicate anchor") and exc.context_mark:
+        anchor = exc.context.split("'")[1] if "'" in exc.context else "?"
+        return ConfigProblem(source, line, column, "",
+                             f"invalid YAML: anchor &{_short(anchor)} is defined again (first on line {exc.context_mark.line + 1})")
     return ConfigProblem(source, line, column, "", f"invalid YAML: {_short(str(exc.problem))}")
 
 

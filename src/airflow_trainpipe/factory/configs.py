@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +25,7 @@ import pydantic
 from pydantic import ValidationError
 
 from airflow_trainpipe.config import CONFIG_SUFFIXES, PipelineConfig, parse_config
-from airflow_trainpipe.config.files import read_config_text
+from airflow_trainpipe.config.files import printable_name, read_config_text
 from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
 
 log = logging.getLogger(__name__)
@@ -76,19 +75,12 @@ def cache_directory() -> Path | None:
 
 
 def _display_name(path: Path, root: Path | None) -> str:
-    name = str(path)
     if root is not None:
         try:
-            name = path.relative_to(root).as_posix()
+            return printable_name(path.relative_to(root).as_posix())
         except ValueError:
             pass
-    # A file name is any bytes but `/` and NUL; what users see (and Airflow stores) is
-    # printable UTF-8: undecodable bytes and control characters are shown escaped.
-    name = os.fsencode(name).decode("utf-8", "backslashreplace")
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), name)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    return printable_name(path)
 
 
 def _read(path: Path, name: str, cache_dir: Path | None) -> ConfigFile:
