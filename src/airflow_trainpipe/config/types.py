@@ -103,6 +103,10 @@ DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DAG_ID_MAX_LENGTH = 250
 DagId = Annotated[str, Field(min_length=1, max_length=DAG_ID_MAX_LENGTH, pattern=DAG_ID_PATTERN)]
 
+# Airflow refuses longer DAG tags when the DAG is built (airflow.sdk.definitions.dag.TAG_MAX_LEN).
+DAG_TAG_MAX_LENGTH = 100
+DagTag = Annotated[str, Field(max_length=DAG_TAG_MAX_LENGTH)]
+
 # Kubernetes resource quantity: `2`, `500m`, `16Gi`, `1.5`.
 Quantity = Annotated[
     str,
