@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.factory import configs
+from tests.config.test_hostile_configs import HOSTILE_DIR
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
@@ -121,9 +122,7 @@ def test_entries_that_are_not_config_files_are_reported(folder: Path) -> None:
 
 
 def test_a_hostile_file_is_never_cached_and_costs_no_more_than_its_limits(folder: Path, tmp_path: Path) -> None:
-    lol = "pipeline: evil\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-    lol += "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
-    (folder / "bomb.yaml").write_text(lol)
+    (folder / "bomb.yaml").write_bytes((HOSTILE_DIR / "billion_laughs.yaml").read_bytes())
     (folder / "cycle.yaml").write_text("pipeline: evil\ntags: &x [*x]\n")
     with open(folder / "huge.yaml", "wb") as handle:
         handle.truncate(40_000_000)  # sparse: nothing to read unless someone reads it

@@ -13,6 +13,7 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow_trainpipe.factory import build_pipeline_dags, register_pipelines
 from airflow_trainpipe.factory.broken import BROKEN_TAG
 from airflow_trainpipe.operators.train import DistributedTrainOperator
+from tests.config.test_hostile_configs import HOSTILE_DIR
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
@@ -191,12 +192,10 @@ def test_a_dag_that_fails_to_build_becomes_its_own_stand_in(
 
 
 def test_hostile_neighbours_leave_the_valid_pipeline_alone(tmp_path: Path) -> None:
-    lol = "pipeline: evil\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-    lol += "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
     folder = _folder(tmp_path, **{
         "fraud_detector.yaml": FRAUD,
         "cycle.yaml": "pipeline: evil\ntags: &x [*x]\n",
-        "bomb.yaml": lol,
+        "bomb.yaml": (HOSTILE_DIR / "billion_laughs.yaml").read_text(),
         "deep.yaml": "pipeline: evil\ntags: " + "[" * 20_000 + "]" * 20_000 + "\n",
         "a b.yaml": "pipeline: [\n",
         "a_b.yaml": "pipeline: [\n",

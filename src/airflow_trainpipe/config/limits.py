@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 from yaml.composer import Composer
-from yaml.events import AliasEvent
+from yaml.events import AliasEvent, ScalarEvent
 
 MAX_FILE_BYTES = 256 * 1024
 """Largest config file, in bytes of UTF-8 (75x the largest example)."""
@@ -71,23 +71,35 @@ class LimitedComposer(Composer):
         self._expanded: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, height)
         self._open: set[str] = set()  # anchors of the nodes being composed
 
+    # Called once per node of every cold parse: the common path is kept to a few comparisons.
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
-        if isinstance(event, AliasEvent):
+        kind = event.__class__
+        if kind is AliasEvent:
             self._alias(event)
             return super().compose_node(parent, index)
-        self._depth += 1
-        self._count(1, self._depth, event, None)
+        depth = self._depth + 1
+        self._nodes += 1
+        if depth > MAX_DEPTH or self._nodes > MAX_NODES:
+            self._refuse(depth, event, None)
+        anchor = event.anchor
+        if kind is ScalarEvent:
+            if depth > self._deepest:
+                self._deepest = depth
+            if anchor is not None:
+                self._expanded[anchor] = (1, 1)
+            return super().compose_node(parent, index)
         outer_nodes, outer_deepest = self._nodes - 1, self._deepest
-        self._deepest = self._depth
-        if event.anchor is not None:
-            self._open.add(event.anchor)
+        self._depth = self._deepest = depth
+        if anchor is not None:
+            self._open.add(anchor)
         node = super().compose_node(parent, index)
-        if event.anchor is not None:
-            self._open.discard(event.anchor)
-            self._expanded[event.anchor] = (self._nodes - outer_nodes, self._deepest - self._depth + 1)
-        self._deepest = max(outer_deepest, self._deepest)
-        self._depth -= 1
+        if anchor is not None:
+            self._open.discard(anchor)
+            self._expanded[anchor] = (self._nodes - outer_nodes, self._deepest - depth + 1)
+        if outer_deepest > self._deepest:
+            self._deepest = outer_deepest
+        self._depth = depth - 1
         return node
 
     def _alias(self, event: AliasEvent) -> None:
@@ -100,17 +112,19 @@ class LimitedComposer(Composer):
                                 event.start_mark)
         # An undefined alias counts as one node here; the composer then reports it.
         nodes, height = self._expanded.get(event.anchor, (1, 1))
-        self._count(nodes, self._depth + height, event, event.anchor)
-
-    def _count(self, nodes: int, reach: int, event: Any, alias: str | None) -> None:
-        through = f" (through alias *{alias})" if alias else ""
-        if reach > MAX_DEPTH:
-            raise LimitExceeded(f"nesting depth {reach} is over the limit of {MAX_DEPTH} levels{through}", event.start_mark)
-        self._deepest = max(self._deepest, reach)
+        reach = self._depth + height
         self._nodes += nodes
-        if self._nodes > MAX_NODES:
-            counted = f"{self._nodes:,} nodes once alias *{alias} is expanded" if alias else f"{self._nodes:,} nodes"
-            raise LimitExceeded(f"{counted} are over the limit of {MAX_NODES:,}", event.start_mark)
+        if reach > MAX_DEPTH or self._nodes > MAX_NODES:
+            self._refuse(reach, event, event.anchor)
+        if reach > self._deepest:
+            self._deepest = reach
+
+    def _refuse(self, reach: int, event: Any, alias: str | None) -> None:
+        if reach > MAX_DEPTH:
+            through = f" (through alias *{alias})" if alias else ""
+            raise LimitExceeded(f"nesting depth {reach} is over the limit of {MAX_DEPTH} levels{through}", event.start_mark)
+        counted = f"{self._nodes:,} nodes once alias *{alias} is expanded" if alias else f"{self._nodes:,} nodes"
+        raise LimitExceeded(f"{counted} are over the limit of {MAX_NODES:,}", event.start_mark)
 
 
 # libyaml's parser is ~5x faster than the pure-Python one and keeps the same line marks.
