@@ -14,6 +14,7 @@ import airflow_trainpipe
 from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.snapshot import resolve_snapshot
+from tests.config.test_hostile_configs import HOSTILE, HOSTILE_DIR, make_generated
 from tests.conftest import EXAMPLE_CONFIGS
 
 
@@ -112,3 +113,18 @@ def test_train_failure_shows_the_jobs_last_output(tmp_path: Path, trainpipe_home
     captured = capsys.readouterr()
     assert f"training failed on rank 0: DataError: cannot read {not_parquet.as_uri()} as parquet" in captured.out
     assert "training job exited with code" in captured.err
+
+
+@pytest.mark.timeout(60)
+def test_check_cli_reports_every_hostile_file_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for path in HOSTILE_DIR.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    generated = make_generated(tmp_path)
+    assert main(["check", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    out = captured.out.splitlines()
+    assert all(line.startswith(f"{tmp_path}/") for line in out), [line[:200] for line in out if not line.startswith(str(tmp_path))]
+    reported = {line[len(str(tmp_path)) + 1:].split(":", 1)[0] for line in out}
+    missing = {*HOSTILE, *generated} - reported
+    assert not missing, f"not reported: {sorted(missing)}"

@@ -19,28 +19,32 @@ def _config_files(paths: Sequence[str]) -> Iterator[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.suffix in CONFIG_SUFFIXES and p.is_file())
+            # Not only regular files: a directory, FIFO or broken symlink named *.yaml is
+            # reported as the DAG processor reports it, never silently skipped (nor opened).
+            yield from sorted(p for p in path.rglob("*") if p.suffix in CONFIG_SUFFIXES)
         else:
             yield path
 
 
 def _check(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.config.files import printable_name
     from airflow_trainpipe.config.loader import duplicate_pipeline
     from airflow_trainpipe.exceptions import ConfigError
 
     files = list(_config_files(args.paths))
-    missing = [str(p) for p in files if not p.exists()]
+    missing = [printable_name(p) for p in files if not p.exists() and not p.is_symlink()]
     for name in missing:
         print(f"{name}: no such file or directory", file=sys.stderr)
-    files = [p for p in files if p.exists()]
+    files = [p for p in files if p.exists() or p.is_symlink()]
     if not files and not missing:
         print(f"no *.yaml or *.yml config files under {' '.join(args.paths)}", file=sys.stderr)
         return 1
 
     failed = bool(missing)
-    owners: dict[str, Path] = {}
+    owners: dict[str, str] = {}
     for path in files:
+        name = printable_name(path)
         try:
             config = load_config(path)
         except ConfigError as exc:
@@ -50,11 +54,11 @@ def _check(args: argparse.Namespace) -> int:
             continue
         if config.pipeline in owners:
             failed = True
-            print(duplicate_pipeline(str(path), config.pipeline, str(owners[config.pipeline])))
+            print(duplicate_pipeline(name, config.pipeline, owners[config.pipeline]))
         else:
-            owners[config.pipeline] = path
+            owners[config.pipeline] = name
         if args.verbose:
-            print(f"{path}: ok ({config.pipeline})")
+            print(f"{name}: ok ({config.pipeline})")
     if not failed:
         print(f"{len(files)} config(s) ok", file=sys.stderr)
     return 1 if failed else 0

@@ -40,11 +40,25 @@ class ConfigProblem:
 class ConfigError(TrainpipeError):
     """A pipeline config file is invalid; `problems` lists every problem found in it."""
 
-    def __init__(self, problems: list[ConfigProblem]):
+    def __init__(self, problems: list[ConfigProblem], pipeline: str | None = None):
         if not problems:
             raise ValueError("ConfigError needs at least one problem")
         self.problems = list(problems)
+        # The `pipeline:` the file declares when it got that far (a stand-in DAG may take it).
+        self.pipeline = pipeline
         super().__init__("\n".join(str(p) for p in self.problems))
+
+    @classmethod
+    def unexpected(cls, source: str, doing: str, exc: Exception, pipeline: str | None = None) -> ConfigError:
+        """An exception no check foresaw (a bug, or hostile input), as one short problem.
+
+        The caller logs the traceback; the message only names the exception and the stage.
+        """
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if len(detail) > 200:
+            detail = detail[:199] + "…"
+        message = f"unexpected {type(exc).__name__} while {doing}{': ' + detail if detail else ''}; the traceback is logged"
+        return cls([ConfigProblem(source, None, None, "", message)], pipeline=pipeline)
 
     @property
     def file(self) -> str:

@@ -95,3 +95,91 @@ def test_plugin_models_come_from_entry_points(monkeypatch: pytest.MonkeyPatch) -
         assert "available: gbdt_net, tabular_mlp" in _problems(FRAUD.replace("model: tabular_mlp", "model: nope"))[0]
     finally:
         catalog.available_models.cache_clear()
+
+
+class _BuggyModel:
+    """Stands in for the config model with a bug no check foresaw."""
+
+    error: BaseException = RecursionError("maximum recursion depth exceeded")
+
+    @classmethod
+    def model_validate(cls, data: object) -> None:
+        raise cls.error
+
+
+def test_an_unexpected_exception_is_a_config_error_naming_the_file(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_trainpipe.config import loader
+
+    monkeypatch.setattr(loader, "PipelineConfig", _BuggyModel)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(FRAUD, "x.yaml")
+    assert str(caught.value) == ("x.yaml: <document>: unexpected RecursionError while loading it: "
+                                 "maximum recursion depth exceeded; the traceback is logged")
+    assert isinstance(caught.value.__cause__, RecursionError)
+    [record] = [r for r in caplog.records if r.name == loader.__name__]
+    assert "x.yaml" in record.getMessage() and record.exc_info[0] is RecursionError
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), SystemExit(3)])
+def test_interrupts_are_not_config_errors(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    from airflow_trainpipe.config import loader
+
+    monkeypatch.setattr(loader, "PipelineConfig", _BuggyModel)
+    monkeypatch.setattr(_BuggyModel, "error", error)
+    with pytest.raises(type(error)):
+        parse_config(FRAUD, "x.yaml")
+
+
+def test_a_config_error_carries_the_declared_pipeline_name() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(FRAUD.replace("metric: roc_auc", "metric: roc_acu"), "x.yaml")
+    assert caught.value.pipeline == "fraud_detector"  # the stand-in DAG may take over that id
+    with pytest.raises(ConfigError) as caught:
+        parse_config("pipeline: [1, 2]\n", "x.yaml")
+    assert caught.value.pipeline is None
+
+
+def test_several_documents_are_one_located_problem() -> None:
+    assert _problems("pipeline: a\n---\npipeline: b\n") == [
+        "x.yaml:2:1: <document>: invalid YAML: a second document starts here; a config file is one YAML document"]
+
+
+def test_an_anchor_defined_twice_names_both_lines() -> None:
+    assert _problems("pipeline: x\na: &a 1\nb: &a 2\n") == [
+        "x.yaml:3:4: <document>: invalid YAML: anchor &a is defined again (first on line 2)"]
+
+
+def test_forbidden_characters_are_located() -> None:
+    assert _problems("pipeline: é\x00\n") == ["x.yaml:1:12: <document>: invalid YAML: unacceptable character #x0000: "
+                                              "control characters are not allowed"]
+    assert _problems("pipeline: a\n\x1b[31m: red\n")[0].startswith("x.yaml:2:1: <document>: invalid YAML: unacceptable character #x001b")
+
+
+def test_text_with_a_lone_surrogate_is_a_config_error() -> None:
+    assert _problems("pipeline: a\nowner: \ud800\n") == ["x.yaml:2:8: <document>: invalid character U+D800 (surrogates not allowed)"]
+
+
+def test_keys_that_are_not_strings_are_named_briefly() -> None:
+    problems = _problems(FRAUD + f"? [{', '.join(['x'] * 2000)}]\n: 1\n? {'9' * 5000}\n: 2\n")
+    assert any(p.endswith("<document>: keys must be strings, got a sequence") for p in problems)
+    [huge] = [p for p in problems if "got '999" in p]
+    assert huge.endswith("… (5,002 characters)") and len(huge) < 200  # repr: 5,000 digits and quotes
+
+
+def test_a_huge_scalar_is_quoted_briefly() -> None:
+    [problem] = _problems(FRAUD.replace("epochs: 3", f"epochs: '{'3' * 100_000}'"))
+    assert "training.hyperparameters.epochs: Input should be a valid integer, got '3333" in problem
+    assert len(problem) < 250
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("2026-13-01", "invalid value: not a valid timestamp: month must be in 1..12"),
+    ("1" * 5000, "invalid value: not a valid int: Exceeds the limit (4300 digits) for integer string conversion"),
+    ("!!bool maybe", "invalid value: not a valid bool"),
+    ("!!timestamp now", "invalid value: not a valid timestamp"),
+    ("!!int ten", "invalid value: not a valid int: invalid literal for int()"),
+])
+def test_scalars_yaml_cannot_construct_are_located(value: str, message: str) -> None:
+    [problem] = _problems(FRAUD.replace("start_date: 2026-01-01", f"start_date: {value}"))
+    assert problem.startswith("x.yaml:9:15: schedule.start_date: " + message)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from airflow_trainpipe.factory import configs
+from tests.config.test_hostile_configs import HOSTILE_DIR
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
@@ -94,3 +97,49 @@ def test_an_unreadable_config_names_its_file(folder: Path) -> None:
     bad = files["configs/latin1.yaml"]
     assert bad.config is None and str(bad.error).startswith("configs/latin1.yaml: <document>: cannot read file:")
     assert files["configs/fraud_detector.yaml"].config is not None
+
+
+@pytest.mark.timeout(30)  # a FIFO read would block forever
+def test_entries_that_are_not_config_files_are_reported(folder: Path) -> None:
+    (folder / "dir.yaml").mkdir()
+    (folder / "loop_a.yaml").symlink_to("loop_b.yaml")
+    (folder / "loop_b.yaml").symlink_to("loop_a.yaml")
+    (folder / "dangling.yaml").symlink_to("gone.yaml")
+    os.mkfifo(folder / "pipe.yaml")
+    (folder / "link.yaml").symlink_to("fraud_detector.yaml")  # a symlink to a config is that config
+    files = {f.name: f for f in configs.read_config_folder(folder, display_root=folder.parent)}
+    assert files["configs/fraud_detector.yaml"].config is not None
+    assert files["configs/link.yaml"].config == files["configs/fraud_detector.yaml"].config
+    expected = {
+        "dir.yaml": "it is a directory, not a config file",
+        "loop_a.yaml": "it is a symlink loop",
+        "loop_b.yaml": "it is a symlink loop",
+        "dangling.yaml": "it is a symlink to 'gone.yaml', which does not exist",
+        "pipe.yaml": "it is a named pipe, not a config file",
+    }
+    for name, what in expected.items():
+        assert str(files[f"configs/{name}"].error) == f"configs/{name}: <document>: cannot read file: {what}"
+
+
+def test_a_hostile_file_is_never_cached_and_costs_no_more_than_its_limits(folder: Path, tmp_path: Path) -> None:
+    (folder / "bomb.yaml").write_bytes((HOSTILE_DIR / "billion_laughs.yaml").read_bytes())
+    (folder / "cycle.yaml").write_text("pipeline: evil\ntags: &x [*x]\n")
+    with open(folder / "huge.yaml", "wb") as handle:
+        handle.truncate(40_000_000)  # sparse: nothing to read unless someone reads it
+    for _ in range(2):  # the second pass must not find them in any cache
+        started = time.perf_counter()
+        files = {f.name: f for f in configs.read_config_folder(folder, display_root=folder.parent)}
+        assert time.perf_counter() - started < 1.0
+        assert files["configs/fraud_detector.yaml"].config is not None
+        assert "over the limit of 10,000" in str(files["configs/bomb.yaml"].error)
+        assert "alias *x refers to a node that contains it" in str(files["configs/cycle.yaml"].error)
+        assert "file is 40,000,000 bytes" in str(files["configs/huge.yaml"].error)
+    assert len(_entries(tmp_path)) == 1 and len(configs._memory) == 1
+
+
+def test_odd_file_names_are_shown_printable(folder: Path) -> None:
+    for raw in (b"new\nline.yaml", b"esc\x1b[31m.yaml", b"caf\xe9.yaml", "caf\u00e9.yaml".encode()):
+        Path(os.fsdecode(os.fsencode(folder) + b"/" + raw)).write_bytes(b"pipeline: [\n")
+    names = sorted(f.name for f in configs.read_config_folder(folder, display_root=folder.parent))
+    assert names == ["configs/caf\\xe9.yaml", "configs/café.yaml", "configs/esc\\x1b[31m.yaml",
+                     "configs/fraud_detector.yaml", "configs/new\\nline.yaml"]

@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.config.test_hostile_configs import HOSTILE, HOSTILE_DIR, generated_cases, make_generated
 from tests.conftest import EXAMPLE_CONFIGS, REPO_ROOT
 from tests.test_import_weight import HEAVY
 
@@ -75,3 +78,73 @@ def test_one_hundred_pipelines_and_two_broken_configs(tmp_path: Path) -> None:
     assert indent["description"].startswith("BROKEN CONFIG configs/bad_indent.yaml: <document>: invalid YAML")
     assert "configs/bad_indent.yaml:" in indent["doc_md"]
     assert _heavy(parsed["modules"]) == []
+
+
+# One fresh process loads one dags folder per hostile case, then one folder holding them all.
+BATCH_PROBE = """
+import json, sys, time
+from airflow.dag_processing.dagbag import DagBag
+for folder in sys.argv[1:]:
+    print("START " + folder, flush=True)
+    started = time.perf_counter()
+    bag = DagBag(folder)
+    print("BAG " + json.dumps({"folder": folder, "seconds": time.perf_counter() - started,
+                               "import_errors": bag.import_errors,
+                               "dags": {d.dag_id: {"tags": sorted(d.tags), "description": d.description} for d in bag.dags.values()}}), flush=True)
+print("MODULES " + json.dumps(sorted(sys.modules)))
+"""
+
+
+def _case_folder(root: Path, case: str) -> Path:
+    dags = root / case / "dags"
+    (dags / "configs").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "dags" / "trainpipe_pipelines.py", dags)
+    shutil.copy(EXAMPLE_CONFIGS / "fraud_detector.yaml", dags / "configs")
+    return dags
+
+
+def _batch(folders: list[Path], tmp_path: Path) -> tuple[dict[str, dict], list[str]]:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", BATCH_PROBE, *map(str, folders)], env=env, capture_output=True, text=True, timeout=300)
+    lines = done.stdout.splitlines()
+    started = [line.split(" ", 1)[1] for line in lines if line.startswith("START ")]
+    assert done.returncode == 0, f"the DagBag process died ({done.returncode}) while loading {started[-1:]}:\n{done.stderr[-2000:]}"
+    bags = {(bag := json.loads(line[4:]))["folder"]: bag for line in lines if line.startswith("BAG ")}
+    return bags, json.loads(next(line for line in lines if line.startswith("MODULES "))[8:])
+
+
+@pytest.mark.timeout(300)
+def test_each_hostile_config_beside_a_valid_one_is_a_stand_in(tmp_path: Path) -> None:
+    cases: dict[str, tuple[Path, str, str]] = {}  # case -> (dags folder, file as shown, what its stand-in says)
+    for name, expected in HOSTILE.items():
+        dags = _case_folder(tmp_path, name)
+        shutil.copy(HOSTILE_DIR / name, dags / "configs")
+        cases[name] = (dags, name, expected)
+    for shown, (write, expected) in generated_cases().items():
+        dags = _case_folder(tmp_path, f"generated_{len(cases)}")
+        write(dags / "configs")
+        cases[f"generated {shown[:60]}"] = (dags, shown, expected)
+    every = _case_folder(tmp_path, "every")  # all of them at once, timed
+    for path in HOSTILE_DIR.iterdir():
+        shutil.copy(path, every / "configs")
+    make_generated(every / "configs")
+    generated = {shown: expected for shown, (_, expected) in generated_cases().items()}
+    cases |= {f"every: {shown[:60]}": (every, shown, expected) for shown, expected in {**HOSTILE, **generated}.items()}
+
+    bags, modules = _batch(sorted({dags for dags, _, _ in cases.values()}), tmp_path)
+    failures = []
+    for case, (dags, shown, expected) in cases.items():
+        bag = bags[str(dags)]
+        valid = bag["dags"].get("fraud_detector", {})
+        stand_ins = [d for d in bag["dags"].values() if d["description"] and d["description"].startswith(f"BROKEN CONFIG configs/{shown}: ")]
+        if bag["import_errors"]:
+            failures.append(f"{case}: import errors {bag['import_errors']}")
+        if "trainpipe:broken-config" in valid.get("tags", ["missing"]):
+            failures.append(f"{case}: the valid pipeline fraud_detector did not load: {valid}")
+        if len(stand_ins) != 1 or expected not in stand_ins[0]["description"]:
+            failures.append(f"{case}: expected one stand-in for configs/{shown} saying {expected!r}, got {[d['description'][:300] for d in stand_ins]}")
+    assert not failures, "\n".join(failures)
+    assert _heavy(modules) == []
+    # The DAG processor's time for a folder holding every hostile file (the valid one included).
+    assert bags[str(every)]["seconds"] < 10, bags[str(every)]["seconds"]
+    print(f"DagBag of every hostile file beside a valid config: {bags[str(every)]['seconds']:.2f} s")

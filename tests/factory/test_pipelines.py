@@ -13,6 +13,7 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow_trainpipe.factory import build_pipeline_dags, register_pipelines
 from airflow_trainpipe.factory.broken import BROKEN_TAG
 from airflow_trainpipe.operators.train import DistributedTrainOperator
+from tests.config.test_hostile_configs import HOSTILE_DIR
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
@@ -166,3 +167,50 @@ def test_register_pipelines_binds_dags_in_the_namespace(tmp_path: Path) -> None:
     assert list(namespace) == ["fraud_detector"]
     shutil.rmtree(folder)
     assert register_pipelines(folder, {}) == []  # a missing folder is an empty one
+
+
+def test_a_dag_that_fails_to_build_becomes_its_own_stand_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_trainpipe.factory import pipelines
+
+    real_doc = pipelines.pipeline_doc
+
+    def doc_with_a_bug(config, source, asset_name):  # type: ignore[no-untyped-def]
+        if config.pipeline == "house_prices":
+            raise KeyError("gpu")
+        return real_doc(config, source, asset_name)
+
+    monkeypatch.setattr(pipelines, "pipeline_doc", doc_with_a_bug)
+    dags = _dags(_folder(tmp_path, **{"a.yaml": FRAUD, "b.yaml": (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()}))
+    assert sorted(dags) == ["fraud_detector", "house_prices"]
+    assert BROKEN_TAG not in dags["fraud_detector"].tags
+    stand_in = dags["house_prices"]  # the pipeline's own page shows it
+    assert BROKEN_TAG in stand_in.tags
+    assert stand_in.description == ("BROKEN CONFIG configs/b.yaml: <document>: unexpected KeyError while building its DAG: "
+                                    "'gpu'; the traceback is logged")
+    assert any(r.exc_info and r.exc_info[0] is KeyError and "configs/b.yaml" in r.getMessage() for r in caplog.records)
+
+
+def test_hostile_neighbours_leave_the_valid_pipeline_alone(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, **{
+        "fraud_detector.yaml": FRAUD,
+        "cycle.yaml": "pipeline: evil\ntags: &x [*x]\n",
+        "bomb.yaml": (HOSTILE_DIR / "billion_laughs.yaml").read_text(),
+        "deep.yaml": "pipeline: evil\ntags: " + "[" * 20_000 + "]" * 20_000 + "\n",
+        "a b.yaml": "pipeline: [\n",
+        "a_b.yaml": "pipeline: [\n",
+        "bad_name.yaml": FRAUD.replace("pipeline: fraud_detector", "pipeline: 'no spaces please'"),
+    })
+    (folder / "x.yaml").mkdir()
+    dags = _dags(folder)
+    [hashed] = [dag_id for dag_id in dags if dag_id.startswith("broken_config__a_b__")]  # `a b` and `a_b` clean alike
+    assert sorted(dags) == sorted(["broken_config__a_b", hashed, "broken_config__bad_name", "broken_config__bomb",
+                                   "broken_config__cycle", "broken_config__deep", "broken_config__x", "fraud_detector"])
+    assert "configs/a_b.yaml" in dags[hashed].description
+    assert BROKEN_TAG not in dags["fraud_detector"].tags
+    assert "alias *x refers to a node that contains it" in dags["broken_config__cycle"].description
+    assert "nesting depth 33 is over the limit of 32 levels" in dags["broken_config__deep"].description
+    assert "is a directory" in dags["broken_config__x"].description
+    assert dags["broken_config__bad_name"].description.startswith("BROKEN CONFIG configs/bad_name.yaml: pipeline:")
+    for dag in dags.values():
+        DagSerialization.to_dict(dag)  # what the DAG processor stores

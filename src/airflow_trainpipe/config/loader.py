@@ -1,11 +1,15 @@
 """Load a pipeline config file: safe YAML with source positions, then the typed model.
 
 Every problem is reported with the file, line, column and field path, and all problems of a
-file are reported together so a user fixes them in one pass.
+file are reported together so a user fixes them in one pass. Whatever the bytes of a file,
+loading it returns a config or raises ConfigError naming it: size and shape limits
+(`config.limits`) stop hostile YAML early, and an exception no check foresaw becomes a
+ConfigError too, its traceback logged (KeyboardInterrupt and SystemExit pass through).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import types
 import typing
@@ -16,9 +20,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from airflow_trainpipe.config.docstrings import field_description
+from airflow_trainpipe.config.files import offset_position, printable_name, read_config_text
+from airflow_trainpipe.config.limits import LimitExceeded, compose_limited, size_problem
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+
+log = logging.getLogger(__name__)
 
 Loc = tuple[str | int, ...]
 Position = tuple[int, int]
@@ -29,9 +37,8 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 # code to run; configs name registered things only.
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+:[A-Za-z_][\w.]*$")
 _IMPORT_KEYS = frozenset({"_target_", "__class__", "class_path", "callable"})
-# libyaml's parser is ~5x faster than the pure-Python one and keeps the same line marks.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
+# libyaml reports a bad character's position in bytes of UTF-8, PyYAML's reader in characters.
+_BYTE_POSITIONS = hasattr(yaml, "CSafeLoader")
 # `${SECRET}` or `$SECRET` expansion is deliberately unsupported: secrets live in connections.
 _ENV_REFERENCE = re.compile(r"\$\{[^}]*\}|\$[A-Z_][A-Z0-9_]{2,}")
 _SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.IGNORECASE)
@@ -39,15 +46,8 @@ _SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|cr
 
 def load_config(path: str | Path) -> PipelineConfig:
     """Parse and validate one config file; raise ConfigError listing every problem in it."""
-    return parse_config(read_config_text(path), source=str(path))
-
-
-def read_config_text(path: str | Path, source: str | None = None) -> str:
-    """A config file's text; ConfigError naming it (`source`, default the path) if unreadable."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([ConfigProblem(source or str(path), None, None, "", f"cannot read file: {exc}")]) from None
+    source = printable_name(path)
+    return parse_config(read_config_text(path, source), source=source)
 
 
 def duplicate_pipeline(source: str, pipeline: str, first: str) -> ConfigProblem:
@@ -57,11 +57,23 @@ def duplicate_pipeline(source: str, pipeline: str, first: str) -> ConfigProblem:
 
 
 def parse_config(text: str, source: str = "<string>") -> PipelineConfig:
-    """Parse config text; `source` names it in error messages."""
+    """Parse config text; `source` names it in error messages. Raises ConfigError only."""
+    try:
+        return _parse(text, source)
+    except ConfigError:
+        raise
+    except Exception as exc:  # not BaseException: KeyboardInterrupt, SystemExit, Airflow's parse timeout
+        log.error("loading pipeline config %s failed unexpectedly", source, exc_info=exc)
+        raise ConfigError.unexpected(source, "loading it", exc) from exc
+
+
+def _parse(text: str, source: str) -> PipelineConfig:
     document = _Document(source)
     data = document.load(text)
+    pipeline = data.get("pipeline") if isinstance(data, dict) else None
+    pipeline = pipeline if isinstance(pipeline, str) else None
     if document.problems:
-        raise ConfigError(document.problems)
+        raise ConfigError(document.problems, pipeline=pipeline)
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else f"a {type(data).__name__}"
         line, column = document.value_positions.get((), (1, 1))
@@ -69,7 +81,7 @@ def parse_config(text: str, source: str = "<string>") -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(document.problems_from(exc)) from None
+        raise ConfigError(document.problems_from(exc), pipeline=pipeline) from None
 
 
 class _Document:
@@ -86,14 +98,28 @@ class _Document:
 
     def load(self, text: str) -> Any:
         try:
-            root = yaml.compose(text, Loader=_YAML_LOADER)
+            encoded = text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: only text built in Python has one
+            self.problems.append(ConfigProblem(self.source, *offset_position(text, exc.start), "",
+                                               f"invalid character U+{ord(text[exc.start]):04X} ({exc.reason})"))
+            return None
+        if too_big := size_problem(len(encoded)):
+            self.problems.append(ConfigProblem(self.source, None, None, "", too_big))
+            return None
+        try:
+            root = compose_limited(text)
+        except LimitExceeded as exc:
+            self.problems.append(ConfigProblem(self.source, exc.mark.line + 1, exc.mark.column + 1, "", exc.message))
+            return None
         except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
-            self.problems.append(ConfigProblem(self.source, line, column, "", f"invalid YAML: {exc.problem}"))
+            self.problems.append(_yaml_problem(self.source, exc))
+            return None
+        except yaml.reader.ReaderError as exc:  # a character YAML forbids (NUL, other controls)
+            line, column = offset_position(encoded if _BYTE_POSITIONS else text, exc.position)
+            self.problems.append(ConfigProblem(self.source, line, column, "", f"invalid YAML: {_reader_reason(exc)}"))
             return None
         except yaml.YAMLError as exc:
-            self.problems.append(ConfigProblem(self.source, None, None, "", f"invalid YAML: {exc}"))
+            self.problems.append(ConfigProblem(self.source, None, None, "", f"invalid YAML: {_short(str(exc))}"))
             return None
         return None if root is None else self._value(root, ())
 
@@ -112,14 +138,24 @@ class _Document:
             return self._mapping(node, loc)
         if isinstance(node, yaml.SequenceNode):
             return [self._value(item, (*loc, i)) for i, item in enumerate(node.value)]
-        try:
-            value = self._scalars.construct_object(node, deep=True)
-        except yaml.constructor.ConstructorError as exc:
-            self._add(loc, node, f"invalid value: {exc.problem}")
-            return None
-        if isinstance(value, str):
+        value, problem = self._scalar(node)
+        if problem is not None:
+            self._add(loc, node, f"invalid value: {problem}")
+        elif isinstance(value, str):
             self._check_string(value, loc, node)
         return value
+
+    def _scalar(self, node: yaml.ScalarNode) -> tuple[Any, str | None]:
+        try:
+            return self._scalars.construct_object(node, deep=True), None
+        except yaml.constructor.ConstructorError as exc:
+            return None, exc.problem
+        except Exception as exc:
+            # PyYAML's scalar constructors fail in assorted ways: ValueError for `2026-13-01`
+            # or an int of over 4,300 digits, KeyError for `!!bool maybe`, AttributeError for
+            # `!!timestamp now`.
+            detail = f": {_short(str(exc))}" if isinstance(exc, ValueError) else ""
+            return None, f"not a valid {node.tag.rsplit(':', 1)[-1]}{detail}"
 
     def _mapping(self, node: yaml.MappingNode, loc: Loc) -> dict[str, Any]:
         try:
@@ -129,9 +165,10 @@ class _Document:
             return {}
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = self._scalars.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            key = self._scalar(key_node)[0] if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, str):
-                self._add(loc, key_node, f"keys must be strings, got {key_node.value!r}")
+                got = _short(repr(key_node.value)) if isinstance(key_node, yaml.ScalarNode) else f"a {key_node.id}"
+                self._add(loc, key_node, f"keys must be strings, got {got}")
                 continue
             child = (*loc, key)
             if key in result:
@@ -149,11 +186,11 @@ class _Document:
 
     def _check_string(self, value: str, loc: Loc, node: yaml.Node) -> None:
         if _IMPORT_PATH.match(value.strip()):
-            self._add(loc, node, f"{value!r} is an import path; configs name registered components only")
+            self._add(loc, node, f"{_short(repr(value))} is an import path; configs name registered components only")
         elif _ENV_REFERENCE.search(value):
             self._add(
                 loc, node,
-                f"{value!r} looks like an environment variable reference; configs are not expanded, "
+                f"{_short(repr(value))} looks like an environment variable reference; configs are not expanded, "
                 "put secrets in an Airflow connection",
             )
 
@@ -180,6 +217,28 @@ class _Document:
         return ConfigProblem(self.source, None, None, _dotted(loc), message)
 
 
+def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> ConfigProblem:
+    mark = exc.problem_mark or exc.context_mark
+    line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+    if exc.context == "expected a single document in the stream":
+        return ConfigProblem(source, line, column, "", "invalid YAML: a second document starts here; a config file is one YAML document")
+    if exc.context and exc.context.startswith("found duplicate anchor") and exc.context_mark:
+        anchor = exc.context.split("'")[1] if "'" in exc.context else "?"
+        return ConfigProblem(source, line, column, "",
+                             f"invalid YAML: anchor &{_short(anchor)} is defined again (first on line {exc.context_mark.line + 1})")
+    return ConfigProblem(source, line, column, "", f"invalid YAML: {_short(str(exc.problem))}")
+
+
+def _reader_reason(exc: yaml.reader.ReaderError) -> str:
+    character = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+    return f"unacceptable character {character}: {exc.reason}"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """A value quoted in a message: a 200 KB scalar must not become a 200 KB message."""
+    return text if len(text) <= limit else f"{text[:limit - 1]}… ({len(text):,} characters)"
+
+
 def _dotted(loc: Loc) -> str:
     text = ""
     for part in loc:
@@ -191,7 +250,7 @@ def _message(error: dict[str, Any], loc: Loc) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         allowed = _fields_at(loc[:-1])
-        return f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), allowed)}; allowed keys: {', '.join(allowed)}"
+        return f"unknown key {_short(repr(loc[-1]))}{did_you_mean(str(loc[-1]), allowed)}; allowed keys: {', '.join(allowed)}"
     if kind == "missing":
         description = _description_at(loc)
         return "required field is missing" + (f"; expected: {description}" if description else "")
@@ -201,7 +260,7 @@ def _message(error: dict[str, Any], loc: Loc) -> str:
     if kind == "string_pattern_mismatch" and (description := _description_at(loc)):
         message = f"expected {description[0].lower()}{description[1:].rstrip('.')}"
     if kind != "value_error" and "input" in error and not isinstance(error["input"], dict | list):
-        message += f", got {error['input']!r}"
+        message += f", got {_short(repr(error['input']))}"
     if kind in ("literal_error", "enum"):
         choices = re.findall(r"'([^']*)'", error.get("ctx", {}).get("expected", ""))
         message += did_you_mean(str(error.get("input")), choices)

@@ -13,7 +13,7 @@ from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
-from airflow_trainpipe.config.types import DagId
+from airflow_trainpipe.config.types import DagId, DagTag
 from airflow_trainpipe.config.validation import ValidationSection
 
 
@@ -29,7 +29,7 @@ class PipelineConfig(Section):
     description: str | None = None
     """One-line description shown in the Airflow UI."""
 
-    tags: list[str] = []
+    tags: list[DagTag] = []
     """Airflow DAG tags."""
 
     schedule: ScheduleSection

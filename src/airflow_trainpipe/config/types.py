@@ -18,16 +18,23 @@ def _parse_duration(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 30s, 5m, 1h30m or a number of seconds")
     if isinstance(value, int | float):
-        return timedelta(seconds=value)
+        return _timedelta(value, value)
     if isinstance(value, str):
         text = value.strip().replace(" ", "")
         negative = text.startswith("-")
         body = text.lstrip("-")
         if body and _DURATION_PART.sub("", body) == "":
             seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(body))
-            return timedelta(seconds=-seconds if negative else seconds)
+            return _timedelta(-seconds if negative else seconds, value)
         raise ValueError(f"expected a duration such as 30s, 5m, 1h30m or a number of seconds, got {value!r}")
     return value
+
+
+def _timedelta(seconds: float, value: Any) -> timedelta:
+    try:
+        return timedelta(seconds=seconds)
+    except (OverflowError, ValueError):  # .inf, .nan, 1.0e+20, 99999999999d: OverflowError is no ValueError
+        raise ValueError(f"expected a finite duration of at most 999999999 days, got {value!r}") from None
 
 
 def format_duration(value: timedelta) -> str:
@@ -102,6 +109,10 @@ ColumnName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]
 DAG_ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DAG_ID_MAX_LENGTH = 250
 DagId = Annotated[str, Field(min_length=1, max_length=DAG_ID_MAX_LENGTH, pattern=DAG_ID_PATTERN)]
+
+# Airflow refuses longer DAG tags when the DAG is built (airflow.sdk.definitions.dag.TAG_MAX_LEN).
+DAG_TAG_MAX_LENGTH = 100
+DagTag = Annotated[str, Field(max_length=DAG_TAG_MAX_LENGTH)]
 
 # Kubernetes resource quantity: `2`, `500m`, `16Gi`, `1.5`.
 Quantity = Annotated[

@@ -5,6 +5,10 @@ so an in-memory cache alone would never hit; validated configs are also kept on 
 the sha256 of the file's text and of the config package's own source (a code change must not
 serve an entry validated by older rules). Entries are JSON and are validated again on load:
 a cache directory someone else can write to must never be a way to run code (no pickle).
+
+Whatever sits in the folder, each entry ends as a parsed config or as an error naming it:
+a failure (an unreadable folder, a hostile file, a bug) is never an exception out of here,
+and a failure is never cached.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import pydantic
 from pydantic import ValidationError
 
 from airflow_trainpipe.config import CONFIG_SUFFIXES, PipelineConfig, parse_config
-from airflow_trainpipe.config.loader import read_config_text
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.config.files import printable_name, read_config_text
+from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +48,19 @@ class ConfigFile:
 
 
 def read_config_folder(folder: Path, display_root: Path | None = None) -> list[ConfigFile]:
-    """Every `*.yaml` / `*.yml` of `folder` (sorted, hidden files skipped), parsed or failed."""
+    """Every `*.yaml` / `*.yml` of `folder` (sorted, hidden files skipped), parsed or failed.
+
+    Entries that are not regular files (a directory named `x.yaml`, a FIFO, a broken symlink)
+    are listed too: each fails naming what it is, rather than vanishing without a word.
+    """
     cache_dir = cache_directory()
-    files = sorted(
-        p for p in folder.iterdir()
-        if p.suffix in CONFIG_SUFFIXES and not p.name.startswith((".", "_")) and p.is_file()
-    ) if folder.is_dir() else []
+    try:
+        files = sorted(
+            p for p in folder.iterdir() if p.suffix in CONFIG_SUFFIXES and not p.name.startswith((".", "_"))
+        ) if folder.is_dir() else []
+    except OSError as exc:
+        name = _display_name(folder, display_root)
+        return [ConfigFile(folder, name, error=ConfigError([ConfigProblem(name, None, None, "", f"cannot list the folder: {exc.strerror or exc}")]))]
     return [_read(path, _display_name(path, display_root), cache_dir) for path in files]
 
 
@@ -66,13 +77,21 @@ def cache_directory() -> Path | None:
 def _display_name(path: Path, root: Path | None) -> str:
     if root is not None:
         try:
-            return path.relative_to(root).as_posix()
+            return printable_name(path.relative_to(root).as_posix())
         except ValueError:
             pass
-    return str(path)
+    return printable_name(path)
 
 
 def _read(path: Path, name: str, cache_dir: Path | None) -> ConfigFile:
+    try:
+        return _read_cached(path, name, cache_dir)
+    except Exception as exc:  # a bug of ours: only this file pays for it
+        log.error("reading pipeline config %s failed unexpectedly", name, exc_info=exc)
+        return ConfigFile(path, name, error=ConfigError.unexpected(name, "reading it", exc))
+
+
+def _read_cached(path: Path, name: str, cache_dir: Path | None) -> ConfigFile:
     try:
         text = read_config_text(path, source=name)
     except ConfigError as exc:

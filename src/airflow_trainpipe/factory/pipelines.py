@@ -15,7 +15,7 @@ from airflow.sdk import DAG, Asset, CronTriggerTimetable
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.factory import params
-from airflow_trainpipe.factory.broken import broken_config_dag, fallback_dag_id, pipeline_name_of
+from airflow_trainpipe.factory.broken import broken_config_dag, stand_in_dag_id
 from airflow_trainpipe.factory.configs import ConfigFile, read_config_folder
 from airflow_trainpipe.factory.docs import pipeline_doc
 from airflow_trainpipe.config.loader import duplicate_pipeline
@@ -63,24 +63,31 @@ def _collector_paused() -> Iterator[None]:
 
 def _build(folder: Path, display_root: Path | None) -> list[DAG]:
     owners: dict[str, str] = {}
-    files, dags = [], []
+    failed, dags = [], []
     for file in read_config_folder(folder, display_root):
         if file.config is not None and file.config.pipeline in owners:
             file = _duplicate(file, owners[file.config.pipeline])
         if file.config is not None:
-            owners[file.config.pipeline] = file.name
-            dags.append(pipeline_dag(file.config, file.name))
-        files.append(file)
+            try:
+                dags.append(pipeline_dag(file.config, file.name))
+            except Exception as exc:  # a config Airflow refuses, or a bug of ours: this pipeline only
+                log.error("building the DAG of pipeline config %s failed", file.name, exc_info=exc)
+                error = ConfigError.unexpected(file.name, "building its DAG", exc, pipeline=file.config.pipeline)
+                file = ConfigFile(file.path, file.name, error=error)
+            else:
+                owners[file.config.pipeline] = file.name
+        if file.error is not None:
+            failed.append(file)
     # Stand-ins second: a valid pipeline keeps its id even if a broken file claims the same name.
-    for file in files:
-        if file.error is None:
-            continue
+    for file in failed:
         log.error("pipeline config %s is invalid; its DAG shows the error:\n%s", file.name, file.error)
-        dag_id = pipeline_name_of(str(file.path))
-        if dag_id is None or dag_id in owners:
-            dag_id = fallback_dag_id(file.name)
-        owners[dag_id] = file.name
-        dags.append(broken_config_dag(file.name, file.error, dag_id))
+        dag_id = stand_in_dag_id(file.name, file.error.pipeline, owners)
+        try:
+            dags.append(broken_config_dag(file.name, file.error, dag_id))
+        except Exception:  # nothing left to show it with: the log has it, the other DAGs load
+            log.exception("the stand-in DAG %s of %s could not be built", dag_id, file.name)
+        else:
+            owners[dag_id] = file.name
     return dags
 
 
