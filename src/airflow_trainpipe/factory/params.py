@@ -1,7 +1,9 @@
 """The trigger form of a pipeline DAG: Params for a manual run from the Airflow UI.
 
 A scheduled run gets every default, and the defaults change nothing: the partition falls back
-to the config's template and hyperparameters equal to the config are not overrides.
+to the config's template and hyperparameters equal to the config are not overrides. The form's
+defaults must also be submittable: a Param the form may leave empty accepts null (see
+`partition`), else the Trigger button stays disabled.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
     current = config.training.hyperparameters
     return {
         PARTITION: _param(
-            "",
-            type="string",
+            None,
+            # Optional: the Airflow 3.3 trigger form treats a Param as required unless its `type`
+            # list includes "null", and keeps Trigger disabled while a required field is empty.
+            type=["null", "string"],
             title="Data partition",
             description=f"Sub-path of {config.data.uri} to train on, e.g. a backfill day. "
                         f"Empty: the run's own partition ({config.data.partition}).",
@@ -62,7 +66,8 @@ def tunable_hyperparameters() -> tuple[str, ...]:
 
 
 def partition_template(config: PipelineConfig) -> str:
-    """The trigger form's partition when given, else the config's own template."""
+    """The trigger form's partition when given, else the config's own template (empty or null:
+    the form sends null for an empty field, an API caller may send "")."""
     return f"{{% if params.{PARTITION} %}}{{{{ params.{PARTITION} }}}}{{% else %}}{config.data.partition}{{% endif %}}"
 
 
