@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ PARTITION = date(2026, 1, 3)  # the last of the days written for the REST test; 
 BROKEN_FILE = "fraud_broken.yaml"
 ADMIN_PASSWORD = "e2e-admin-pw"
 ROWS_PER_DAY = 10_000
+ARTIFACTS = REPO_ROOT / "var" / "test-artifacts"  # gitignored; what a failed browser test saw
 
 
 def load_up():
@@ -168,3 +170,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("e2e")) as stack:
         yield stack
 
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed browser test (one that set `item.browser_context`) keeps a screenshot and the HTML of
+    every page it had open, in var/test-artifacts/<test>/, named in its failure report."""
+    report = yield
+    context = getattr(item, "browser_context", None)
+    if context is None or not report.failed or report.when == "teardown":
+        return report
+    folder = ARTIFACTS / re.sub(r"[^\w.-]+", "_", item.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for number, page in enumerate(context.pages):
+        try:
+            page.screenshot(path=str(folder / f"page{number}.png"), full_page=True)
+            (folder / f"page{number}.html").write_text(f"<!-- {page.url} -->\n{page.content()}")
+        except Exception as error:  # a crashed page must not hide the test's own failure
+            (folder / f"page{number}.error.txt").write_text(repr(error))
+    report.sections.append(("browser state", f"screenshots and HTML of the open pages: {folder}"))
+    return report
