@@ -30,7 +30,7 @@ check: $(INSTALLED)
 demo: $(INSTALLED)
 	$(BIN)/python scripts/demo.py
 
-# Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C stops both.
+# Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C, SIGTERM or SIGHUP stops both.
 up: $(INSTALLED)
 	$(BIN)/python scripts/up.py
 

@@ -47,7 +47,7 @@ class Step(BaseOperator):
         pass
 with DAG("plain_{i:04d}", schedule="0 2 * * *", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
          max_active_runs=1, tags=["trainpipe", "fraud"], description="Nightly retrain",
-         params={{"partition": Param("", type="string"), "hyperparameters": Param({{"epochs": 3}}, type="object"),
+         params={{"partition": Param(None), "hyperparameters": Param({{"epochs": 3}}, type="object"),
                   "force_registration": Param(False, type="boolean")}},
          default_args={{"owner": "risk-ml", "retries": 2, "retry_delay": timedelta(minutes=2)}}) as dag:
     (Step(task_id="wait_for_data") >> Step(task_id="validate_data") >> Step(task_id="train")

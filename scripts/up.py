@@ -1,5 +1,6 @@
 """`make up`: Airflow standalone (api-server, scheduler, dag-processor, triggerer on SQLite) with
-this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl-C stops both.
+this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl-C, SIGTERM or
+SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
 
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
 synthetic data for fraud_detector), mlflow/ (tracking db and artifacts). tests/e2e reuses
@@ -18,6 +19,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -124,6 +127,45 @@ def ensure_data(trainpipe_home: Path, days: int = 4) -> None:
                     "--days", str(days)], check=True)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stop(Exception):  # noqa: N818 - a request, not an error
+    """A stop signal arrived: leave the main loop, the `finally` stops the children."""
+
+
+_deferred: list[int] | None = None  # signals held back while a child is being started
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    if _deferred is not None:
+        _deferred.append(signum)
+        return
+    raise Stop(signal.Signals(signum).name)
+
+
+@contextmanager
+def _starting() -> Iterator[None]:
+    """Hold stop signals back while a child starts: raised inside Popen after the fork, the child
+    would run on with nobody holding its Popen to stop it. Raised as soon as it is assigned."""
+    global _deferred
+    _deferred = []
+    try:
+        yield
+    finally:
+        pending, _deferred = _deferred, None
+        if pending:
+            raise Stop(signal.Signals(pending[0]).name)
+
+
+def start_mlflow(root: Path, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
+        start_new_session=True, stdout=open(root / "server.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", type=Path, default=REPO / "var" / "up")
@@ -134,22 +176,22 @@ def main() -> int:
     airflow_home, trainpipe_home, mlflow_root = state / "airflow", state / "home", state / "mlflow"
     for folder in (airflow_home, trainpipe_home, mlflow_root):
         folder.mkdir(parents=True, exist_ok=True)
-    ensure_data(trainpipe_home)
-    airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
-    if airflow_port == mlflow_port:
-        mlflow_port = pick_port(0)
-    mlflow_url = f"http://127.0.0.1:{mlflow_port}"
-    mlflow = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{mlflow_root / 'mlflow.db'}",
-         "--artifacts-destination", str(mlflow_root / "artifacts")],
-        start_new_session=True, stdout=open(mlflow_root / "server.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-    )
-    connection = json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": mlflow_port})
-    env = airflow_env(airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection)
-    airflow = start_airflow(env, airflow_home / "standalone.log")  # the terminal keeps only what a user needs
-    print(f"starting mlflow server and airflow standalone (logs: {mlflow_root / 'server.log'}, {airflow_home / 'standalone.log'}) ...", flush=True)
+    for signum in STOP_SIGNALS:  # Ctrl-C included: one path, and SIGINT is held back too while a child starts
+        signal.signal(signum, _on_signal)
+    mlflow = airflow = None
     try:
+        ensure_data(trainpipe_home)
+        airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
+        if airflow_port == mlflow_port:
+            mlflow_port = pick_port(0)
+        mlflow_url = f"http://127.0.0.1:{mlflow_port}"
+        with _starting():
+            mlflow = start_mlflow(mlflow_root, mlflow_port)
+        connection = json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": mlflow_port})
+        env = airflow_env(airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection)
+        with _starting():
+            airflow = start_airflow(env, airflow_home / "standalone.log")  # the terminal keeps only what a user needs
+        print(f"starting mlflow server and airflow standalone (logs: {mlflow_root / 'server.log'}, {airflow_home / 'standalone.log'}) ...", flush=True)
         wait_http(f"{mlflow_url}/health", mlflow, "mlflow server", 120)
         wait_http(f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300)
         passwords = airflow_home / "simple_auth_manager_passwords.json.generated"
@@ -158,19 +200,21 @@ def main() -> int:
             f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
             f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
             f"dags     {REPO / 'dags'}   state {state}",
-            "Ctrl-C stops both.",
+            "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
         ]) + "\n", flush=True)
         while airflow.poll() is None and mlflow.poll() is None:
             time.sleep(1)
         print(f"a process exited (airflow: {airflow.returncode}, mlflow: {mlflow.returncode}); stopping", flush=True)
         return 1
-    except KeyboardInterrupt:
-        print("\nstopping airflow and mlflow ...", flush=True)
+    except Stop as request:
+        print(f"\n{request}: stopping airflow and mlflow ...", flush=True)
         return 0
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave orphans
-        stop(airflow)
-        stop(mlflow)
+        for signum in STOP_SIGNALS:  # a second Ctrl-C or kill must not leave orphans
+            signal.signal(signum, signal.SIG_IGN)
+        for process in (airflow, mlflow):
+            if process is not None:
+                stop(process)
 
 
 if __name__ == "__main__":

@@ -71,13 +71,14 @@ def test_trigger_form_params_and_their_templates() -> None:
     dag = _dags(EXAMPLE_CONFIGS)["fraud_detector"]
     params = dag.params
     assert set(params.keys()) == {"partition", "hyperparameters", "force_registration"}
-    assert params["force_registration"] is False and params["partition"] == ""
+    assert params["force_registration"] is False and params["partition"] is None
     assert params["hyperparameters"]["learning_rate"] == 0.002 and params["hyperparameters"]["epochs"] == 3
     assert "model_args" not in params["hyperparameters"]
-    # The templates the tasks render: empty form -> the config's own partition.
+    # The templates the tasks render: empty form (null; "" from an API caller) -> the config's own partition.
     import jinja2
 
     partition = jinja2.Environment().from_string(dag.get_task("validate_data").partition)
+    assert partition.render(params={"partition": None}, ds="2026-01-02") == "ds=2026-01-02"
     assert partition.render(params={"partition": ""}, ds="2026-01-02") == "ds=2026-01-02"
     assert partition.render(params={"partition": "ds=2025-12-31"}, ds="2026-01-02") == "ds=2025-12-31"
     assert dag.get_task("gate").force == "{{ params.force_registration }}"

@@ -1,9 +1,14 @@
 """Extra links from Airflow tasks to the MLflow UI.
 
-Like the amazon provider's links: the operator persists the URL into an XCom while it runs
-(`persist`); after the task, the task runner calls `get_link` on the worker and stores the
-result under `xcom_key`, which is what the Airflow 3 UI shows. No UI URL (the embedded sqlite
-store has no server) means no link, not a broken one.
+The Airflow 3 task runner resolves extra links on the worker, right after the task and in the
+same process: `finalize()` calls `get_link(operator=ti.task, ...)` on the very operator object
+whose `execute()` ran (`context["task"]`) and stores the result under the link's `xcom_key`
+(`_link_<class>`), which is all the UI reads. So the operator keeps the URL it learned
+(`persist`) on itself, and `get_link` reads it back: no intermediate XCom to write and read
+again. (Reading one that was never pushed, as the amazon provider's links do when nothing was
+persisted, makes the task SDK's client log `[error] XCom not found` in a green task.)
+No UI URL (the embedded sqlite store has no server), or a task that failed before it knew one,
+means no link, not a broken one and not an error.
 """
 
 from __future__ import annotations
@@ -22,14 +27,20 @@ class _PersistedLink(BaseOperatorLink):
     key: ClassVar[str]
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        from airflow.sdk.execution_time.xcom import XCom
-
-        return XCom.get_value(ti_key=ti_key, key=self.key) or ""
+        # Keyed by the task instance too: one operator object of an in-process `dag.test()` may
+        # run in several DAG runs, and a URL must never leak into another run's link.
+        url, owner = getattr(operator, f"_trainpipe_link_{self.key}", (None, None))
+        return url if url and owner == _owner(ti_key) else ""
 
     @classmethod
     def persist(cls, context: Context, url: str | None) -> None:
-        if url:
-            context["ti"].xcom_push(key=cls.key, value=url)
+        # The runner executes a copy of the DAG's operator (`prepare_for_execution`); setting an
+        # attribute on it, never mutating a shared one, keeps the DAG's operator untouched.
+        setattr(context["task"], f"_trainpipe_link_{cls.key}", (url, _owner(context["ti"])))
+
+
+def _owner(ti: TaskInstanceKey) -> tuple[str, str, str, int]:
+    return ti.dag_id, ti.task_id, ti.run_id, ti.map_index
 
 
 class MlflowRunLink(_PersistedLink):

@@ -1,0 +1,192 @@
+"""The end-to-end stack, started once per test session: `airflow standalone` (api-server,
+scheduler, dag-processor, triggerer on SQLite) started the way `make up` starts it, and a real
+`mlflow server` with basic auth, both on loopback ports. Startup is the expensive part (minutes
+on 2 cores), so every e2e module shares one stack; modules run in file order and share its dags
+folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import REPO_ROOT, free_port
+
+PARTITION = date(2026, 1, 3)  # the last of the days written for the REST test; the day before is its drift reference
+BROKEN_FILE = "fraud_broken.yaml"
+ADMIN_PASSWORD = "e2e-admin-pw"
+ROWS_PER_DAY = 10_000
+ARTIFACTS = REPO_ROOT / "var" / "test-artifacts"  # gitignored; what a failed browser test saw
+
+
+def load_up():
+    """scripts/up.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("trainpipe_up", REPO_ROOT / "scripts" / "up.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Stack:
+    url: str
+    session: requests.Session
+    configs: Path
+    airflow_home: Path
+    home: Path  # TRAINPIPE_HOME of the Airflow processes
+    mlflow: object  # tests.mlflow_server.MlflowServer
+    username: str = "admin"
+    password: str = ADMIN_PASSWORD
+
+    def get(self, path: str, **params) -> dict:
+        response = self.session.get(f"{self.url}{path}", params=params, timeout=30)
+        assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text[:2000]}"
+        return response.json()
+
+    def dag(self, dag_id: str) -> dict | None:
+        response = self.session.get(f"{self.url}/api/v2/dags/{dag_id}", timeout=30)
+        if response.status_code == 404:
+            return None
+        assert response.status_code == 200, response.text[:2000]
+        return response.json()
+
+    def write_day(self, day: date) -> None:
+        write_day(self.home, day)
+
+    def mlflow_client(self, monkeypatch: pytest.MonkeyPatch):
+        """An MlflowClient of this process on the stack's server (basic auth), restored after the test."""
+        from mlflow import MlflowClient
+        from mlflow.tracking._tracking_service import utils
+
+        for name, value in self.mlflow.client_env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(utils, "_tracking_uri", self.mlflow.url)
+        return MlflowClient()
+
+    def wait_for(self, what: str, check, timeout: float, report=lambda: ""):
+        deadline = time.monotonic() + timeout
+        while (value := check()) is None or value is False:
+            if time.monotonic() > deadline:
+                log = (self.airflow_home / "standalone.log").read_text(errors="replace")[-4000:]
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{report()}\n--- standalone log tail ---\n{log}")
+            time.sleep(2)
+        return value
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> str:
+        """The run's final state ("success" or "failed"); a task report when it times out."""
+
+        def finished():
+            state = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            return state if state in ("success", "failed") else None
+
+        return self.wait_for(f"dag run {run_id}", finished, timeout, report=lambda: self.task_report(dag_id, run_id))
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        tasks = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {t["task_id"]: t["state"] for t in tasks}
+
+    def task_report(self, dag_id: str, run_id: str) -> str:
+        """Each task's state, and the log tail of each that failed or is still going."""
+        tasks = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        lines = [f"{t['task_id']}: {t['state']} (try {t['try_number']})" for t in tasks]
+        for t in tasks:
+            if t["state"] in ("failed", "up_for_retry", "deferred", "running") and t["try_number"]:
+                response = self.session.get(
+                    f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{t['task_id']}/logs/{t['try_number']}",
+                    headers={"Accept": "application/json"}, timeout=30)
+                content = response.json().get("content", []) if response.ok else response.text
+                text = "\n".join(e.get("event", str(e)) if isinstance(e, dict) else str(e) for e in content) if isinstance(content, list) else str(content)
+                lines.append(f"--- log of {t['task_id']} try {t['try_number']} ---\n{text[-4000:]}")
+        return "\n".join(lines)
+
+
+def write_day(home: Path, day: date) -> None:
+    """One day of fraud_detector's data (`ds=<day>`) under TRAINPIPE_HOME `home`."""
+    from airflow_trainpipe.synthetic import write_day
+
+    write_day((home / "data" / "card_transactions").as_uri(), day, ROWS_PER_DAY, seed=day.day)
+
+
+@contextmanager
+def running_stack(root: Path) -> Iterator[Stack]:
+    """Airflow standalone (as `make up` starts it) + mlflow server, state under `root`."""
+    from tests.mlflow_server import start_mlflow_server, stop_mlflow_server
+
+    up = load_up()
+    dags, home, airflow_home = root / "dags", root / "home", root / "airflow"
+    (dags / "configs").mkdir(parents=True)
+    airflow_home.mkdir()
+    shutil.copy(REPO_ROOT / "dags" / "trainpipe_pipelines.py", dags)
+    for config in ("fraud_detector.yaml", "house_prices.yaml"):
+        shutil.copy(REPO_ROOT / "dags" / "configs" / config, dags / "configs")
+    fraud = (REPO_ROOT / "dags" / "configs" / "fraud_detector.yaml").read_text()
+    (dags / "configs" / BROKEN_FILE).write_text(
+        fraud.replace("pipeline: fraud_detector", "pipeline: fraud_broken").replace("zero_stage: 1", "zero_stage: 7"))
+    for day in (date(2026, 1, 1), date(2026, 1, 2), PARTITION):
+        write_day(home, day)
+    # The simple auth manager keeps the passwords it generates in this file and reuses entries
+    # that exist, so the tests know the admin password without scraping the log.
+    (airflow_home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": ADMIN_PASSWORD}))
+
+    mlflow = start_mlflow_server(root / "mlflow")
+    airflow = None
+    try:
+        port = free_port()
+        env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
+        env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
+        # Only the runs the tests trigger: unpausing would otherwise also start today's scheduled run,
+        # which waits for a partition and holds the DAG's single active-run slot.
+        env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
+        airflow = up.start_airflow(env, airflow_home / "standalone.log")
+        url = f"http://127.0.0.1:{port}"
+        try:
+            up.wait_http(f"{url}/api/v2/monitor/health", airflow, "airflow standalone", 240)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{(airflow_home / 'standalone.log').read_text(errors='replace')[-4000:]}") from None
+        token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=30)
+        assert token.status_code == 201, token.text
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+        yield Stack(url, session, dags / "configs", airflow_home, home, mlflow)
+    finally:
+        if airflow is not None:
+            up.stop(airflow)
+        stop_mlflow_server(mlflow.process)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("e2e")) as stack:
+        yield stack
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed browser test (one that set `item.browser_context`) keeps a screenshot and the HTML of
+    every page it had open, in var/test-artifacts/<test>/, named in its failure report."""
+    report = yield
+    context = getattr(item, "browser_context", None)
+    if context is None or not report.failed or report.when == "teardown":
+        return report
+    folder = ARTIFACTS / re.sub(r"[^\w.-]+", "_", item.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for number, page in enumerate(context.pages):
+        try:
+            page.screenshot(path=str(folder / f"page{number}.png"), full_page=True)
+            (folder / f"page{number}.html").write_text(f"<!-- {page.url} -->\n{page.content()}")
+        except Exception as error:  # a crashed page must not hide the test's own failure
+            (folder / f"page{number}.error.txt").write_text(repr(error))
+    report.sections.append(("browser state", f"screenshots and HTML of the open pages: {folder}"))
+    return report
