@@ -19,6 +19,7 @@ $(INSTALLED): pyproject.toml constraints.txt
 venv: $(INSTALLED)
 
 test: $(INSTALLED)
+	scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest
 
 test-fast: $(INSTALLED)

@@ -23,6 +23,7 @@ from airflow_trainpipe.config.docstrings import field_description
 from airflow_trainpipe.config.files import offset_position, printable_name, read_config_text
 from airflow_trainpipe.config.limits import LimitExceeded, compose_limited, size_problem
 from airflow_trainpipe.config.pipeline import PipelineConfig
+from airflow_trainpipe.config.secrets import SECRET_KEY
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
 
@@ -41,7 +42,6 @@ _IMPORT_KEYS = frozenset({"_target_", "__class__", "class_path", "callable"})
 _BYTE_POSITIONS = hasattr(yaml, "CSafeLoader")
 # `${SECRET}` or `$SECRET` expansion is deliberately unsupported: secrets live in connections.
 _ENV_REFERENCE = re.compile(r"\$\{[^}]*\}|\$[A-Z_][A-Z0-9_]{2,}")
-_SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.IGNORECASE)
 
 
 def load_config(path: str | Path) -> PipelineConfig:
@@ -178,7 +178,7 @@ class _Document:
             if key in _IMPORT_KEYS:
                 self._add(child, key_node, f"{key!r} would choose code by import path; configs name registered components only")
                 continue
-            if _SECRET_KEY.search(key):
+            if SECRET_KEY.search(key):
                 self._add(child, key_node, f"{key!r} looks like a credential; keep credentials in an Airflow connection, never in a config")
                 continue
             result[key] = self._value(value_node, child)
