@@ -39,7 +39,7 @@ bench: $(INSTALLED)
 	$(BIN)/python benchmarks/run.py --output BENCHMARKS.md
 
 docs: $(INSTALLED)
-	$(BIN)/python scripts/update_readme_reference.py
+	$(BIN)/python scripts/update_reference.py
 
 gx-catalog: $(INSTALLED)
 	$(BIN)/python scripts/gen_gx_catalog.py

@@ -9,7 +9,7 @@ from pydantic_core import PydanticCustomError
 class Section(BaseModel):
     """A config section: strict types, unknown keys rejected, immutable once parsed.
 
-    Field docstrings become the descriptions in `trainpipe schema`, the README reference and
+    Field docstrings become the descriptions in `trainpipe schema`, docs/configuration.md and
     error messages (read on demand by `config.docstrings`, not at import: parse time).
     """
 

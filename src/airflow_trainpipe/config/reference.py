@@ -1,8 +1,8 @@
 """The config reference, generated from the models so it can never drift from them.
 
 `trainpipe schema` prints the JSON Schema (point an editor's YAML language server at it);
-`trainpipe schema --format markdown` prints the README's reference section, which
-tests/config/test_reference.py keeps identical to the README.
+`trainpipe schema --format markdown` prints the reference section of docs/configuration.md,
+which tests/config/test_reference.py keeps identical to it.
 """
 
 from __future__ import annotations
