@@ -39,7 +39,7 @@ print(t1 - t0, t2 - t1, len(bag.dags))
 """
 
 # The same DAG shape written by hand: 5 operators, 3 trigger-form Params, retries, tags.
-_PLAIN_DAG = '''
+_PLAIN_DAG = """
 from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, Asset, BaseOperator, Param
 class Step(BaseOperator):
@@ -52,7 +52,7 @@ with DAG("plain_{i:04d}", schedule="0 2 * * *", start_date=datetime(2026, 1, 1, 
          default_args={{"owner": "risk-ml", "retries": 2, "retry_delay": timedelta(minutes=2)}}) as dag:
     (Step(task_id="wait_for_data") >> Step(task_id="validate_data") >> Step(task_id="train")
      >> Step(task_id="gate") >> Step(task_id="register", outlets=[Asset(name="plain_{i:04d}@champion")]))
-'''
+"""
 
 
 def _factory_folder(root: Path, count: int) -> Path:
@@ -61,8 +61,10 @@ def _factory_folder(root: Path, count: int) -> Path:
     text = EXAMPLE.read_text()
     for i in range(count):
         (root / "configs" / f"pipeline_{i:04d}.yaml").write_text(
-            text.replace("pipeline: fraud_detector", f"pipeline: pipeline_{i:04d}")
-                .replace("model_name: fraud_detector", f"model_name: pipeline_{i:04d}"))
+            text.replace("pipeline: fraud_detector", f"pipeline: pipeline_{i:04d}").replace(
+                "model_name: fraud_detector", f"model_name: pipeline_{i:04d}"
+            )
+        )
     return root
 
 
@@ -89,7 +91,13 @@ def _parse(folder: Path, env: dict[str, str]) -> tuple[float, float, int]:
     if not warmup.exists():
         warmup.mkdir()
         (warmup / "trivial_dag.py").write_text(_TRIVIAL_DAG)
-    out = subprocess.run([sys.executable, "-c", _TIMED, str(folder), str(warmup)], check=True, capture_output=True, text=True, env=env).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _TIMED, str(folder), str(warmup)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout
     imported, parsed, dags = out.split()[-3:]
     return float(imported), float(parsed), int(dags)
 
@@ -112,11 +120,19 @@ def bench_dag_parsing(repeats: int = 3) -> list[str]:
     for count in (100, 1000):
         with tempfile.TemporaryDirectory() as tmp:
             tmp_path = Path(tmp)
-            env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache"),
-                   "AIRFLOW__CORE__LOAD_EXAMPLES": "false"}
+            env = {
+                **os.environ,
+                "AIRFLOW_HOME": str(tmp_path / "airflow"),
+                "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+            }
             factory = _factory_folder(tmp_path / "factory", count)
             plain = _plain_folder(tmp_path / "plain", count)
-            results: dict[str, list[tuple[float, float, int]]] = {"factory, cold cache": [], "factory, warm cache": [], "plain Python": []}
+            results: dict[str, list[tuple[float, float, int]]] = {
+                "factory, cold cache": [],
+                "factory, warm cache": [],
+                "plain Python": [],
+            }
             for _ in range(repeats):  # interleaved, so a slow moment hits every variant alike
                 shutil.rmtree(tmp_path / "cache", ignore_errors=True)
                 results["factory, cold cache"].append(_parse(factory, env))
@@ -124,11 +140,15 @@ def bench_dag_parsing(repeats: int = 3) -> list[str]:
                 results["plain Python"].append(_parse(plain, env))
             per_dag = {}
             for name, runs in results.items():
-                assert all(r[2] == count for r in runs), f"{name}: expected {count} DAGs, got {[r[2] for r in runs]}"
+                assert all(r[2] == count for r in runs), (
+                    f"{name}: expected {count} DAGs, got {[r[2] for r in runs]}"
+                )
                 imported = statistics.median(r[0] for r in runs)
                 parsed = statistics.median(r[1] for r in runs)
                 per_dag[name] = parsed / count
-                lines.append(f"| {count} | {name} | {imported * 1e3:.0f} | {parsed * 1e3:.0f} | {parsed / count * 1e3:.2f} |")
+                lines.append(
+                    f"| {count} | {name} | {imported * 1e3:.0f} | {parsed * 1e3:.0f} | {parsed / count * 1e3:.2f} |"
+                )
             summary.append(
                 f"- {count} DAGs: factory {per_dag['factory, warm cache'] * 1e3:.2f} ms per DAG warm "
                 f"({per_dag['factory, cold cache'] * 1e3:.2f} cold) vs plain Python {per_dag['plain Python'] * 1e3:.2f}: "

@@ -32,8 +32,13 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(hp.seed)
     data = load_dataset(spec.data_files, spec.config.data, spec.config.features, spec.config.training.task)
-    model = build_model(spec.config.training.model, num_numeric=data.transform.num_dense,
-                        cardinalities=data.transform.cardinalities, task=spec.config.training.task, **hp.model_args)
+    model = build_model(
+        spec.config.training.model,
+        num_numeric=data.transform.num_dense,
+        cardinalities=data.transform.cardinalities,
+        task=spec.config.training.task,
+        **hp.model_args,
+    )
     model = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -46,18 +51,26 @@ def main() -> None:
     while step < args.steps:
         order = torch.randperm(len(y), generator=torch.Generator().manual_seed(hp.seed + epoch))
         for k in range(min(steps_per_epoch, args.steps - step)):
-            index = order[k * global_batch + rank * hp.batch_size : k * global_batch + (rank + 1) * hp.batch_size]
+            index = order[
+                k * global_batch + rank * hp.batch_size : k * global_batch + (rank + 1) * hp.batch_size
+            ]
             loss = loss_fn(model(x[index]).squeeze(1), y[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.config.training.deepspeed.gradient_clipping)
+            torch.nn.utils.clip_grad_norm_(
+                model.parameters(), spec.config.training.deepspeed.gradient_clipping
+            )
             optimizer.step()
             step += 1
         epoch += 1
     dist.barrier()
     elapsed = time.monotonic() - started
     if rank == 0:
-        print("BASELINE " + json.dumps({"steps": step, "loop_s": elapsed, "samples_per_s": step * global_batch / elapsed}), flush=True)
+        print(
+            "BASELINE "
+            + json.dumps({"steps": step, "loop_s": elapsed, "samples_per_s": step * global_batch / elapsed}),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

@@ -27,7 +27,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         for day in range(0, rows, 100_000):
-            files += write_day(Path(tmp).as_uri(), date(2026, 1, 1) + timedelta(days=day // 100_000), min(100_000, rows - day), seed=1)
+            files += write_day(
+                Path(tmp).as_uri(),
+                date(2026, 1, 1) + timedelta(days=day // 100_000),
+                min(100_000, rows - day),
+                seed=1,
+            )
         started = time.perf_counter()
         transform = fit_transform(files, config.data, config.features, config.training.task)
         fit_s = time.perf_counter() - started
@@ -36,9 +41,11 @@ def main() -> None:
         load_s = time.perf_counter() - started
     assert dataset.transform.hash == transform.hash
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{rows:,} rows in {len(files)} files: fit_transform {fit_s:.2f} s ({rows / fit_s:,.0f} rows/s), "
-          f"load_dataset (fit + encode) {load_s:.2f} s ({rows / load_s:,.0f} rows/s), peak RSS {peak_mib:,.0f} MiB, "
-          f"transform {transform.hash[:19]}... ({len(transform.to_json()):,} bytes)")
+    print(
+        f"{rows:,} rows in {len(files)} files: fit_transform {fit_s:.2f} s ({rows / fit_s:,.0f} rows/s), "
+        f"load_dataset (fit + encode) {load_s:.2f} s ({rows / load_s:,.0f} rows/s), peak RSS {peak_mib:,.0f} MiB, "
+        f"transform {transform.hash[:19]}... ({len(transform.to_json()):,} bytes)"
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,14 +42,18 @@ VARIANTS = {
 def _generate(folder: Path, count: int) -> None:
     text = EXAMPLE.read_text()
     for i in range(count):
-        (folder / f"pipeline_{i:04d}.yaml").write_text(text.replace("pipeline: fraud_detector", f"pipeline: pipeline_{i:04d}"))
+        (folder / f"pipeline_{i:04d}.yaml").write_text(
+            text.replace("pipeline: fraud_detector", f"pipeline: pipeline_{i:04d}")
+        )
 
 
 def _measure(folder: Path, imports: str, load: str, repeats: int = 3) -> tuple[float, float]:
     code = _TIMED.format(imports=imports, load=load)
     runs = []
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, "-c", code, str(folder)], check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(folder)], check=True, capture_output=True, text=True
+        ).stdout
         runs.append(tuple(float(x) for x in out.split()))
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
@@ -73,7 +77,9 @@ def bench_config_parsing() -> list[str]:
             for name, (imports, load) in VARIANTS.items():
                 imported, loaded = _measure(folder, imports, load)
                 per_config[name] = loaded / count
-                lines.append(f"| {count} | {name} | {imported * 1e3:.1f} | {loaded * 1e3:.1f} | {loaded / count * 1e3:.3f} |")
+                lines.append(
+                    f"| {count} | {name} | {imported * 1e3:.1f} | {loaded * 1e3:.1f} | {loaded / count * 1e3:.3f} |"
+                )
             ratios.append((count, per_config["trainpipe load_config"] / per_config["yaml.load CSafeLoader"]))
     lines.append("")
     lines += [
@@ -93,8 +99,12 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from train_bench import bench_training
     from validation_bench import bench_validation
 
-    benches = {"config": bench_config_parsing, "parsing": bench_dag_parsing, "training": bench_training,
-               "validation": bench_validation}
+    benches = {
+        "config": bench_config_parsing,
+        "parsing": bench_dag_parsing,
+        "training": bench_training,
+        "validation": bench_validation,
+    }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
     for name in names:
@@ -120,8 +130,12 @@ def _split(text: str) -> tuple[list[str], list[list[str]]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md")
-    parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="re-measure only this section (repeatable); the others are kept from --output")
+    parser.add_argument(
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        help="re-measure only this section (repeatable); the others are kept from --output",
+    )
     args = parser.parse_args()
     header = [
         "# Benchmarks",
@@ -147,7 +161,11 @@ def main() -> None:
 
 def _section_name(heading: str) -> str:
     lowered = heading.lower()
-    for name, marker in (("config", "config parsing"), ("parsing", "dag parsing"), ("validation", "data validation")):
+    for name, marker in (
+        ("config", "config parsing"),
+        ("parsing", "dag parsing"),
+        ("validation", "data validation"),
+    ):
         if marker in lowered:
             return name
     return "training"
@@ -155,7 +173,11 @@ def _section_name(heading: str) -> str:
 
 def _memory() -> str:
     try:
-        kb = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
+        kb = int(
+            next(
+                line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+            ).split()[1]
+        )
         return f"{kb / 1024 / 1024:.0f} GiB RAM"
     except (OSError, StopIteration):
         return "unknown RAM"

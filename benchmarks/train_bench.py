@@ -33,9 +33,13 @@ ROWS, NPROC, REPEATS = 400_000, 2, 3
 CASES = [("[64, 32]", 1, None), ("[64, 32]", 0, None), ("[1024, 1024, 512]", 1, 300)]
 
 
-def _spec(tmp: Path, files: list[str], run_id: str, hidden: str, zero_stage: int = 1, max_steps: int | None = None) -> TrainSpec:
+def _spec(
+    tmp: Path, files: list[str], run_id: str, hidden: str, zero_stage: int = 1, max_steps: int | None = None
+) -> TrainSpec:
     text = (REPO / "dags/configs/fraud_detector.yaml").read_text()
-    text = text.replace("hidden_sizes: [64, 32]", f"hidden_sizes: {hidden}").replace("zero_stage: 1", f"zero_stage: {zero_stage}")
+    text = text.replace("hidden_sizes: [64, 32]", f"hidden_sizes: {hidden}").replace(
+        "zero_stage: 1", f"zero_stage: {zero_stage}"
+    )
     text = text.replace("uri: checkpoints", f"uri: {(tmp / 'ckpt').as_uri()}")
     text = text.replace("every_steps: 100", "every_steps: 200")  # the CheckpointSection default
     text = text.replace("early_stopping_patience: 2", "early_stopping_patience: 9")
@@ -59,16 +63,31 @@ def _ours(spec: TrainSpec) -> dict:
 def _baseline(spec: TrainSpec, steps: int, tmp: Path) -> dict:
     spec_file = tmp / "baseline_spec.json"
     spec_file.write_text(spec.to_json())
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NPROC),
-               str(REPO / "benchmarks/ddp_baseline.py"), "--spec", f"@{spec_file}", "--steps", str(steps)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(NPROC),
+        str(REPO / "benchmarks/ddp_baseline.py"),
+        "--spec",
+        f"@{spec_file}",
+        "--steps",
+        str(steps),
+    ]
     out = subprocess.run(command, check=True, capture_output=True, text=True, env={**os.environ}).stdout
     return json.loads(out.split("BASELINE ", 1)[1].splitlines()[0])
 
 
-def _measure(tmp: Path, files: list[str], hidden: str, zero_stage: int, max_steps: int | None) -> tuple[list[dict], list[dict]]:
+def _measure(
+    tmp: Path, files: list[str], hidden: str, zero_stage: int, max_steps: int | None
+) -> tuple[list[dict], list[dict]]:
     ours_runs, base_runs = [], []
     for i in range(REPEATS):
-        result = _ours(_spec(tmp, files, f"bench{len(hidden)}-{zero_stage}-{i}", hidden, zero_stage, max_steps))
+        result = _ours(
+            _spec(tmp, files, f"bench{len(hidden)}-{zero_stage}-{i}", hidden, zero_stage, max_steps)
+        )
         timing = result["timing"]
         ours_runs.append({**timing, "samples_per_s": timing["steps"] * 256 * NPROC / timing["train_s"]})
         base_runs.append(_baseline(_spec(tmp, files, "baseline", hidden), timing["steps"], tmp))
@@ -93,12 +112,16 @@ def bench_training() -> list[str]:
         files = write_day((tmp / "data").as_uri(), date(2026, 1, 1), ROWS, seed=11)
         for hidden, zero_stage, max_steps in CASES:
             ours_runs, base_runs = _measure(tmp, files, hidden, zero_stage, max_steps)
-            ratio = statistics.median(o["samples_per_s"] / b["samples_per_s"] for o, b in zip(ours_runs, base_runs, strict=True))
+            ratio = statistics.median(
+                o["samples_per_s"] / b["samples_per_s"] for o, b in zip(ours_runs, base_runs, strict=True)
+            )
             ckpt = statistics.median(o["checkpoint_s"] / o["train_s"] for o in ours_runs)
             wait = statistics.median(o["data_wait_s"] / o["train_s"] for o in ours_runs)
             ours = statistics.median(o["samples_per_s"] for o in ours_runs)
             base = statistics.median(b["samples_per_s"] for b in base_runs)
-            lines.append(f"| {hidden} | {zero_stage} | {ours:,.0f} | {base:,.0f} | **{ratio:.3f}** | **{100 * ckpt:.2f}%** | **{100 * wait:.2f}%** |")
+            lines.append(
+                f"| {hidden} | {zero_stage} | {ours:,.0f} | {base:,.0f} | **{ratio:.3f}** | **{100 * ckpt:.2f}%** | **{100 * wait:.2f}%** |"
+            )
     lines += [
         "",
         "Targets: ours / DDP >= 0.95, checkpoint overhead < 2% of training time, data-loader wait < 5% of step time.",

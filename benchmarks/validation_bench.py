@@ -41,9 +41,20 @@ print(table.nbytes)
 
 _EXPECTATIONS = (
     [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c}} for c in NUMERIC[:9]]
-    + [{"type": "expect_column_values_to_be_between", "kwargs": {"column": c, "min_value": -100, "max_value": 100}} for c in NUMERIC[:9]]
-    + [{"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "segment", "value_set": list("abcde")}},
-       {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": LABEL, "value_set": [0, 1]}}]
+    + [
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": c, "min_value": -100, "max_value": 100},
+        }
+        for c in NUMERIC[:9]
+    ]
+    + [
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "segment", "value_set": list("abcde")},
+        },
+        {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": LABEL, "value_set": [0, 1]}},
+    ]
 )
 
 # Peak RSS of the measured step alone: each side first runs once on a 1,000-row slice (so lazy
@@ -59,7 +70,9 @@ def reset_peak():
         handle.write("5")
 """
 
-_PLAIN_GX = _PEAK + """
+_PLAIN_GX = (
+    _PEAK
+    + """
 import json, sys, time
 import great_expectations as gx
 import pyarrow.parquet as pq
@@ -84,8 +97,11 @@ result = validate(sys.argv[1])
 elapsed = time.perf_counter() - t0
 print(json.dumps({"seconds": elapsed, "success": bool(result.success), "base_kb": base, "peak_kb": rss_kb("VmHWM")}))
 """
+)
 
-_TRAINPIPE = _PEAK + """
+_TRAINPIPE = (
+    _PEAK
+    + """
 import json, sys, time
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.snapshot import resolve_snapshot
@@ -105,6 +121,7 @@ elapsed = time.perf_counter() - t0
 print(json.dumps({"seconds": elapsed, "success": report.passed, "drift": len(report.drift_scores), "base_kb": base,
                   "peak_kb": rss_kb("VmHWM"), "checks": len(report.checks)}))
 """
+)
 
 _REFERENCE = """
 import sys
@@ -121,19 +138,28 @@ history.record(config.data, config.pipeline, "ds=2026-01-01", history_payload(re
 
 def _config(root: Path) -> str:
     features = {"numeric": NUMERIC, "categorical": CATEGORICAL}
-    return json.dumps({
-        "pipeline": "bench_validation", "owner": "bench",
-        "schedule": {"cron": "0 2 * * *", "start_date": "2026-01-01"},
-        "data": {"uri": root.as_uri(), "label": LABEL, "features": features},
-        "validation": {"expectations": _EXPECTATIONS, "volume": {"min_rows": 1, "max_change": 0.5}, "batch_rows": BATCH_ROWS,
-                       "drift": {"numeric_method": "psi", "categorical_method": "chi2", "threshold": 0.2}},
-        "training": {"model": "tabular_mlp", "task": "binary_classification"},
-        "gate": {"metric": "roc_auc"},
-    })
+    return json.dumps(
+        {
+            "pipeline": "bench_validation",
+            "owner": "bench",
+            "schedule": {"cron": "0 2 * * *", "start_date": "2026-01-01"},
+            "data": {"uri": root.as_uri(), "label": LABEL, "features": features},
+            "validation": {
+                "expectations": _EXPECTATIONS,
+                "volume": {"min_rows": 1, "max_change": 0.5},
+                "batch_rows": BATCH_ROWS,
+                "drift": {"numeric_method": "psi", "categorical_method": "chi2", "threshold": 0.2},
+            },
+            "training": {"model": "tabular_mlp", "task": "binary_classification"},
+            "gate": {"metric": "roc_auc"},
+        }
+    )
 
 
 def _run(code: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -143,25 +169,41 @@ def bench_validation() -> list[str]:
         sizes = []
         for day, seed in (("2026-01-01", 1), ("2026-01-02", 2)):
             (root / f"ds={day}").mkdir()
-            out = subprocess.run([sys.executable, "-c", _WRITE, str(seed), str(root / f"ds={day}" / "part-00000.parquet")],
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", _WRITE, str(seed), str(root / f"ds={day}" / "part-00000.parquet")],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             sizes.append(int(out.strip()))
         (root / "warmup").mkdir()
         import pyarrow.parquet as pq
 
-        pq.write_table(pq.read_table(root / "ds=2026-01-01" / "part-00000.parquet").slice(0, 1000), root / "warmup" / "part-00000.parquet")
+        pq.write_table(
+            pq.read_table(root / "ds=2026-01-01" / "part-00000.parquet").slice(0, 1000),
+            root / "warmup" / "part-00000.parquet",
+        )
         config = _config(root)
         subprocess.run([sys.executable, "-c", _REFERENCE, config], check=True, capture_output=True)
         data_file = str(root / "ds=2026-01-02" / "part-00000.parquet")
         plain, ours = [], []
         for _ in range(REPEATS):  # interleaved, so both sides see the same machine load
-            plain.append(_run(_PLAIN_GX, data_file, json.dumps(_EXPECTATIONS), str(root / "warmup" / "part-00000.parquet")))
+            plain.append(
+                _run(
+                    _PLAIN_GX,
+                    data_file,
+                    json.dumps(_EXPECTATIONS),
+                    str(root / "warmup" / "part-00000.parquet"),
+                )
+            )
             ours.append(_run(_TRAINPIPE, config))
     assert all(r["success"] for r in plain) and all(r["success"] for r in ours)
     data_mb = sizes[1] / 2**20
     p_s, o_s = statistics.median(r["seconds"] for r in plain), statistics.median(r["seconds"] for r in ours)
-    p_peak, o_peak = (statistics.median(r["peak_kb"] for r in rs) / 1024 for rs in (plain, ours))  # noqa: F841
-    p_net, o_net = (statistics.median((r["peak_kb"] - r["base_kb"]) for r in rs) / 1024 for rs in (plain, ours))
+    p_peak, o_peak = (statistics.median(r["peak_kb"] for r in rs) / 1024 for rs in (plain, ours))
+    p_net, o_net = (
+        statistics.median((r["peak_kb"] - r["base_kb"]) for r in rs) / 1024 for rs in (plain, ours)
+    )
     return [
         "## Data validation (1M rows x 20 columns)",
         "",

@@ -24,7 +24,12 @@ def _connection_fields(value: str) -> dict:
         return json.loads(value)
     parts = urlsplit(value)  # mlflow://host:port/schema?ui_url=...
     extra = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    return {"host": parts.hostname, "port": parts.port, "schema": unquote(parts.path.lstrip("/")), "extra": extra}
+    return {
+        "host": parts.hostname,
+        "port": parts.port,
+        "schema": unquote(parts.path.lstrip("/")),
+        "extra": extra,
+    }
 
 
 def mlflow_ui_url(environ: Mapping[str, str] = os.environ) -> str | None:

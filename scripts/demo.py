@@ -77,8 +77,24 @@ def main() -> int:
     data = OUT / "data" / "card_transactions"
     print("\n2. generate 3 days of synthetic card transactions (20,000 rows a day)")
     problems = [arg for _, problem in STORIES.values() if problem for arg in ("--problem", problem)]
-    _run([str(BIN / "trainpipe"), "make-data", "--out", str(data), "--start", f"{DAYS[0]}", "--days", "3",
-          "--rows", "20000", "--seed", "1", *problems], env)
+    _run(
+        [
+            str(BIN / "trainpipe"),
+            "make-data",
+            "--out",
+            str(data),
+            "--start",
+            f"{DAYS[0]}",
+            "--days",
+            "3",
+            "--rows",
+            "20000",
+            "--seed",
+            "1",
+            *problems,
+        ],
+        env,
+    )
     for day, (story, _) in STORIES.items():
         print(f"   {day}: {story}")
 
@@ -87,8 +103,7 @@ def main() -> int:
     logs.mkdir()
     _run([str(BIN / "airflow"), "db", "migrate"], env, log=logs / "airflow-db-migrate.log")
 
-    print("\n4. run the fraud_detector DAG once per day with dag.test(): "
-          + " -> ".join(TASKS))
+    print("\n4. run the fraud_detector DAG once per day with dag.test(): " + " -> ".join(TASKS))
     results = {}
     for number, day in enumerate(DAYS, 1):
         log = logs / f"day{number}-{day}.log"
@@ -101,11 +116,15 @@ def main() -> int:
     print("\n5. the registry afterwards (read with the MLflow client)")
     _print_registry()
     print("\nWhere to look:")
-    print(f"   MLflow:      sqlite:///{OUT / 'mlflow.db'}   (mlflow ui --backend-store-uri sqlite:///{OUT / 'mlflow.db'})")
+    print(
+        f"   MLflow:      sqlite:///{OUT / 'mlflow.db'}   (mlflow ui --backend-store-uri sqlite:///{OUT / 'mlflow.db'})"
+    )
     for docs in sorted(data.glob("ds=*/_trainpipe/fraud_detector/*/data_docs.html")):
         print(f"   Data Docs:   {docs}")
     print(f"   task logs:   {logs}")
-    print(f"   Airflow:     AIRFLOW_HOME={OUT / 'airflow'} (SQLite), DAG file {REPO / 'dags' / 'trainpipe_pipelines.py'}")
+    print(
+        f"   Airflow:     AIRFLOW_HOME={OUT / 'airflow'} (SQLite), DAG file {REPO / 'dags' / 'trainpipe_pipelines.py'}"
+    )
     print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
     return 0
 
@@ -113,7 +132,9 @@ def main() -> int:
 def _fresh_output_folder() -> None:
     # Only a folder this script made (it carries the marker) or an empty one is ever emptied.
     if OUT.exists() and any(OUT.iterdir()) and not MARKER.exists():
-        sys.exit(f"{OUT} is not empty and was not made by `make demo`; set TRAINPIPE_DEMO_DIR to another folder")
+        sys.exit(
+            f"{OUT} is not empty and was not made by `make demo`; set TRAINPIPE_DEMO_DIR to another folder"
+        )
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
     MARKER.write_text("made by `make demo`; emptied at the start of every run\n")
@@ -139,40 +160,64 @@ def _print_day(result: dict, seconds: float) -> None:
     if validated and validated["passed"]:
         print(f"   data: snapshot {validated['digest'][:19]}..., {validated['rows']} rows, all checks passed")
     elif validated:  # validation.fail_on: never: the run went on, the report still failed checks
-        print(f"   data: snapshot {validated['digest'][:19]}..., {validated['rows']} rows, "
-              f"{len(validated['failures'])} check(s) FAILED (validation.fail_on is never: training went on):")
+        print(
+            f"   data: snapshot {validated['digest'][:19]}..., {validated['rows']} rows, "
+            f"{len(validated['failures'])} check(s) FAILED (validation.fail_on is never: training went on):"
+        )
         for check in validated["failures"]:
             print(f"      {check['kind']} {check['name']}: {check['message']} (expected {check['expected']})")
     else:
         report = _failed_report()
         if report is not None:
             failed = [check for check in report["checks"] if not check["passed"]]
-            print(f"   data: FAILED validation, nothing trained or registered ({len(failed)} of {len(report['checks'])} checks):")
+            print(
+                f"   data: FAILED validation, nothing trained or registered ({len(failed)} of {len(report['checks'])} checks):"
+            )
             for check in failed:
-                print(f"      {check['kind']} {check['name']}: {check['message']} (expected {check['expected']})")
+                print(
+                    f"      {check['kind']} {check['name']}: {check['message']} (expected {check['expected']})"
+                )
     train = xcom.get("train")
     if train:
         evaluation = train.get("evaluation") or {}
         candidate, champion = evaluation.get("candidate") or {}, evaluation.get("champion")
-        print(f"   train: MLflow run {train['mlflow_run_id']}, candidate on this day's holdout: "
-              + ", ".join(f"{k} {v:.4f}" for k, v in sorted(candidate.items()) if k in ("roc_auc", "log_loss", "recall")))
+        print(
+            f"   train: MLflow run {train['mlflow_run_id']}, candidate on this day's holdout: "
+            + ", ".join(
+                f"{k} {v:.4f}" for k, v in sorted(candidate.items()) if k in ("roc_auc", "log_loss", "recall")
+            )
+        )
         if champion:
-            print(f"          champion version {evaluation.get('champion_version')} on the same rows: "
-                  + ", ".join(f"{k} {v:.4f}" for k, v in sorted(champion.items()) if k in ("roc_auc", "log_loss", "recall")))
+            print(
+                f"          champion version {evaluation.get('champion_version')} on the same rows: "
+                + ", ".join(
+                    f"{k} {v:.4f}"
+                    for k, v in sorted(champion.items())
+                    if k in ("roc_auc", "log_loss", "recall")
+                )
+            )
     gate = xcom.get("gate")
     if gate:
         print(f"   gate: {'PROMOTE' if gate['promote'] else 'keep the champion'}: {gate['reason']}")
     register = xcom.get("register")
     if register:
-        moved = f" (version {register['previous_version']} is now @{register['previous_alias']})" if register.get("previous_version") else ""
-        print(f"   registry: {register['model_name']} version {register['version']} is @{register['alias']}{moved}")
+        moved = (
+            f" (version {register['previous_version']} is now @{register['previous_alias']})"
+            if register.get("previous_version")
+            else ""
+        )
+        print(
+            f"   registry: {register['model_name']} version {register['version']} is @{register['alias']}{moved}"
+        )
     elif tasks.get("register") == "skipped":
         print("   registry: unchanged (register skipped)")
 
 
 def _failed_report() -> dict | None:
-    reports = sorted((OUT / "data" / "card_transactions").glob("ds=*/_trainpipe/fraud_detector/*/report.json"),
-                     key=lambda p: p.stat().st_mtime)
+    reports = sorted(
+        (OUT / "data" / "card_transactions").glob("ds=*/_trainpipe/fraud_detector/*/report.json"),
+        key=lambda p: p.stat().st_mtime,
+    )
     return json.loads(reports[-1].read_text()) if reports else None
 
 
@@ -182,11 +227,16 @@ def _print_registry() -> None:
     client = mlflow.MlflowClient(f"sqlite:///{OUT / 'mlflow.db'}")
     # search_model_versions leaves aliases out; get_model_version has them.
     found = client.search_model_versions("name = 'fraud_detector'")
-    for version in sorted((client.get_model_version(v.name, v.version) for v in found), key=lambda v: int(v.version)):
+    for version in sorted(
+        (client.get_model_version(v.name, v.version) for v in found), key=lambda v: int(v.version)
+    ):
         tags = version.tags
-        print(f"   fraud_detector v{version.version} {', '.join('@' + a for a in version.aliases) or '(no alias)'}: "
-              f"DAG run {tags.get('airflow.dag_run_id')}, data {str(tags.get('trainpipe.data_digest'))[:19]}..., "
-              f"roc_auc at the gate {float(tags['trainpipe.gate.candidate']):.4f}")
+        print(
+            f"   fraud_detector v{version.version} {', '.join('@' + a for a in version.aliases) or '(no alias)'}: "
+            f"DAG run {tags.get('airflow.dag_run_id')}, data {str(tags.get('trainpipe.data_digest'))[:19]}..., "
+            f"roc_auc at the gate {float(tags['trainpipe.gate.candidate']):.4f}"
+        )
+
 
 if __name__ == "__main__":
     sys.exit(main())

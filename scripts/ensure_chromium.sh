@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The browser test (tests/e2e/test_ui_browser.py) drives Debian's Chromium with Playwright, which
+# The browser test (tests/integration/test_ui_browser.py) drives Debian's Chromium with Playwright, which
 # never downloads a browser of its own (there may be no network for that): install the Debian
 # package when it is missing. Run by `make test` (and so by CI's .ci/run).
 set -euo pipefail

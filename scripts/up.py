@@ -3,13 +3,14 @@ this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl
 SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
 
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
-synthetic data for fraud_detector), mlflow/ (tracking db and artifacts). tests/e2e reuses
+synthetic data for fraud_detector), mlflow/ (tracking db and artifacts). tests/integration reuses
 `airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -47,40 +48,48 @@ def pick_port(preferred: int) -> int:
     return port
 
 
-def airflow_env(airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: Path, port: int,
-                mlflow_connection: str) -> dict[str, str]:
+def airflow_env(
+    airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: Path, port: int, mlflow_connection: str
+) -> dict[str, str]:
     """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default."""
     env = {**os.environ}
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)
-    env.update({
-        "AIRFLOW_HOME": str(airflow_home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        # A YAML edit is seen on the loader file's next parse; a new Python file on the next scan.
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        # A removed YAML's DAG goes stale at the next cleanup after the loader's next parse.
-        "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "10",
-        "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": "10",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW_CONN_MLFLOW_DEFAULT": mlflow_connection,
-        "TRAINPIPE_HOME": str(trainpipe_home),
-        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(airflow_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            # A YAML edit is seen on the loader file's next parse; a new Python file on the next scan.
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            # A removed YAML's DAG goes stale at the next cleanup after the loader's next parse.
+            "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "10",
+            "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW_CONN_MLFLOW_DEFAULT": mlflow_connection,
+            "TRAINPIPE_HOME": str(trainpipe_home),
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
+        }
+    )
     return env
 
 
 def start_airflow(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:
     """`airflow standalone` in its own process group (Ctrl-C in the terminal reaches only us)."""
     output = open(log_path, "wb") if log_path else None  # noqa: SIM115 - kept open for the process's lifetime
-    return subprocess.Popen([str(BIN / "airflow"), "standalone"], env=env, start_new_session=True,
-                            stdout=output, stderr=subprocess.STDOUT if output else None)
+    return subprocess.Popen(
+        [str(BIN / "airflow"), "standalone"],
+        env=env,
+        start_new_session=True,
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+    )
 
 
 def wait_http(url: str, process: subprocess.Popen[bytes], what: str, timeout: float) -> None:
@@ -109,10 +118,8 @@ def stop(process: subprocess.Popen[bytes], grace: float = 30) -> None:
     except subprocess.TimeoutExpired:
         pass
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # stragglers of the group, even after the leader exited
-        except ProcessLookupError:
-            pass
         process.wait()
 
 
@@ -123,14 +130,25 @@ def ensure_data(trainpipe_home: Path, days: int = 4) -> None:
     if all((out / f"ds={start + timedelta(days=i)}" / "_SUCCESS").exists() for i in range(days)):
         return
     print(f"writing {days} days of synthetic card transactions to {out}", flush=True)
-    subprocess.run([str(BIN / "trainpipe"), "make-data", "--out", str(out), "--start", start.isoformat(),
-                    "--days", str(days)], check=True)
+    subprocess.run(
+        [
+            str(BIN / "trainpipe"),
+            "make-data",
+            "--out",
+            str(out),
+            "--start",
+            start.isoformat(),
+            "--days",
+            str(days),
+        ],
+        check=True,
+    )
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Stop(Exception):  # noqa: N818 - a request, not an error
+class Stop(Exception):
     """A stop signal arrived: leave the main loop, the `finally` stops the children."""
 
 
@@ -160,9 +178,23 @@ def _starting() -> Iterator[None]:
 
 def start_mlflow(root: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
-        start_new_session=True, stdout=open(root / "server.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+        [
+            str(BIN / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+        ],
+        start_new_session=True,
+        stdout=open(root / "server.log", "wb"),
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -188,23 +220,42 @@ def main() -> int:
         with _starting():
             mlflow = start_mlflow(mlflow_root, mlflow_port)
         connection = json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": mlflow_port})
-        env = airflow_env(airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection)
+        env = airflow_env(
+            airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection
+        )
         with _starting():
-            airflow = start_airflow(env, airflow_home / "standalone.log")  # the terminal keeps only what a user needs
-        print(f"starting mlflow server and airflow standalone (logs: {mlflow_root / 'server.log'}, {airflow_home / 'standalone.log'}) ...", flush=True)
+            airflow = start_airflow(
+                env, airflow_home / "standalone.log"
+            )  # the terminal keeps only what a user needs
+        print(
+            f"starting mlflow server and airflow standalone (logs: {mlflow_root / 'server.log'}, {airflow_home / 'standalone.log'}) ...",
+            flush=True,
+        )
         wait_http(f"{mlflow_url}/health", mlflow, "mlflow server", 120)
-        wait_http(f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300)
+        wait_http(
+            f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300
+        )
         passwords = airflow_home / "simple_auth_manager_passwords.json.generated"
         password = json.loads(passwords.read_text()).get("admin", "?") if passwords.exists() else "?"
-        print("\n" + "\n".join([
-            f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
-            f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
-            f"dags     {REPO / 'dags'}   state {state}",
-            "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
-        ]) + "\n", flush=True)
+        print(
+            "\n"
+            + "\n".join(
+                [
+                    f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
+                    f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
+                    f"dags     {REPO / 'dags'}   state {state}",
+                    "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
+                ]
+            )
+            + "\n",
+            flush=True,
+        )
         while airflow.poll() is None and mlflow.poll() is None:
             time.sleep(1)
-        print(f"a process exited (airflow: {airflow.returncode}, mlflow: {mlflow.returncode}); stopping", flush=True)
+        print(
+            f"a process exited (airflow: {airflow.returncode}, mlflow: {mlflow.returncode}); stopping",
+            flush=True,
+        )
         return 1
     except Stop as request:
         print(f"\n{request}: stopping airflow and mlflow ...", flush=True)

@@ -47,7 +47,7 @@ def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 @pytest.fixture(scope="session")
 def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An Airflow metadata DB (SQLite) after `airflow db migrate`, migrated once per session:
-    every `dag.test()` home starts from a copy (see `tests.airflow_dags.dag_test_env`)."""
+    every `dag.test()` home starts from a copy (see `tests.helpers.airflow_dags.dag_test_env`)."""
     home = tmp_path_factory.mktemp("airflow_migrated")
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     airflow = Path(sys.executable).parent / "airflow"
@@ -58,7 +58,7 @@ def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path) -> dict[str, str]:
     """Environment of a migrated Airflow (SQLite) with its own dags folder, for `dag.test()` runs."""
-    from tests.airflow_dags import dag_test_env
+    from tests.helpers.airflow_dags import dag_test_env
 
     return dag_test_env(tmp_path_factory.mktemp("airflow_dag_tests"), migrated_airflow_db)
 
@@ -78,9 +78,17 @@ def s3_endpoint() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
     # Inherited by training processes; botocore (and so s3fs) reads AWS_ENDPOINT_URL.
-    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     import boto3
 
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="trainpipe")
@@ -96,7 +104,7 @@ def s3_endpoint() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """A real `mlflow server` (basic auth, sqlite, local artifacts) on 127.0.0.1 for the session."""
-    from tests.mlflow_server import start_mlflow_server, stop_mlflow_server
+    from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
 
     server = start_mlflow_server(tmp_path_factory.mktemp("mlflow_server"))
     yield server

@@ -27,7 +27,10 @@ def test_check_reports_duplicate_pipeline_names(tmp_path: Path, capsys: pytest.C
     shutil.copy(EXAMPLE_CONFIGS / "fraud_detector.yaml", tmp_path / "a.yaml")
     shutil.copy(EXAMPLE_CONFIGS / "fraud_detector.yaml", tmp_path / "b.yml")
     assert main(["check", str(tmp_path)]) == 1
-    assert f"{tmp_path / 'b.yml'}: pipeline: 'fraud_detector' is already defined by {tmp_path / 'a.yaml'}" in capsys.readouterr().out
+    assert (
+        f"{tmp_path / 'b.yml'}: pipeline: 'fraud_detector' is already defined by {tmp_path / 'a.yaml'}"
+        in capsys.readouterr().out
+    )
 
 
 def test_check_missing_path_and_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,7 +42,9 @@ def test_check_missing_path_and_empty_folder(tmp_path: Path, capsys: pytest.Capt
 
 def test_check_mixes_good_and_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copy(EXAMPLE_CONFIGS / "fraud_detector.yaml", tmp_path / "good.yaml")
-    (tmp_path / "bad.yaml").write_text((EXAMPLE_CONFIGS / "house_prices.yaml").read_text().replace("zero_stage: 2", "zero_stage: 5"))
+    (tmp_path / "bad.yaml").write_text(
+        (EXAMPLE_CONFIGS / "house_prices.yaml").read_text().replace("zero_stage: 2", "zero_stage: 5")
+    )
     assert main(["check", "-v", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"{tmp_path / 'good.yaml'}: ok (fraud_detector)" in out
@@ -59,37 +64,54 @@ def test_console_script_version() -> None:
     assert out.strip() == f"trainpipe {airflow_trainpipe.__version__}"
 
 
-def test_train_with_a_broken_config_exits_1_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_with_a_broken_config_exits_1_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = tmp_path / "broken.yaml"
-    broken.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("zero_stage: 1", "zero_stage: 7"))
+    broken.write_text(
+        (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("zero_stage: 1", "zero_stage: 7")
+    )
     assert main(["train", str(broken), "--run-id", "x"]) == 1
     assert f"{broken}:" in capsys.readouterr().err
 
 
 def test_train_without_data_for_the_date_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}"))
+    config.write_text(
+        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+        .read_text()
+        .replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}")
+    )
     assert main(["train", str(config), "--run-id", "x", "--ds", "2026-03-04"]) == 1
     assert f"no *.parquet files under {tmp_path.as_uri()}/ds=2026-03-04" in capsys.readouterr().err
 
 
 def test_train_from_an_unknown_snapshot_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}"))
+    config.write_text(
+        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+        .read_text()
+        .replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}")
+    )
     assert main(["train", str(config), "--run-id", "x", "--snapshot", "sha256:0123"]) == 1
     assert f"no snapshot with digest sha256:0123 under {tmp_path.as_uri()}" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_train_runs_the_job_and_the_same_run_id_resumes(tmp_path: Path, trainpipe_home: Path, job_files: list[str],
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.jobs import EVERY_STEPS
+def test_train_runs_the_job_and_the_same_run_id_resumes(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.helpers.jobs import EVERY_STEPS
 
     config = tmp_path / "c.yaml"
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     data_root = job_files[0].rsplit("/", 2)[0]
-    config.write_text(text.replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}").replace("every_steps: 100", f"every_steps: {EVERY_STEPS}")
-                      .replace("batch_size: 256", "batch_size: 24").replace("uri: data/card_transactions", f"uri: {data_root}"))
+    config.write_text(
+        text.replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}")
+        .replace("every_steps: 100", f"every_steps: {EVERY_STEPS}")
+        .replace("batch_size: 256", "batch_size: 24")
+        .replace("uri: data/card_transactions", f"uri: {data_root}")
+    )
     assert main(["train", str(config), "--run-id", "debug", "--max-steps", "12", "--data", *job_files]) == 0
     first = capsys.readouterr().out
     assert "training started: 12 steps on 2 rank(s)" in first and "training finished at step 12" in first
@@ -98,25 +120,51 @@ def test_train_runs_the_job_and_the_same_run_id_resumes(tmp_path: Path, trainpip
     # The second run names the data by its digest, as when reproducing a model from its lineage tag.
     manifest = resolve_snapshot(load_config(config).data, "ds=2026-01-01")
     assert manifest.file_uris == job_files
-    assert main(["train", str(config), "--run-id", "debug", "--max-steps", "15", "--nproc", "1", "--snapshot", manifest.digest]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(config),
+                "--run-id",
+                "debug",
+                "--max-steps",
+                "15",
+                "--nproc",
+                "1",
+                "--snapshot",
+                manifest.digest,
+            ]
+        )
+        == 0
+    )
     second = capsys.readouterr().out
     assert "resuming from step 10" in second and "training finished at step 15" in second
 
 
 @pytest.mark.slow
-def test_train_failure_shows_the_jobs_last_output(tmp_path: Path, trainpipe_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_failure_shows_the_jobs_last_output(
+    tmp_path: Path, trainpipe_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}"))
+    config.write_text(
+        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+        .read_text()
+        .replace("uri: checkpoints", f"uri: {tmp_path.as_uri()}")
+    )
     not_parquet = tmp_path / "part-00000.parquet"
     not_parquet.write_text("this is not a parquet file")
     assert main(["train", str(config), "--run-id", "r", "--data", not_parquet.as_uri()]) != 0
     captured = capsys.readouterr()
-    assert f"training failed on rank 0: DataError: cannot read {not_parquet.as_uri()} as parquet" in captured.out
+    assert (
+        f"training failed on rank 0: DataError: cannot read {not_parquet.as_uri()} as parquet" in captured.out
+    )
     assert "training job exited with code" in captured.err
 
 
 @pytest.mark.timeout(60)
-def test_check_cli_reports_every_hostile_file_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_cli_reports_every_hostile_file_located(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for path in HOSTILE_DIR.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
     generated = make_generated(tmp_path)
@@ -124,7 +172,9 @@ def test_check_cli_reports_every_hostile_file_located(tmp_path: Path, capsys: py
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
     out = captured.out.splitlines()
-    assert all(line.startswith(f"{tmp_path}/") for line in out), [line[:200] for line in out if not line.startswith(str(tmp_path))]
-    reported = {line[len(str(tmp_path)) + 1:].split(":", 1)[0] for line in out}
+    assert all(line.startswith(f"{tmp_path}/") for line in out), [
+        line[:200] for line in out if not line.startswith(str(tmp_path))
+    ]
+    reported = {line[len(str(tmp_path)) + 1 :].split(":", 1)[0] for line in out}
     missing = {*HOSTILE, *generated} - reported
     assert not missing, f"not reported: {sorted(missing)}"

@@ -38,14 +38,15 @@ def test_loading_configs_imports_no_heavy_library() -> None:
 
 def test_check_cli_imports_neither_heavy_libraries_nor_airflow() -> None:
     modules = _modules_after(
-        "from airflow_trainpipe.cli import main\n"
-        f"assert main(['check', {str(EXAMPLE_CONFIGS)!r}]) == 0"
+        f"from airflow_trainpipe.cli import main\nassert main(['check', {str(EXAMPLE_CONFIGS)!r}]) == 0"
     )
     assert _heavy(modules, (*HEAVY, "airflow")) == []
 
 
 def test_provider_info_is_light() -> None:
-    modules = _modules_after("from airflow_trainpipe.get_provider_info import get_provider_info; get_provider_info()")
+    modules = _modules_after(
+        "from airflow_trainpipe.get_provider_info import get_provider_info; get_provider_info()"
+    )
     assert _heavy(modules, (*HEAVY, "airflow")) == []
 
 
@@ -53,8 +54,14 @@ def _provider_modules() -> list[str]:
     from airflow_trainpipe.get_provider_info import get_provider_info
 
     info = get_provider_info()
-    return sorted({m for kind in ("operators", "sensors", "hooks", "triggers") for entry in info.get(kind, [])
-                   for m in entry["python-modules"]})
+    return sorted(
+        {
+            m
+            for kind in ("operators", "sensors", "hooks", "triggers")
+            for entry in info.get(kind, [])
+            for m in entry["python-modules"]
+        }
+    )
 
 
 def test_every_resource_kind_is_probed() -> None:
@@ -91,4 +98,6 @@ def test_extra_links_and_gate_rules_are_light() -> None:
 
 def test_the_factory_is_light() -> None:
     # Kubernetes too: the launcher's client comes in only when a kubernetes train task runs.
-    assert _heavy(_modules_after("import airflow_trainpipe.factory"), (*HEAVY, "kubernetes", "matplotlib")) == []
+    assert (
+        _heavy(_modules_after("import airflow_trainpipe.factory"), (*HEAVY, "kubernetes", "matplotlib")) == []
+    )

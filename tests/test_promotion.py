@@ -29,6 +29,7 @@ def reg_metrics(rmse: float, r2: float = 0.8, mae: float = 1.0) -> dict[str, flo
 
 # -- primary metric ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("candidate", "promote"), [(0.81, True), (0.80, False), (0.79, False)])
 def test_maximize_needs_a_strict_improvement(candidate: float, promote: bool) -> None:
     decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(candidate), cls_metrics(0.80))
@@ -47,7 +48,9 @@ def test_minimize_direction_follows_the_metric(candidate: float, promote: bool) 
 
 @pytest.mark.parametrize(("candidate", "promote"), [(0.8049, False), (0.8050, True), (0.81, True)])
 def test_absolute_min_improvement_maximize(candidate: float, promote: bool) -> None:
-    decision = decide(gate(metric="roc_auc", min_improvement=0.005), CLS, cls_metrics(candidate), cls_metrics(0.80))
+    decision = decide(
+        gate(metric="roc_auc", min_improvement=0.005), CLS, cls_metrics(candidate), cls_metrics(0.80)
+    )
     assert decision.promote is promote, decision.reason
     if not promote:
         assert "less than min_improvement 0.005" in decision.reason
@@ -55,14 +58,18 @@ def test_absolute_min_improvement_maximize(candidate: float, promote: bool) -> N
 
 @pytest.mark.parametrize(("candidate", "promote"), [(9.51, False), (9.5, True), (9.0, True)])
 def test_absolute_min_improvement_minimize(candidate: float, promote: bool) -> None:
-    decision = decide(gate(metric="rmse", min_improvement=0.5), REG, reg_metrics(candidate), reg_metrics(10.0))
+    decision = decide(
+        gate(metric="rmse", min_improvement=0.5), REG, reg_metrics(candidate), reg_metrics(10.0)
+    )
     assert decision.promote is promote, decision.reason
 
 
 @pytest.mark.parametrize(("candidate", "promote"), [(0.81, False), (0.82, True)])
 def test_relative_min_improvement_maximize(candidate: float, promote: bool) -> None:
     # 0.80 -> 0.81 is +1.25%, 0.80 -> 0.82 is +2.5%; 2% required
-    decision = decide(gate(metric="roc_auc", min_relative_improvement=0.02), CLS, cls_metrics(candidate), cls_metrics(0.80))
+    decision = decide(
+        gate(metric="roc_auc", min_relative_improvement=0.02), CLS, cls_metrics(candidate), cls_metrics(0.80)
+    )
     assert decision.promote is promote, decision.reason
     assert decision.relative_improvement == pytest.approx((candidate - 0.80) / 0.80)
     if not promote:
@@ -71,7 +78,9 @@ def test_relative_min_improvement_maximize(candidate: float, promote: bool) -> N
 
 @pytest.mark.parametrize(("candidate", "promote"), [(9.95, False), (9.9, True)])
 def test_relative_min_improvement_minimize(candidate: float, promote: bool) -> None:
-    decision = decide(gate(metric="rmse", min_relative_improvement=0.01), REG, reg_metrics(candidate), reg_metrics(10.0))
+    decision = decide(
+        gate(metric="rmse", min_relative_improvement=0.01), REG, reg_metrics(candidate), reg_metrics(10.0)
+    )
     assert decision.promote is promote, decision.reason
 
 
@@ -101,18 +110,23 @@ def test_a_champion_that_scores_nan_counts_as_no_champion() -> None:
     # A champion whose predictions became NaN must not block every later promotion.
     decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.6), cls_metrics(math.nan))
     assert decision.promote, decision.reason
-    assert decision.reason.startswith("the champion's roc_auc is not a number (nan) on this holdout, so it counts as no champion: "
-                                      "no champion yet: bootstrap with roc_auc = 0.6")
+    assert decision.reason.startswith(
+        "the champion's roc_auc is not a number (nan) on this holdout, so it counts as no champion: "
+        "no champion yet: bootstrap with roc_auc = 0.6"
+    )
     # ...and the bootstrap policy applies in full: its minimum, and skip / fail.
     floor = gate(metric="roc_auc", no_champion={"min_value": 0.7})
     assert not decide(floor, CLS, cls_metrics(0.6), cls_metrics(math.nan)).promote
     assert decide(floor, CLS, cls_metrics(0.75), cls_metrics(math.nan)).promote
-    skip = decide(gate(metric="roc_auc", no_champion={"action": "skip"}), CLS, cls_metrics(0.9), cls_metrics(math.nan))
+    skip = decide(
+        gate(metric="roc_auc", no_champion={"action": "skip"}), CLS, cls_metrics(0.9), cls_metrics(math.nan)
+    )
     assert not skip.promote and "'skip'" in skip.reason
     assert decide(gate(metric="rmse"), REG, reg_metrics(3.0), reg_metrics(math.inf)).promote
 
 
 # -- guardrails -------------------------------------------------------------------------------
+
 
 def test_guardrail_absolute_regression_minimize_metric() -> None:
     rules = gate(metric="roc_auc", guardrails=[{"metric": "log_loss", "max_regression": 0.01}])
@@ -121,7 +135,10 @@ def test_guardrail_absolute_regression_minimize_metric() -> None:
     assert within.promote and within.guardrails[0].passed
     assert not beyond.promote and not beyond.guardrails[0].passed
     assert beyond.guardrails[0].regression == pytest.approx(0.011)
-    assert "guardrail log_loss worsens by 0.011" in beyond.reason and "allowed max_regression 0.01" in beyond.reason
+    assert (
+        "guardrail log_loss worsens by 0.011" in beyond.reason
+        and "allowed max_regression 0.01" in beyond.reason
+    )
 
 
 def test_guardrail_absolute_regression_maximize_metric() -> None:
@@ -146,7 +163,10 @@ def test_guardrail_relative_only_ignores_the_absolute_default() -> None:
 
 
 def test_guardrail_both_limits_apply_when_both_are_given() -> None:
-    rules = gate(metric="roc_auc", guardrails=[{"metric": "recall", "max_regression": 0.01, "max_relative_regression": 0.05}])
+    rules = gate(
+        metric="roc_auc",
+        guardrails=[{"metric": "recall", "max_regression": 0.01, "max_relative_regression": 0.05}],
+    )
     # -0.02 absolute (> 0.01) although only -4% relative
     assert not decide(rules, CLS, cls_metrics(0.85, recall=0.48), cls_metrics(0.80, recall=0.50)).promote
     assert decide(rules, CLS, cls_metrics(0.85, recall=0.495), cls_metrics(0.80, recall=0.50)).promote
@@ -159,11 +179,21 @@ def test_guardrail_relative_regression_minimize_metric() -> None:
 
 
 def test_guardrail_breach_blocks_even_a_large_primary_gain_and_all_failures_are_reported() -> None:
-    rules = gate(metric="roc_auc", min_improvement=0.5,
-                 guardrails=[{"metric": "log_loss", "max_regression": 0.0}, {"metric": "recall", "max_regression": 0.0}])
+    rules = gate(
+        metric="roc_auc",
+        min_improvement=0.5,
+        guardrails=[
+            {"metric": "log_loss", "max_regression": 0.0},
+            {"metric": "recall", "max_regression": 0.0},
+        ],
+    )
     decision = decide(rules, CLS, cls_metrics(0.95, log_loss=0.4, recall=0.4), cls_metrics(0.80))
     assert not decision.promote
-    assert "min_improvement" in decision.reason and "guardrail log_loss" in decision.reason and "guardrail recall" in decision.reason
+    assert (
+        "min_improvement" in decision.reason
+        and "guardrail log_loss" in decision.reason
+        and "guardrail recall" in decision.reason
+    )
 
 
 def test_guardrail_that_becomes_nan_is_a_regression() -> None:
@@ -172,6 +202,7 @@ def test_guardrail_that_becomes_nan_is_a_regression() -> None:
 
 
 # -- no champion ------------------------------------------------------------------------------
+
 
 def test_bootstrap_promotes_by_default() -> None:
     decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.55), None)
@@ -200,16 +231,21 @@ def test_bootstrap_skip_and_fail() -> None:
 
 
 def test_bootstrap_nan_does_not_reach_min_value() -> None:
-    assert not decide(gate(metric="roc_auc", no_champion={"min_value": 0.5}), CLS, cls_metrics(math.nan), None).promote
+    assert not decide(
+        gate(metric="roc_auc", no_champion={"min_value": 0.5}), CLS, cls_metrics(math.nan), None
+    ).promote
 
 
 # -- force, reporting -------------------------------------------------------------------------
+
 
 def test_force_promotes_and_keeps_what_the_rules_said() -> None:
     decision = decide(gate(metric="roc_auc"), CLS, cls_metrics(0.70), cls_metrics(0.80), force=True)
     assert decision.promote and decision.forced
     assert decision.reason.startswith("forced promotion; the rules said: roc_auc 0.7 is not better")
-    failing_bootstrap = decide(gate(metric="roc_auc", no_champion={"action": "fail"}), CLS, cls_metrics(0.7), None, force=True)
+    failing_bootstrap = decide(
+        gate(metric="roc_auc", no_champion={"action": "fail"}), CLS, cls_metrics(0.7), None, force=True
+    )
     assert failing_bootstrap.promote and failing_bootstrap.forced and not failing_bootstrap.fail
 
 

@@ -9,7 +9,13 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.registry import RegistryError, RegistryUnavailable, champion_data_digest, current_champion, get_run
+from airflow_trainpipe.registry import (
+    RegistryError,
+    RegistryUnavailable,
+    champion_data_digest,
+    current_champion,
+    get_run,
+)
 from tests.conftest import EXAMPLE_CONFIGS, free_port
 
 
@@ -66,25 +72,38 @@ def test_a_missing_run_is_final(sqlite_client) -> None:
 
 def _unreachable_connection(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     host, port = url.removeprefix("http://").split(":")
-    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", json.dumps({"conn_type": "mlflow", "host": f"http://{host}", "port": int(port)}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLFLOW_DEFAULT",
+        json.dumps({"conn_type": "mlflow", "host": f"http://{host}", "port": int(port)}),
+    )
 
 
-def test_validate_with_champion_reference_retries_when_the_registry_is_unreachable(unreachable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validate_with_champion_reference_retries_when_the_registry_is_unreachable(
+    unreachable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # It used to read "no champion yet" and compare drift with the previous snapshot instead.
     from airflow_trainpipe.operators.validate import DataValidateOperator
 
     _unreachable_connection(monkeypatch, unreachable)
     config = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")
-    config = config.model_copy(update={"validation": config.validation.model_copy(
-        update={"drift": config.validation.drift.model_copy(update={"reference": "champion"})})})
+    config = config.model_copy(
+        update={
+            "validation": config.validation.model_copy(
+                update={"drift": config.validation.drift.model_copy(update={"reference": "champion"})}
+            )
+        }
+    )
     operator = DataValidateOperator(task_id="validate_data", config=config)
-    with pytest.raises(AirflowException, match="drift reference 'champion': cannot read fraud_detector@champion") as caught:
+    with pytest.raises(
+        AirflowException, match="drift reference 'champion': cannot read fraud_detector@champion"
+    ) as caught:
         operator._reference({"partition": "ds=2026-01-01", "digest": "sha256:x", "rows": 1})
     assert not isinstance(caught.value, AirflowFailException)  # retryable
 
 
 def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
-        unreachable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    unreachable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from airflow_trainpipe.exceptions import as_airflow_errors
     from airflow_trainpipe.hooks.mlflow import MlflowHook
 
@@ -92,7 +111,12 @@ def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
     with pytest.raises(AirflowException) as retried, as_airflow_errors():
         MlflowHook().finished_run("abc")
     assert not isinstance(retried.value, AirflowFailException)
-    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", json.dumps(
-        {"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
-    with pytest.raises(AirflowFailException, match="candidate MLflow run 'abc' not found"), as_airflow_errors():
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLFLOW_DEFAULT",
+        json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}),
+    )
+    with (
+        pytest.raises(AirflowFailException, match="candidate MLflow run 'abc' not found"),
+        as_airflow_errors(),
+    ):
         MlflowHook().finished_run("abc")

@@ -34,7 +34,10 @@ def _data(root: Path, fmt: str = "parquet") -> DataSection:
 def test_same_bytes_same_digest_wherever_they_live(tmp_path: Path) -> None:
     for name in ("a", "b"):
         write_day((tmp_path / name).as_uri(), DAY, 800, seed=4, files=3)
-    a, b = resolve_snapshot(_data(tmp_path / "a"), PARTITION), resolve_snapshot(_data(tmp_path / "b"), PARTITION)
+    a, b = (
+        resolve_snapshot(_data(tmp_path / "a"), PARTITION),
+        resolve_snapshot(_data(tmp_path / "b"), PARTITION),
+    )
     assert a.digest == b.digest == content_digest(a.file_uris)
     assert (a.rows, len(a.files)) == (800, 3)
     assert a.columns["amount"] == "double" and a.columns["transaction_id"] == "string"
@@ -70,8 +73,13 @@ def test_bookkeeping_files_are_not_data(tmp_path: Path) -> None:
 def test_files_that_disagree_on_the_schema_are_named(tmp_path: Path) -> None:
     write_day(tmp_path.as_uri(), DAY, 300, seed=1)
     write_day((tmp_path / "other").as_uri(), DAY, 300, seed=1, problems=[Problem.parse("dtype:hour")])
-    (tmp_path / "other" / PARTITION / "part-00000.parquet").rename(tmp_path / PARTITION / "part-00001.parquet")
-    with pytest.raises(SnapshotError, match=r"part-00001.parquet does not have the schema of .*part-00000.parquet.*hour: string"):
+    (tmp_path / "other" / PARTITION / "part-00000.parquet").rename(
+        tmp_path / PARTITION / "part-00001.parquet"
+    )
+    with pytest.raises(
+        SnapshotError,
+        match=r"part-00001.parquet does not have the schema of .*part-00000.parquet.*hour: string",
+    ):
         resolve_snapshot(_data(tmp_path), PARTITION)
 
 
@@ -84,7 +92,9 @@ def test_missing_partition_names_the_uri(tmp_path: Path) -> None:
 
 def test_csv_snapshot_counts_rows_and_types(tmp_path: Path) -> None:
     (tmp_path / PARTITION).mkdir()
-    pcsv.write_csv(pa.table({"amount": [1.5, 2.0, 3.25], "is_fraud": [0, 1, 0]}), tmp_path / PARTITION / "part-0.csv")
+    pcsv.write_csv(
+        pa.table({"amount": [1.5, 2.0, 3.25], "is_fraud": [0, 1, 0]}), tmp_path / PARTITION / "part-0.csv"
+    )
     manifest = resolve_snapshot(_data(tmp_path, "csv"), PARTITION)
     assert manifest.rows == 3 and manifest.columns == {"amount": "double", "is_fraud": "int64"}
 
@@ -96,22 +106,43 @@ def test_partition_ready_by_marker_and_by_rows(tmp_path: Path) -> None:
     write_day(tmp_path.as_uri(), DAY, 300, seed=1, files=2)
     assert partition_ready(uri, "parquet", "_SUCCESS", None)[0]
     assert partition_ready(uri, "parquet", None, 300) == (True, f"{uri} holds 300 row(s) in 2 file(s)")
-    assert partition_ready(uri, "parquet", "_SUCCESS", 301) == (False, f"{uri} holds 300 row(s) in 2 file(s), fewer than 301")
+    assert partition_ready(uri, "parquet", "_SUCCESS", 301) == (
+        False,
+        f"{uri} holds 300 row(s) in 2 file(s), fewer than 301",
+    )
 
 
-@pytest.mark.parametrize(("partition", "problem"), [
-    ("../escape", "'..' segment"), ("ds=1/../../etc", "'..' segment"), ("..", "'..' segment"), (".", "'.' segment"),
-    ("a//b", "empty segment"), ("/etc/passwd", "absolute"), ("s3://other-bucket/x", "absolute"), ("C:\\x", "absolute"),
-    ("ds=1\\..\\x", "backslash"), ("ds=1\x00", "control character"), ("ds=1\nx", "control character"), ("", "is empty"),
-    (" ", "is empty"), ("_trainpipe/snapshots", "bookkeeping folder _trainpipe"),
-])
-def test_a_rendered_partition_must_stay_a_sub_path_of_data_uri(tmp_path: Path, partition: str, problem: str) -> None:
+@pytest.mark.parametrize(
+    ("partition", "problem"),
+    [
+        ("../escape", "'..' segment"),
+        ("ds=1/../../etc", "'..' segment"),
+        ("..", "'..' segment"),
+        (".", "'.' segment"),
+        ("a//b", "empty segment"),
+        ("/etc/passwd", "absolute"),
+        ("s3://other-bucket/x", "absolute"),
+        ("C:\\x", "absolute"),
+        ("ds=1\\..\\x", "backslash"),
+        ("ds=1\x00", "control character"),
+        ("ds=1\nx", "control character"),
+        ("", "is empty"),
+        (" ", "is empty"),
+        ("_trainpipe/snapshots", "bookkeeping folder _trainpipe"),
+    ],
+)
+def test_a_rendered_partition_must_stay_a_sub_path_of_data_uri(
+    tmp_path: Path, partition: str, problem: str
+) -> None:
     with pytest.raises(PartitionError, match=r"partition .* \(under data.uri file://") as caught:
         partition_uri(_data(tmp_path), partition)
     assert problem in str(caught.value) and repr(partition) in str(caught.value)
 
 
-@pytest.mark.parametrize("partition", ["ds=2026-01-02", "ds=2026-01-02/", "region=eu/ds=2026-01-02", "ds=2026-01-02 00:00", "a..b", "~x"])
+@pytest.mark.parametrize(
+    "partition",
+    ["ds=2026-01-02", "ds=2026-01-02/", "region=eu/ds=2026-01-02", "ds=2026-01-02 00:00", "a..b", "~x"],
+)
 def test_ordinary_partitions_join_under_data_uri(tmp_path: Path, partition: str) -> None:
     assert partition_uri(_data(tmp_path), partition) == f"{tmp_path.as_uri()}/{partition.rstrip('/')}"
 

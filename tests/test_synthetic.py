@@ -20,8 +20,12 @@ def _day(tmp_path: Path, *problems: str):
 
 
 def test_same_seed_same_bytes_and_another_seed_differs(tmp_path: Path) -> None:
-    a = write_day((tmp_path / "a").as_uri(), DAY, 500, seed=1, problems=[Problem.parse("drift:amount,channel")])
-    b = write_day((tmp_path / "b").as_uri(), DAY, 500, seed=1, problems=[Problem.parse("drift:amount,channel")])
+    a = write_day(
+        (tmp_path / "a").as_uri(), DAY, 500, seed=1, problems=[Problem.parse("drift:amount,channel")]
+    )
+    b = write_day(
+        (tmp_path / "b").as_uri(), DAY, 500, seed=1, problems=[Problem.parse("drift:amount,channel")]
+    )
     c = write_day((tmp_path / "c").as_uri(), DAY, 500, seed=2)
     read = lambda uri: Path(uri.removeprefix("file://")).read_bytes()  # noqa: E731
     assert read(a[0]) == read(b[0]) != read(c[0])
@@ -58,15 +62,30 @@ def test_each_problem_changes_what_it_names(tmp_path: Path) -> None:
         (["--problem", "2026-02-01=drop:amount"], "not among the 1 day(s)"),
     ],
 )
-def test_make_data_rejects_bad_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+def test_make_data_rejects_bad_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     assert trainpipe(["make-data", "--out", str(tmp_path), "--rows", "100", *args]) == 2
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
 def test_make_data_writes_the_days_it_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = trainpipe(["make-data", "--out", str(tmp_path), "--days", "3", "--rows", "300", "--files", "2",
-                      "--problem", "2026-01-03=drift:amount"])
+    code = trainpipe(
+        [
+            "make-data",
+            "--out",
+            str(tmp_path),
+            "--days",
+            "3",
+            "--rows",
+            "300",
+            "--files",
+            "2",
+            "--problem",
+            "2026-01-03=drift:amount",
+        ]
+    )
     assert code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-01-01", "ds=2026-01-02", "ds=2026-01-03"]
     assert len(list((tmp_path / "ds=2026-01-02").glob("*.parquet"))) == 2

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from datetime import UTC
 from pathlib import Path
 
 
@@ -90,10 +91,20 @@ def _train(args: argparse.Namespace) -> int:
     except TrainpipeError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
-    spec = TrainSpec(config=config, run_id=args.run_id, data_files=files, data_digest=digest, manifest=manifest, tags={"trainpipe.launched_by": "cli"})
+    spec = TrainSpec(
+        config=config,
+        run_id=args.run_id,
+        data_files=files,
+        data_digest=digest,
+        manifest=manifest,
+        tags={"trainpipe.launched_by": "cli"},
+    )
     spec = spec.limited_to(args.max_steps) if args.max_steps else spec
     nproc = args.nproc or config.training.resources.nproc_per_node
-    print(f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)", file=sys.stderr)
+    print(
+        f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)",
+        file=sys.stderr,
+    )
     launcher = LocalLauncher(spec, nproc)
     watcher = JobWatcher(show_raw=False, tail=40)
     launcher.start()
@@ -124,14 +135,20 @@ def _make_data(args: argparse.Namespace) -> int:
         for text in args.problem:
             day, sep, spec = text.partition("=")
             if not sep:
-                raise ValueError(f"--problem {text!r}: expected DAY=KIND[:ARGS], e.g. 2026-01-03=drift:amount")
+                raise ValueError(
+                    f"--problem {text!r}: expected DAY=KIND[:ARGS], e.g. 2026-01-03=drift:amount"
+                )
             problems.setdefault(date.fromisoformat(day), []).append(Problem.parse(spec))
         days = [start + timedelta(days=i) for i in range(args.days)]
         if stray := sorted(set(problems) - set(days)):
-            raise ValueError(f"--problem for {stray[0]}, which is not among the {args.days} day(s) from {start}")
+            raise ValueError(
+                f"--problem for {stray[0]}, which is not among the {args.days} day(s) from {start}"
+            )
         root = args.out if "://" in args.out else Path(args.out).resolve().as_uri()
         for day in days:
-            files = write_day(root, day, args.rows, seed=args.seed, files=args.files, problems=problems.get(day, ()))
+            files = write_day(
+                root, day, args.rows, seed=args.seed, files=args.files, problems=problems.get(day, ())
+            )
             injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
             print(f"{files[0].rsplit('/', 2)[0]}/ds={day}: {len(files)} file(s), {injected}")
     except ValueError as exc:
@@ -146,7 +163,7 @@ def _render(args: argparse.Namespace) -> int:
 
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
-    from airflow_trainpipe.launchers.kubernetes import RunLabels, manifests
+    from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, manifests
     from airflow_trainpipe.snapshot import partition_uri, render_partition
     from airflow_trainpipe.storage import join
     from airflow_trainpipe.train_spec import TrainSpec
@@ -161,13 +178,20 @@ def _render(args: argparse.Namespace) -> int:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
     if config.training.launcher != "kubernetes":
-        print(f"{args.config}: training.launcher is {config.training.launcher!r}; only launcher kubernetes submits manifests", file=sys.stderr)
+        print(
+            f"{args.config}: training.launcher is {config.training.launcher!r}; only launcher kubernetes submits manifests",
+            file=sys.stderr,
+        )
         return 1
     run_id = args.run_id or f"scheduled__{args.ds}T00:00:00+00:00"
     # The operator lists the partition's files when the task runs; a sample file stands in here.
     files = args.data or [join(partition_uri(config.data, partition), f"part-00000.{config.data.format}")]
-    spec = TrainSpec(config=config, run_id=run_id, data_files=files,
-                     tags={"airflow.dag_id": config.pipeline, "airflow.task_id": args.task})
+    spec = TrainSpec(
+        config=config,
+        run_id=run_id,
+        data_files=files,
+        tags={"airflow.dag_id": config.pipeline, "airflow.task_id": args.task},
+    )
     docs = manifests(config, spec, RunLabels(config.pipeline, args.task, run_id, args.try_number))
     print(f"# trainpipe render {args.config}: run {run_id}, try {args.try_number}, data {', '.join(files)}")
 
@@ -191,59 +215,95 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _today() -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    return datetime.now(UTC).strftime("%Y-%m-%d")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from airflow_trainpipe import __version__
 
-    parser = argparse.ArgumentParser(prog="trainpipe", description="YAML-declared ML retrain pipelines for Airflow.")
+    parser = argparse.ArgumentParser(
+        prog="trainpipe", description="YAML-declared ML retrain pipelines for Airflow."
+    )
     parser.add_argument("--version", action="version", version=f"trainpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    check = commands.add_parser("check", help="validate pipeline config files or folders (exit 1 on any problem)")
-    check.add_argument("paths", nargs="+", metavar="PATH", help="a config file or a folder searched for *.yaml/*.yml")
+    check = commands.add_parser(
+        "check", help="validate pipeline config files or folders (exit 1 on any problem)"
+    )
+    check.add_argument(
+        "paths", nargs="+", metavar="PATH", help="a config file or a folder searched for *.yaml/*.yml"
+    )
     check.add_argument("-v", "--verbose", action="store_true", help="also print a line for each valid file")
     check.set_defaults(handler=_check)
 
-    train = commands.add_parser("train", help="run a pipeline's training job locally under torchrun (no Airflow needed)")
+    train = commands.add_parser(
+        "train", help="run a pipeline's training job locally under torchrun (no Airflow needed)"
+    )
     train.add_argument("config", help="pipeline config file")
-    train.add_argument("--run-id", required=True, help="run id: the same id resumes from that run's checkpoints")
+    train.add_argument(
+        "--run-id", required=True, help="run id: the same id resumes from that run's checkpoints"
+    )
     train.add_argument("--nproc", type=int, help="processes (default: training.resources)")
     train.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
-    train.add_argument("--ds", default=_today(), help="date that renders data.partition (default: today, UTC)")
+    train.add_argument(
+        "--ds", default=_today(), help="date that renders data.partition (default: today, UTC)"
+    )
     source = train.add_mutually_exclusive_group()
-    source.add_argument("--data", nargs="+", metavar="URI", help="train on these files instead of the partition")
-    source.add_argument("--snapshot", metavar="DIGEST",
-                        help="train on the files of a stored snapshot (sha256:...), e.g. to reproduce a model from its data digest tag")
+    source.add_argument(
+        "--data", nargs="+", metavar="URI", help="train on these files instead of the partition"
+    )
+    source.add_argument(
+        "--snapshot",
+        metavar="DIGEST",
+        help="train on the files of a stored snapshot (sha256:...), e.g. to reproduce a model from its data digest tag",
+    )
     train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
     train.set_defaults(handler=_train)
 
     make_data = commands.add_parser(
-        "make-data", help="write synthetic daily partitions of card transactions, optionally with injected problems"
+        "make-data",
+        help="write synthetic daily partitions of card transactions, optionally with injected problems",
     )
-    make_data.add_argument("--out", required=True, help="dataset root: a folder or a URI (s3://bucket/prefix)")
+    make_data.add_argument(
+        "--out", required=True, help="dataset root: a folder or a URI (s3://bucket/prefix)"
+    )
     make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
     make_data.add_argument("--days", type=int, default=1, help="number of daily partitions (default 1)")
-    make_data.add_argument("--rows", type=int, default=20_000, help="rows per day before problems (default 20000)")
+    make_data.add_argument(
+        "--rows", type=int, default=20_000, help="rows per day before problems (default 20000)"
+    )
     make_data.add_argument("--files", type=int, default=1, help="parquet files per day (default 1)")
     make_data.add_argument("--seed", type=int, default=0, help="the same seed always writes the same bytes")
     make_data.add_argument(
-        "--problem", action="append", default=[], metavar="DAY=KIND[:ARGS]",
+        "--problem",
+        action="append",
+        default=[],
+        metavar="DAY=KIND[:ARGS]",
         help="inject a problem into one day (repeatable): drop:COL, rename:COL:NEW, dtype:COL, nulls:COL[:FRACTION], "
-             "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...]",
+        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...]",
     )
     make_data.set_defaults(handler=_make_data)
 
-    render = commands.add_parser("render", help="print the Kubernetes manifests the train task submits (launcher kubernetes)")
+    render = commands.add_parser(
+        "render", help="print the Kubernetes manifests the train task submits (launcher kubernetes)"
+    )
     render.add_argument("config", help="pipeline config file")
-    render.add_argument("--task", default="train", choices=("train",), help="task whose manifests to print (only train runs in pods)")
-    render.add_argument("--ds", default=_today(), help="date of the sample run (renders data.partition; default: today, UTC)")
+    render.add_argument(
+        "--task",
+        default="train",
+        choices=("train",),
+        help="task whose manifests to print (only train runs in pods)",
+    )
+    render.add_argument(
+        "--ds", default=_today(), help="date of the sample run (renders data.partition; default: today, UTC)"
+    )
     render.add_argument("--run-id", help="run id (default: scheduled__<ds>T00:00:00+00:00)")
     render.add_argument("--try-number", type=int, default=1, help="try whose names and labels to render")
-    render.add_argument("--data", nargs="+", metavar="URI", help="data files (default: a sample file of the partition)")
+    render.add_argument(
+        "--data", nargs="+", metavar="URI", help="data files (default: a sample file of the partition)"
+    )
     render.set_defaults(handler=_render)
 
     schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")

@@ -42,7 +42,11 @@ def get_provider_info() -> dict:
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.hooks.mlflow"]},
         ],
         "connection-types": [
-            {"connection-type": "mlflow", "hook-class-name": "airflow_trainpipe.hooks.mlflow.MlflowHook", "hook-name": "MLflow"},
+            {
+                "connection-type": "mlflow",
+                "hook-class-name": "airflow_trainpipe.hooks.mlflow.MlflowHook",
+                "hook-name": "MLflow",
+            },
         ],
         "extra-links": [
             "airflow_trainpipe.links.mlflow.MlflowRunLink",

@@ -20,7 +20,6 @@ from airflow_trainpipe.digest import combine
 from airflow_trainpipe.exceptions import PayloadError
 from airflow_trainpipe.snapshot import Manifest
 
-
 P = TypeVar("P", bound="Payload")
 
 
@@ -40,11 +39,14 @@ def read_payload(model: type[P], raw: Any, source: str) -> P:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "<payload>"
-        raise PayloadError(f"{source} is not a {model.__name__}: {where}: {first['msg']}"
-                           + (f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else "")) from None
+        raise PayloadError(
+            f"{source} is not a {model.__name__}: {where}: {first['msg']}"
+            + (f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else "")
+        ) from None
 
 
 # -- validate_data -> train --------------------------------------------------------------------
+
 
 class CheckOutcome(Payload):
     """One check's verdict in the validation report."""
@@ -95,7 +97,9 @@ class ValidationSummary(Payload):
     @classmethod
     def _drop_computed(cls, data: Any) -> Any:
         # A dumped summary carries its computed fields; they are derived, never read back.
-        return {k: v for k, v in data.items() if k not in ("digest", "rows")} if isinstance(data, dict) else data
+        return (
+            {k: v for k, v in data.items() if k not in ("digest", "rows")} if isinstance(data, dict) else data
+        )
 
     @model_validator(mode="after")
     def _manifest_is_whole(self) -> ValidationSummary:
@@ -105,6 +109,7 @@ class ValidationSummary(Payload):
 
 
 # -- train -> gate -------------------------------------------------------------------------------
+
 
 class Evaluation(Payload):
     """Candidate and champion scored by one function on the run's holdout rows."""
@@ -150,6 +155,7 @@ class TrainResult(Payload):
 
 
 # -- gate -> register ----------------------------------------------------------------------------
+
 
 class GuardrailCheck(Payload):
     metric: str

@@ -44,9 +44,13 @@ def _relative(delta: float, reference: float) -> float:
     return 0.0 if abs(delta) <= TOLERANCE else math.copysign(math.inf, delta)
 
 
-def check_guardrail(guardrail: Guardrail, direction: str, candidate: float, champion: float) -> GuardrailCheck:
+def check_guardrail(
+    guardrail: Guardrail, direction: str, candidate: float, champion: float
+) -> GuardrailCheck:
     explicit_absolute = "max_regression" in guardrail.model_fields_set
-    max_abs = guardrail.max_regression if explicit_absolute or guardrail.max_relative_regression is None else None
+    max_abs = (
+        guardrail.max_regression if explicit_absolute or guardrail.max_relative_regression is None else None
+    )
     max_rel = guardrail.max_relative_regression
     if math.isnan(champion):
         regression, relative, passed = math.nan, None, True  # nothing to regress from
@@ -55,10 +59,20 @@ def check_guardrail(guardrail: Guardrail, direction: str, candidate: float, cham
     else:
         regression = _better_sign(direction) * (champion - candidate)  # > 0: the candidate is worse
         relative = _relative(regression, champion)
-        passed = (max_abs is None or regression <= max_abs + TOLERANCE) and (max_rel is None or relative <= max_rel + TOLERANCE)
-    return GuardrailCheck(metric=guardrail.metric, direction=direction, candidate=candidate, champion=champion,
-                          regression=regression, relative_regression=relative, max_regression=max_abs,
-                          max_relative_regression=max_rel, passed=passed)
+        passed = (max_abs is None or regression <= max_abs + TOLERANCE) and (
+            max_rel is None or relative <= max_rel + TOLERANCE
+        )
+    return GuardrailCheck(
+        metric=guardrail.metric,
+        direction=direction,
+        candidate=candidate,
+        champion=champion,
+        regression=regression,
+        relative_regression=relative,
+        max_regression=max_abs,
+        max_relative_regression=max_rel,
+        passed=passed,
+    )
 
 
 def decide(
@@ -73,9 +87,14 @@ def decide(
     direction = gate.direction or METRICS[task][gate.metric]
     value = candidate[gate.metric]
     decision = GateDecision(
-        promote=False, reason="", metric=gate.metric, direction=direction, candidate=value,
+        promote=False,
+        reason="",
+        metric=gate.metric,
+        direction=direction,
+        candidate=value,
         champion=None if champion is None else champion[gate.metric],
-        min_improvement=gate.min_improvement, min_relative_improvement=gate.min_relative_improvement,
+        min_improvement=gate.min_improvement,
+        min_relative_improvement=gate.min_relative_improvement,
     )
     if not math.isfinite(value):
         decision.reason = f"{gate.metric} of the candidate is not a number ({value}): a model that cannot be scored is never promoted"
@@ -83,8 +102,10 @@ def decide(
         _bootstrap(gate, decision)
     elif not math.isfinite(champion[gate.metric]):
         _bootstrap(gate, decision)
-        decision.reason = (f"the champion's {gate.metric} is not a number ({decision.champion}) on this holdout, so it counts "
-                           f"as no champion: {decision.reason}")
+        decision.reason = (
+            f"the champion's {gate.metric} is not a number ({decision.champion}) on this holdout, so it counts "
+            f"as no champion: {decision.reason}"
+        )
     else:
         _compare(gate, task, candidate, champion, decision)
     if force and not decision.promote:
@@ -112,7 +133,13 @@ def _bootstrap(gate: GateSection, decision: GateDecision) -> None:
         )
 
 
-def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champion: Mapping[str, float], decision: GateDecision) -> None:
+def _compare(
+    gate: GateSection,
+    task: str,
+    candidate: Mapping[str, float],
+    champion: Mapping[str, float],
+    decision: GateDecision,
+) -> None:
     metric, value, best = decision.metric, decision.candidate, decision.champion
     assert best is not None
     failures: list[str] = []
@@ -122,20 +149,31 @@ def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champ
     if improvement <= TOLERANCE:
         failures.append(f"{metric} {value:.6g} is not better than the champion's {best:.6g}")
     elif improvement < gate.min_improvement - TOLERANCE:
-        failures.append(f"{metric} improves by {improvement:.6g}, less than min_improvement {gate.min_improvement:.6g}")
+        failures.append(
+            f"{metric} improves by {improvement:.6g}, less than min_improvement {gate.min_improvement:.6g}"
+        )
     if improvement > TOLERANCE and relative < gate.min_relative_improvement - TOLERANCE:
         failures.append(
             f"{metric} improves by {relative:.4%}, less than min_relative_improvement {gate.min_relative_improvement:.4%}"
         )
     for guardrail in gate.guardrails:
-        check = check_guardrail(guardrail, METRICS[task][guardrail.metric], candidate[guardrail.metric], champion[guardrail.metric])
+        check = check_guardrail(
+            guardrail,
+            METRICS[task][guardrail.metric],
+            candidate[guardrail.metric],
+            champion[guardrail.metric],
+        )
         decision.guardrails.append(check)
         if not check.passed:
             limits = " and ".join(
-                text for text in (
+                text
+                for text in (
                     None if check.max_regression is None else f"max_regression {check.max_regression:.6g}",
-                    None if check.max_relative_regression is None else f"max_relative_regression {check.max_relative_regression:.4%}",
-                ) if text
+                    None
+                    if check.max_relative_regression is None
+                    else f"max_relative_regression {check.max_relative_regression:.4%}",
+                )
+                if text
             )
             rel = "" if check.relative_regression is None else f" ({check.relative_regression:.4%})"
             failures.append(
@@ -152,17 +190,37 @@ def _compare(gate: GateSection, task: str, candidate: Mapping[str, float], champ
         )
 
 
-def comparison_table(decision: GateDecision, candidate: Mapping[str, float], champion: Mapping[str, float] | None) -> str:
+def comparison_table(
+    decision: GateDecision, candidate: Mapping[str, float], champion: Mapping[str, float] | None
+) -> str:
     """Plain-text table of every metric, for the task log."""
     rows = [("metric", "candidate", "champion", "delta", "role")]
-    roles = {decision.metric: "primary"} | {g.metric: "guardrail" + ("" if g.passed else " BREACHED") for g in decision.guardrails}
+    roles = {decision.metric: "primary"} | {
+        g.metric: "guardrail" + ("" if g.passed else " BREACHED") for g in decision.guardrails
+    }
     order = [decision.metric, *(g.metric for g in decision.guardrails)]
     for name in sorted(candidate, key=lambda n: (order.index(n) if n in order else len(order), n)):
         theirs = None if champion is None else champion.get(name)
         delta = "" if theirs is None else f"{candidate[name] - theirs:+.6g}"
-        rows.append((name, f"{candidate[name]:.6g}", "-" if theirs is None else f"{theirs:.6g}", delta, roles.get(name, "")))
+        rows.append(
+            (
+                name,
+                f"{candidate[name]:.6g}",
+                "-" if theirs is None else f"{theirs:.6g}",
+                delta,
+                roles.get(name, ""),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    verdict = "PROMOTE" + (" (forced)" if decision.forced else "") if decision.promote else "FAIL" if decision.fail else "KEEP CHAMPION"
+    verdict = (
+        "PROMOTE" + (" (forced)" if decision.forced else "")
+        if decision.promote
+        else "FAIL"
+        if decision.fail
+        else "KEEP CHAMPION"
+    )
     return "\n".join([*lines, f"decision: {verdict}: {decision.reason}"])

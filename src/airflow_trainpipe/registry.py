@@ -48,7 +48,9 @@ def current_champion(client: Any, model_name: str, alias: str) -> tuple[str, str
     except MlflowException as exc:
         if is_not_found(exc):
             return None
-        raise RegistryUnavailable(f"cannot read {model_name}@{alias} from the MLflow registry: {exc.message}") from exc
+        raise RegistryUnavailable(
+            f"cannot read {model_name}@{alias} from the MLflow registry: {exc.message}"
+        ) from exc
 
 
 def champion_data_digest(client: Any, model_name: str, alias: str) -> str | None:
@@ -61,9 +63,13 @@ def champion_data_digest(client: Any, model_name: str, alias: str) -> str | None
     version, run_id = found
     try:
         tags = client.get_model_version(model_name, version).tags
-        return tags.get("trainpipe.data_digest") or client.get_run(run_id).data.tags.get("trainpipe.data_digest")
+        return tags.get("trainpipe.data_digest") or client.get_run(run_id).data.tags.get(
+            "trainpipe.data_digest"
+        )
     except MlflowException as exc:
-        raise RegistryUnavailable(f"cannot read the lineage of {model_name} version {version}: {exc.message}") from exc
+        raise RegistryUnavailable(
+            f"cannot read the lineage of {model_name} version {version}: {exc.message}"
+        ) from exc
 
 
 def get_run(client: Any, run_id: str) -> Any:

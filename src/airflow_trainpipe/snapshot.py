@@ -13,6 +13,7 @@ once, never changed. Names starting with `_` or `.` inside a partition are bookk
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -75,8 +76,10 @@ def partition_uri(data: DataSection, partition: str) -> str:
     root = resolve(data.uri)
     problem = _partition_problem(partition)
     if problem:
-        raise PartitionError(f"partition {partition!r} (under data.uri {root}) {problem}; expected a relative sub-path "
-                             "such as ds=2026-01-01")
+        raise PartitionError(
+            f"partition {partition!r} (under data.uri {root}) {problem}; expected a relative sub-path "
+            "such as ds=2026-01-01"
+        )
     return join(root, partition.rstrip("/"))
 
 
@@ -110,7 +113,7 @@ def list_data_files(uri: str, fmt: str, conn_id: str | None = None) -> list[str]
     except FileNotFoundError:
         found = []
     base = base.rstrip("/")
-    names = sorted(p for p in found if _is_data(p[len(base) + 1:], suffix))
+    names = sorted(p for p in found if _is_data(p[len(base) + 1 :], suffix))
     scheme = uri.split("://", 1)[0]
     return [f"{scheme}://{name}" if scheme != "file" else f"file://{name}" for name in names]
 
@@ -154,8 +157,12 @@ def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = No
             )
         entries.append(SnapshotFile(uri=file_uri, size=fs.size(path), sha256=sha256_of(fs, path), rows=rows))
     manifest = Manifest(
-        partition_uri=uri, format=data.format, files=entries, rows=sum(e.rows for e in entries),
-        columns=columns or {}, digest=combine([e.sha256 for e in entries]),
+        partition_uri=uri,
+        format=data.format,
+        files=entries,
+        rows=sum(e.rows for e in entries),
+        columns=columns or {},
+        digest=combine([e.sha256 for e in entries]),
     )
     store_manifest(data, manifest, conn_id)
     return manifest
@@ -181,16 +188,21 @@ def load_manifest(data: DataSection, digest: str, conn_id: str | None = None) ->
     try:
         manifest = Manifest.model_validate(json.loads(fs.cat_file(path)))
     except FileNotFoundError:
-        raise SnapshotError(f"no snapshot with digest {digest} under {resolve(data.uri)} ({uri} is missing)") from None
+        raise SnapshotError(
+            f"no snapshot with digest {digest} under {resolve(data.uri)} ({uri} is missing)"
+        ) from None
     # The digest is what validation recorded; the stored manifest must hash to it, or it was
     # altered since (the store is shared): its file list and sha256s would not be the validated ones.
     if manifest.digest != digest or combine([f.sha256 for f in manifest.files]) != digest:
-        raise SnapshotError(f"manifest {uri} does not hash to its digest {digest}: it was altered after validation")
+        raise SnapshotError(
+            f"manifest {uri} does not hash to its digest {digest}: it was altered after validation"
+        )
     return manifest
 
 
-def partition_ready(uri: str, fmt: str, marker: str | None, min_rows: int | None,
-                    conn_id: str | None = None) -> tuple[bool, str]:
+def partition_ready(
+    uri: str, fmt: str, marker: str | None, min_rows: int | None, conn_id: str | None = None
+) -> tuple[bool, str]:
     """Whether a partition is complete by the config's rule, and why not (for the sensor's log)."""
     fs, base = filesystem(uri, conn_id)
     if marker is not None and not fs.exists(f"{base.rstrip('/')}/{marker}"):
@@ -206,16 +218,19 @@ def partition_ready(uri: str, fmt: str, marker: str | None, min_rows: int | None
 
 def render_partition(template: str, ds: str) -> str:
     """Render `data.partition` outside Airflow (the CLI), with the Airflow names it commonly uses."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     import jinja2
 
-    start = datetime.fromisoformat(ds).replace(tzinfo=timezone.utc)
+    start = datetime.fromisoformat(ds).replace(tzinfo=UTC)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters.update({"ds": lambda d: d.strftime("%Y-%m-%d"), "ds_nodash": lambda d: d.strftime("%Y%m%d")})
     context = {
-        "ds": ds, "ds_nodash": ds.replace("-", ""), "logical_date": start,
-        "data_interval_start": start, "data_interval_end": start + timedelta(days=1),
+        "ds": ds,
+        "ds_nodash": ds.replace("-", ""),
+        "logical_date": start,
+        "data_interval_start": start,
+        "data_interval_end": start + timedelta(days=1),
     }
     try:
         return env.from_string(template).render(**context)

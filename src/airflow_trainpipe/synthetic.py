@@ -40,29 +40,46 @@ def transactions(day: date, rows: int, seed: int) -> pa.Table:
     country = rng.choice(COUNTRIES, rows, p=[0.4, 0.15, 0.12, 0.1, 0.08, 0.07, 0.05, 0.03])
     night = (hour < 6).astype(float)
     logit = (
-        -5.2 + 4.0 * merchant_risk + 0.45 * np.log1p(amount) + 1.1 * night + 0.025 * distance
-        - 0.0004 * account_age + 0.25 * txn_24h + 0.9 * (channel == "moto") + 0.6 * (channel == "online")
+        -5.2
+        + 4.0 * merchant_risk
+        + 0.45 * np.log1p(amount)
+        + 1.1 * night
+        + 0.025 * distance
+        - 0.0004 * account_age
+        + 0.25 * txn_24h
+        + 0.9 * (channel == "moto")
+        + 0.6 * (channel == "online")
         + 0.5 * np.isin(country, ["US", "GB"])
     )
     is_fraud = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.int64)
     ids = [f"{day:%Y%m%d}-{seed}-{i:08d}" for i in range(rows)]
-    return pa.table({
-        "transaction_id": ids,
-        "amount": amount,
-        "hour": hour.astype(np.int64),
-        "merchant_risk": merchant_risk,
-        "distance_from_home_km": distance,
-        "account_age_days": account_age.astype(np.int64),
-        "txn_count_24h": txn_24h.astype(np.int64),
-        "channel": channel,
-        "country": country,
-        "is_fraud": is_fraud,
-    })
+    return pa.table(
+        {
+            "transaction_id": ids,
+            "amount": amount,
+            "hour": hour.astype(np.int64),
+            "merchant_risk": merchant_risk,
+            "distance_from_home_km": distance,
+            "account_age_days": account_age.astype(np.int64),
+            "txn_count_24h": txn_24h.astype(np.int64),
+            "channel": channel,
+            "country": country,
+            "is_fraud": is_fraud,
+        }
+    )
 
 
 # Each problem kind with its (fewest, most) colon-separated arguments.
-_ARITY = {"drop": (1, 1), "rename": (2, 2), "dtype": (1, 1), "nulls": (1, 2), "out_of_range": (1, 2),
-          "volume": (1, 1), "drift": (1, 1), "late_labels": (2, 2)}
+_ARITY = {
+    "drop": (1, 1),
+    "rename": (2, 2),
+    "dtype": (1, 1),
+    "nulls": (1, 2),
+    "out_of_range": (1, 2),
+    "volume": (1, 1),
+    "drift": (1, 1),
+    "late_labels": (2, 2),
+}
 PROBLEM_KINDS = tuple(_ARITY)
 
 
@@ -80,7 +97,9 @@ class Problem:
             raise ValueError(f"unknown problem {kind!r} in {text!r}; known: {', '.join(PROBLEM_KINDS)}")
         low, high = _ARITY[kind]
         if not low <= len(args) <= high or not all(args):
-            raise ValueError(f"problem {text!r}: {kind} takes {low}{'' if low == high else f'-{high}'} argument(s)")
+            raise ValueError(
+                f"problem {text!r}: {kind} takes {low}{'' if low == high else f'-{high}'} argument(s)"
+            )
         return cls(kind, tuple(args))
 
     def __str__(self) -> str:
@@ -94,7 +113,9 @@ def _column(table: pa.Table, name: str, problem: Problem) -> pa.ChunkedArray:
 
 
 def _replace(table: pa.Table, name: str, values: pa.Array | np.ndarray) -> pa.Table:
-    return table.set_column(table.column_names.index(name), name, pa.array(values) if isinstance(values, np.ndarray) else values)
+    return table.set_column(
+        table.column_names.index(name), name, pa.array(values) if isinstance(values, np.ndarray) else values
+    )
 
 
 def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Table:
@@ -102,7 +123,7 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
     kind, args = problem.kind, problem.args
     if kind == "volume":
         keep = float(args[0])
-        return table.slice(0, int(round(table.num_rows * keep)))
+        return table.slice(0, round(table.num_rows * keep))
     name = args[0]
     if kind == "drift":
         for column in name.split(","):
@@ -110,7 +131,11 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
             if values.dtype.kind in "iuf":
                 # A shift of one standard deviation plus a 50% stretch: far beyond the PSI 0.2 line.
                 shifted = values * 1.5 + values.std()
-                values = np.round(shifted).astype(values.dtype) if values.dtype.kind in "iu" else np.round(shifted, 4)
+                values = (
+                    np.round(shifted).astype(values.dtype)
+                    if values.dtype.kind in "iu"
+                    else np.round(shifted, 4)
+                )
             else:
                 # Reverse the category frequencies: the rare become common.
                 categories, counts = np.unique(values, return_counts=True)
@@ -122,7 +147,11 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
     column = _column(table, name, problem)
     if kind == "late_labels":
         segment = pc.equal(column.cast(pa.string()), args[1])
-        return _replace(table, "is_fraud", pc.if_else(segment, pa.scalar(0, pa.int64()), table["is_fraud"]).combine_chunks())
+        return _replace(
+            table,
+            "is_fraud",
+            pc.if_else(segment, pa.scalar(0, pa.int64()), table["is_fraud"]).combine_chunks(),
+        )
     if kind == "drop":
         return table.drop_columns([name])
     if kind == "rename":
@@ -139,8 +168,14 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
     return _replace(table, name, values)
 
 
-def write_day(root_uri: str, day: date, rows: int, seed: int = 0, files: int = 1,
-              problems: list[Problem] | tuple[Problem, ...] = ()) -> list[str]:
+def write_day(
+    root_uri: str,
+    day: date,
+    rows: int,
+    seed: int = 0,
+    files: int = 1,
+    problems: list[Problem] | tuple[Problem, ...] = (),
+) -> list[str]:
     """Write one day's partition; returns the file URIs in order."""
     table = transactions(day, rows, seed)
     rng = np.random.default_rng([seed, day.toordinal(), 1])

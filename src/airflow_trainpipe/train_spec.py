@@ -51,7 +51,11 @@ class TrainSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _config_hyperparameters_by_default(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "hyperparameters" not in data and isinstance(data.get("config"), PipelineConfig):
+        if (
+            isinstance(data, dict)
+            and "hyperparameters" not in data
+            and isinstance(data.get("config"), PipelineConfig)
+        ):
             return {**data, "hyperparameters": data["config"].training.hyperparameters}
         return data
 
@@ -59,11 +63,17 @@ class TrainSpec(BaseModel):
     def overrides(self) -> dict[str, Any]:
         """The hyperparameters that differ from the config's (lineage)."""
         configured = self.config.training.hyperparameters
-        return {k: v for k, v in self.hyperparameters.model_dump(mode="json").items() if getattr(configured, k) != getattr(self.hyperparameters, k)}
+        return {
+            k: v
+            for k, v in self.hyperparameters.model_dump(mode="json").items()
+            if getattr(configured, k) != getattr(self.hyperparameters, k)
+        }
 
     def limited_to(self, max_steps: int) -> TrainSpec:
         """The same job, stopping after `max_steps` optimizer steps (or its own limit, if smaller)."""
-        return self.model_copy(update={"hyperparameters": self.hyperparameters.with_overrides({}, max_steps=max_steps)})
+        return self.model_copy(
+            update={"hyperparameters": self.hyperparameters.with_overrides({}, max_steps=max_steps)}
+        )
 
     @model_validator(mode="after")
     def _files_are_the_manifests(self) -> TrainSpec:
@@ -71,13 +81,17 @@ class TrainSpec(BaseModel):
             if self.manifest.file_uris != self.data_files:
                 raise ValueError(f"data_files are not the files of manifest {self.manifest.digest}")
             if self.data_digest not in (None, self.manifest.digest):
-                raise ValueError(f"data_digest {self.data_digest} is not the manifest's digest {self.manifest.digest}")
+                raise ValueError(
+                    f"data_digest {self.data_digest} is not the manifest's digest {self.manifest.digest}"
+                )
         return self
 
     @property
     def run_dir(self) -> str:
         """`<checkpoint.uri>/<pipeline>/<run_id>`: checkpoints, result.json, the run's state."""
-        return join(resolve(self.config.training.checkpoint.uri), self.config.pipeline, run_dir_name(self.run_id))
+        return join(
+            resolve(self.config.training.checkpoint.uri), self.config.pipeline, run_dir_name(self.run_id)
+        )
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True)

@@ -44,7 +44,7 @@ def test_broken_config_is_reported_with_file_line_and_field(path: Path) -> None:
 
 @pytest.mark.parametrize("path", BROKEN, ids=[p.stem for p in BROKEN])
 def test_check_cli_exits_1_with_one_line_per_problem(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    field_path, line, message = _expectation(path)
+    _field_path, line, message = _expectation(path)
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out, "no problem printed"

@@ -23,7 +23,10 @@ def _error(path: Path) -> str:
 
 def test_a_directory_named_like_a_config(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").mkdir()
-    assert _error(tmp_path / "x.yaml") == f"{tmp_path / 'x.yaml'}: <document>: cannot read file: it is a directory, not a config file"
+    assert (
+        _error(tmp_path / "x.yaml")
+        == f"{tmp_path / 'x.yaml'}: <document>: cannot read file: it is a directory, not a config file"
+    )
 
 
 @pytest.mark.timeout(20)  # reading a FIFO blocks until a writer comes: a hang, not a failure
@@ -37,7 +40,9 @@ def test_symlink_loop_and_dangling_symlink(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").symlink_to("a.yaml")
     (tmp_path / "dangling.yaml").symlink_to("gone.yaml")
     assert _error(tmp_path / "a.yaml").endswith("cannot read file: it is a symlink loop")
-    assert _error(tmp_path / "dangling.yaml").endswith("cannot read file: it is a symlink to 'gone.yaml', which does not exist")
+    assert _error(tmp_path / "dangling.yaml").endswith(
+        "cannot read file: it is a symlink to 'gone.yaml', which does not exist"
+    )
 
 
 def test_a_symlink_to_a_config_still_loads(tmp_path: Path) -> None:
@@ -48,12 +53,15 @@ def test_a_symlink_to_a_config_still_loads(tmp_path: Path) -> None:
 def test_bytes_that_are_not_utf8_are_located(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_bytes("pipeline: a\nowner: caf\xe9\n".encode("latin-1"))
     assert _error(tmp_path / "x.yaml").endswith(
-        "cannot read file: not UTF-8 text: byte 0xe9 at line 2, column 11 (invalid continuation byte); save the file as UTF-8")
+        "cannot read file: not UTF-8 text: byte 0xe9 at line 2, column 11 (invalid continuation byte); save the file as UTF-8"
+    )
 
 
 def test_utf16_is_named(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text("pipeline: a\n", encoding="utf-16")
-    assert _error(tmp_path / "x.yaml").endswith("cannot read file: it is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8")
+    assert _error(tmp_path / "x.yaml").endswith(
+        "cannot read file: it is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8"
+    )
 
 
 def test_a_path_no_file_can_have_is_a_config_error() -> None:

@@ -14,7 +14,7 @@ def test_catalog_matches_installed_great_expectations() -> None:
     spec = importlib.util.spec_from_file_location("gen_gx_catalog", GENERATOR)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert EXPECTATIONS == module.build_catalog(), "run `make gx-catalog` after upgrading great_expectations"
+    assert module.build_catalog() == EXPECTATIONS, "run `make gx-catalog` after upgrading great_expectations"
 
 
 def test_catalog_includes_the_expectations_the_examples_use() -> None:

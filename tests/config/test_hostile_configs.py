@@ -60,6 +60,7 @@ def _write(name: bytes | str, text: str) -> Callable[[Path], None]:
     def write(folder: Path) -> None:
         raw = name if isinstance(name, bytes) else name.encode()
         Path(os.fsdecode(os.fsencode(folder) + b"/" + raw)).write_text(text)
+
     return write
 
 
@@ -67,6 +68,7 @@ def _symlinks(*links: tuple[str, str]) -> Callable[[Path], None]:
     def make(folder: Path) -> None:
         for name, target in links:
             (folder / name).symlink_to(target)
+
     return make
 
 
@@ -75,17 +77,36 @@ def generated_cases() -> dict[str, tuple[Callable[[Path], None], str]]:
     fraud = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     loop = _symlinks(("loop_a.yaml", "loop_b.yaml"), ("loop_b.yaml", "loop_a.yaml"))
     return {
-        "directory.yaml": (lambda folder: (folder / "directory.yaml").mkdir(), "cannot read file: it is a directory, not a config file"),
+        "directory.yaml": (
+            lambda folder: (folder / "directory.yaml").mkdir(),
+            "cannot read file: it is a directory, not a config file",
+        ),
         "loop_a.yaml": (loop, "cannot read file: it is a symlink loop"),
-        "dangling.yaml": (_symlinks(("dangling.yaml", "gone.yaml")), "cannot read file: it is a symlink to 'gone.yaml', which does not exist"),
-        "fifo.yaml": (lambda folder: os.mkfifo(folder / "fifo.yaml"), "cannot read file: it is a named pipe, not a config file"),
+        "dangling.yaml": (
+            _symlinks(("dangling.yaml", "gone.yaml")),
+            "cannot read file: it is a symlink to 'gone.yaml', which does not exist",
+        ),
+        "fifo.yaml": (
+            lambda folder: os.mkfifo(folder / "fifo.yaml"),
+            "cannot read file: it is a named pipe, not a config file",
+        ),
         # 100,000 levels crash libyaml's C composer (SIGSEGV): the whole DAG processor, not a file.
-        "deep_100k.yaml": (_write("deep_100k.yaml", "pipeline: evil\ntags: " + "[" * 100_000 + "]" * 100_000 + "\n"), _DEPTH),
-        "oversized.yaml": (_write("oversized.yaml", "#" * MAX_FILE_BYTES + "\n" + fraud),
-                           f"file is {MAX_FILE_BYTES + 1 + len(fraud.encode()):,} bytes, " + _SIZE),
-        "huge_scalar.yaml": (_write("huge_scalar.yaml", fraud.replace("owner: risk-ml", "owner: " + "x" * 1_000_000)), _SIZE),
-        "big_scalar.yaml": (_write("big_scalar.yaml", fraud.replace("retries: 2", "retries: " + "9" * 3000 + "x" * 200_000)),
-                            "schedule.retries: Input should be a valid integer, got '99999"),
+        "deep_100k.yaml": (
+            _write("deep_100k.yaml", "pipeline: evil\ntags: " + "[" * 100_000 + "]" * 100_000 + "\n"),
+            _DEPTH,
+        ),
+        "oversized.yaml": (
+            _write("oversized.yaml", "#" * MAX_FILE_BYTES + "\n" + fraud),
+            f"file is {MAX_FILE_BYTES + 1 + len(fraud.encode()):,} bytes, " + _SIZE,
+        ),
+        "huge_scalar.yaml": (
+            _write("huge_scalar.yaml", fraud.replace("owner: risk-ml", "owner: " + "x" * 1_000_000)),
+            _SIZE,
+        ),
+        "big_scalar.yaml": (
+            _write("big_scalar.yaml", fraud.replace("retries: 2", "retries: " + "9" * 3000 + "x" * 200_000)),
+            "schedule.retries: Input should be a valid integer, got '99999",
+        ),
         "esc\\x1b[31m.yaml": (_write(b"esc\x1b[31m.yaml", "pipeline: [\n"), "invalid YAML"),
         "caf\\xe9.yaml": (_write(b"caf\xe9.yaml", "pipeline: [\n"), "invalid YAML"),
         "n" * 250 + ".yaml": (_write("n" * 250 + ".yaml", "pipeline: [\n"), "invalid YAML"),
@@ -122,7 +143,11 @@ def test_generated_hostile_files_are_quick_config_errors(tmp_path: Path) -> None
     expected = make_generated(tmp_path)
     failures = []
     for shown, message in expected.items():
-        path = tmp_path / shown if "\\x" not in shown else next(p for p in tmp_path.iterdir() if p.name.startswith(shown[:3]))
+        path = (
+            tmp_path / shown
+            if "\\x" not in shown
+            else next(p for p in tmp_path.iterdir() if p.name.startswith(shown[:3]))
+        )
         started = time.perf_counter()
         try:
             load_config(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -63,7 +62,9 @@ def test_nesting_through_aliases_counts() -> None:
     # Flat on the page, 41 deep once expanded: the walk would recurse through every level.
     chain = "a0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 41))
     problem = _problem("pipeline: evil\n" + chain)
-    assert problem.message.startswith(f"nesting depth {MAX_DEPTH + 1} is over the limit of {MAX_DEPTH} levels")
+    assert problem.message.startswith(
+        f"nesting depth {MAX_DEPTH + 1} is over the limit of {MAX_DEPTH} levels"
+    )
     assert "through alias *a" in problem.message
 
 
@@ -76,7 +77,9 @@ def test_billion_laughs_stops_at_the_node_limit() -> None:
 
 
 def test_a_merge_key_bomb_stops_at_the_node_limit() -> None:
-    bomb = "m0: &m0 {k: v}\n" + "".join(f"m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}], k{i}: v}}\n" for i in range(1, 40))
+    bomb = "m0: &m0 {k: v}\n" + "".join(
+        f"m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}], k{i}: v}}\n" for i in range(1, 40)
+    )
     problem = _problem("pipeline: evil\n" + bomb)
     assert f"over the limit of {MAX_NODES:,}" in problem.message
 
@@ -84,7 +87,9 @@ def test_a_merge_key_bomb_stops_at_the_node_limit() -> None:
 def test_alias_count_is_limited() -> None:
     many = "a: &a 1\nb: [" + ", ".join(["*a"] * (MAX_ALIASES + 5)) + "]\n"
     problem = _problem("pipeline: evil\n" + many)
-    assert problem.message.startswith(f"alias {MAX_ALIASES + 1} (*a) is over the limit of {MAX_ALIASES} aliases")
+    assert problem.message.startswith(
+        f"alias {MAX_ALIASES + 1} (*a) is over the limit of {MAX_ALIASES} aliases"
+    )
 
 
 def test_node_count_is_limited_without_aliases() -> None:
@@ -101,14 +106,20 @@ def test_file_size_is_limited_before_reading(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(big)
     assert time.perf_counter() - started < 0.2
-    assert str(caught.value) == f"{big}: <document>: file is 40,000,000 bytes, over the limit of {MAX_FILE_BYTES:,} bytes"
+    assert (
+        str(caught.value)
+        == f"{big}: <document>: file is 40,000,000 bytes, over the limit of {MAX_FILE_BYTES:,} bytes"
+    )
 
 
 def test_text_size_is_limited_in_utf8_bytes() -> None:
     at_limit = "#" * (MAX_FILE_BYTES - len(FRAUD) - 1) + "\n" + FRAUD
     assert parse_config(at_limit).pipeline == "fraud_detector"
     over = "é" + at_limit[1:]  # one character, two bytes
-    assert _problem(over).message == f"file is {MAX_FILE_BYTES + 1:,} bytes, over the limit of {MAX_FILE_BYTES:,} bytes"
+    assert (
+        _problem(over).message
+        == f"file is {MAX_FILE_BYTES + 1:,} bytes, over the limit of {MAX_FILE_BYTES:,} bytes"
+    )
 
 
 def test_a_file_at_every_limit_still_loads_fast() -> None:
@@ -120,4 +131,3 @@ def test_a_file_at_every_limit_still_loads_fast() -> None:
     with pytest.raises(ConfigError, match="x_tags"):
         parse_config(text, "x.yaml")
     assert time.perf_counter() - started < 1.0
-

@@ -32,10 +32,13 @@ def test_all_problems_of_a_file_are_reported_together() -> None:
 
 
 def test_yaml_anchors_and_merge_keys_are_supported() -> None:
-    text = FRAUD.replace(
-        "  volume:\n    min_rows: 1000\n    max_change: 0.5",
-        "  volume: &volume\n    min_rows: 1000\n    max_change: 0.5",
-    ) + "x_volume_copy: *volume\n"
+    text = (
+        FRAUD.replace(
+            "  volume:\n    min_rows: 1000\n    max_change: 0.5",
+            "  volume: &volume\n    min_rows: 1000\n    max_change: 0.5",
+        )
+        + "x_volume_copy: *volume\n"
+    )
     # The alias resolves, so the only problem is the unknown top-level key it was put under.
     assert [p.split(": ")[1] for p in _problems(text)] == ["x_volume_copy"]
 
@@ -92,7 +95,10 @@ def test_plugin_models_come_from_entry_points(monkeypatch: pytest.MonkeyPatch) -
     try:
         config = parse_config(FRAUD.replace("model: tabular_mlp", "model: gbdt_net"))
         assert config.training.model == "gbdt_net"
-        assert "available: gbdt_net, tabular_mlp" in _problems(FRAUD.replace("model: tabular_mlp", "model: nope"))[0]
+        assert (
+            "available: gbdt_net, tabular_mlp"
+            in _problems(FRAUD.replace("model: tabular_mlp", "model: nope"))[0]
+        )
     finally:
         catalog.available_models.cache_clear()
 
@@ -108,14 +114,17 @@ class _BuggyModel:
 
 
 def test_an_unexpected_exception_is_a_config_error_naming_the_file(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from airflow_trainpipe.config import loader
 
     monkeypatch.setattr(loader, "PipelineConfig", _BuggyModel)
     with pytest.raises(ConfigError) as caught:
         parse_config(FRAUD, "x.yaml")
-    assert str(caught.value) == ("x.yaml: <document>: unexpected RecursionError while loading it: "
-                                 "maximum recursion depth exceeded; the traceback is logged")
+    assert str(caught.value) == (
+        "x.yaml: <document>: unexpected RecursionError while loading it: "
+        "maximum recursion depth exceeded; the traceback is logged"
+    )
     assert isinstance(caught.value.__cause__, RecursionError)
     [record] = [r for r in caplog.records if r.name == loader.__name__]
     assert "x.yaml" in record.getMessage() and record.exc_info[0] is RecursionError
@@ -142,22 +151,30 @@ def test_a_config_error_carries_the_declared_pipeline_name() -> None:
 
 def test_several_documents_are_one_located_problem() -> None:
     assert _problems("pipeline: a\n---\npipeline: b\n") == [
-        "x.yaml:2:1: <document>: invalid YAML: a second document starts here; a config file is one YAML document"]
+        "x.yaml:2:1: <document>: invalid YAML: a second document starts here; a config file is one YAML document"
+    ]
 
 
 def test_an_anchor_defined_twice_names_both_lines() -> None:
     assert _problems("pipeline: x\na: &a 1\nb: &a 2\n") == [
-        "x.yaml:3:4: <document>: invalid YAML: anchor &a is defined again (first on line 2)"]
+        "x.yaml:3:4: <document>: invalid YAML: anchor &a is defined again (first on line 2)"
+    ]
 
 
 def test_forbidden_characters_are_located() -> None:
-    assert _problems("pipeline: é\x00\n") == ["x.yaml:1:12: <document>: invalid YAML: unacceptable character #x0000: "
-                                              "control characters are not allowed"]
-    assert _problems("pipeline: a\n\x1b[31m: red\n")[0].startswith("x.yaml:2:1: <document>: invalid YAML: unacceptable character #x001b")
+    assert _problems("pipeline: é\x00\n") == [
+        "x.yaml:1:12: <document>: invalid YAML: unacceptable character #x0000: "
+        "control characters are not allowed"
+    ]
+    assert _problems("pipeline: a\n\x1b[31m: red\n")[0].startswith(
+        "x.yaml:2:1: <document>: invalid YAML: unacceptable character #x001b"
+    )
 
 
 def test_text_with_a_lone_surrogate_is_a_config_error() -> None:
-    assert _problems("pipeline: a\nowner: \ud800\n") == ["x.yaml:2:8: <document>: invalid character U+D800 (surrogates not allowed)"]
+    assert _problems("pipeline: a\nowner: \ud800\n") == [
+        "x.yaml:2:8: <document>: invalid character U+D800 (surrogates not allowed)"
+    ]
 
 
 def test_keys_that_are_not_strings_are_named_briefly() -> None:
@@ -173,13 +190,19 @@ def test_a_huge_scalar_is_quoted_briefly() -> None:
     assert len(problem) < 250
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("2026-13-01", "invalid value: not a valid timestamp: month must be in 1..12"),
-    ("1" * 5000, "invalid value: not a valid int: Exceeds the limit (4300 digits) for integer string conversion"),
-    ("!!bool maybe", "invalid value: not a valid bool"),
-    ("!!timestamp now", "invalid value: not a valid timestamp"),
-    ("!!int ten", "invalid value: not a valid int: invalid literal for int()"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("2026-13-01", "invalid value: not a valid timestamp: month must be in 1..12"),
+        (
+            "1" * 5000,
+            "invalid value: not a valid int: Exceeds the limit (4300 digits) for integer string conversion",
+        ),
+        ("!!bool maybe", "invalid value: not a valid bool"),
+        ("!!timestamp now", "invalid value: not a valid timestamp"),
+        ("!!int ten", "invalid value: not a valid int: invalid literal for int()"),
+    ],
+)
 def test_scalars_yaml_cannot_construct_are_located(value: str, message: str) -> None:
     [problem] = _problems(FRAUD.replace("start_date: 2026-01-01", f"start_date: {value}"))
     assert problem.startswith("x.yaml:9:15: schedule.start_date: " + message)

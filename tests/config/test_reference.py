@@ -38,7 +38,10 @@ def test_descriptions_are_read_from_the_attribute_docstrings() -> None:
     from airflow_trainpipe.config.training import Hyperparameters
 
     assert field_description(Hyperparameters, "learning_rate") == "AdamW learning rate."
-    assert json_schema()["$defs"]["Hyperparameters"]["properties"]["learning_rate"]["description"] == "AdamW learning rate."
+    assert (
+        json_schema()["$defs"]["Hyperparameters"]["properties"]["learning_rate"]["description"]
+        == "AdamW learning rate."
+    )
     # Inherited fields and aliased keys keep theirs.
     assert json_schema()["properties"]["register"]["description"]
 
@@ -46,7 +49,9 @@ def test_descriptions_are_read_from_the_attribute_docstrings() -> None:
 def test_readme_reference_is_up_to_date() -> None:
     readme = (REPO_ROOT / "docs" / "configuration.md").read_text()
     start, end = readme.index(BEGIN_MARKER), readme.index(END_MARKER) + len(END_MARKER)
-    assert readme[start:end] + "\n" == markdown_reference(), "run `make docs` to regenerate the reference in docs/configuration.md"
+    assert readme[start:end] + "\n" == markdown_reference(), (
+        "run `make docs` to regenerate the reference in docs/configuration.md"
+    )
 
 
 def test_json_schema_is_valid_and_uses_yaml_keys() -> None:

@@ -23,4 +23,6 @@ def test_a_duration_timedelta_cannot_hold_is_a_located_problem(value: str) -> No
     with pytest.raises(ConfigError) as caught:
         parse_config(FRAUD.replace("retry_delay: 2m", f"retry_delay: {value}"), "x.yaml")
     [problem] = caught.value.problems
-    assert str(problem).startswith("x.yaml:13:16: schedule.retry_delay: expected a finite duration of at most 999999999 days, got ")
+    assert str(problem).startswith(
+        "x.yaml:13:16: schedule.retry_delay: expected a finite duration of at most 999999999 days, got "
+    )

@@ -20,19 +20,24 @@ def test_the_declared_pipeline_name_when_valid_and_free() -> None:
     assert stand_in_dag_id("configs/x.yaml", "fraud_detector", {"fraud_detector"}) == "broken_config__x"
 
 
-@pytest.mark.parametrize("declared", ["bad id!", "../../etc/passwd", "x" * (DAG_ID_MAX_LENGTH + 1), "", "é", "a\nb"])
+@pytest.mark.parametrize(
+    "declared", ["bad id!", "../../etc/passwd", "x" * (DAG_ID_MAX_LENGTH + 1), "", "é", "a\nb"]
+)
 def test_an_invalid_declared_name_falls_back_to_the_file(declared: str) -> None:
     assert stand_in_dag_id("configs/x.yaml", declared, set()) == "broken_config__x"
 
 
-@pytest.mark.parametrize("name", [
-    "configs/" + "a" * 251 + ".yaml",
-    "configs/caf\\xe9 \\x1b[31m.yaml",
-    "configs/日本語.yml",
-    "configs/.yaml.yaml",
-    "configs",
-    "configs/-.yaml",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "configs/" + "a" * 251 + ".yaml",
+        "configs/caf\\xe9 \\x1b[31m.yaml",
+        "configs/日本語.yml",
+        "configs/.yaml.yaml",
+        "configs",
+        "configs/-.yaml",
+    ],
+)
 def test_the_fallback_id_is_valid_for_any_file_name(name: str) -> None:
     first = stand_in_dag_id(name, None, set())
     second = stand_in_dag_id(name, None, {first})

@@ -29,7 +29,9 @@ def _entries(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "cache").glob("*.json"))
 
 
-def test_a_second_parse_is_served_from_the_cache(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_parse_is_served_from_the_cache(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     [first] = configs.read_config_folder(folder)
     assert len(_entries(tmp_path)) == 1
     monkeypatch.setattr(configs, "_memory", {})
@@ -51,7 +53,9 @@ def test_changed_content_is_a_new_entry(folder: Path, tmp_path: Path) -> None:
     # Formatting-only edits are another file content, so another (equally valid) entry.
 
 
-def test_a_damaged_or_tampered_entry_is_a_miss(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_or_tampered_entry_is_a_miss(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     configs.read_config_folder(folder)
     [entry] = _entries(tmp_path)
     for damage in ("{not json", entry.read_text().replace('"learning_rate":0.002', '"learning_rate":-5.0')):
@@ -62,17 +66,25 @@ def test_a_damaged_or_tampered_entry_is_a_miss(folder: Path, tmp_path: Path, mon
 
 
 def test_broken_configs_are_not_cached_and_name_the_file(folder: Path, tmp_path: Path) -> None:
-    (folder / "bad.yaml").write_text(FRAUD.replace("pipeline: fraud_detector", "pipeline: bad").replace("epochs: 3", "epochs: -1"))
+    (folder / "bad.yaml").write_text(
+        FRAUD.replace("pipeline: fraud_detector", "pipeline: bad").replace("epochs: 3", "epochs: -1")
+    )
     (folder / ".hidden.yaml").write_text("ignored: true")
     (folder / "notes.txt").write_text("ignored")
     files = configs.read_config_folder(folder, display_root=folder.parent)
     assert [f.name for f in files] == ["configs/bad.yaml", "configs/fraud_detector.yaml"]
     bad = files[0]
-    assert bad.config is None and "configs/bad.yaml:" in str(bad.error) and "training.hyperparameters.epochs" in str(bad.error)
+    assert (
+        bad.config is None
+        and "configs/bad.yaml:" in str(bad.error)
+        and "training.hyperparameters.epochs" in str(bad.error)
+    )
     assert len(_entries(tmp_path)) == 1
 
 
-def test_cache_off_and_unwritable_cache(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_off_and_unwritable_cache(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(configs.CACHE_ENV, "off")
     assert configs.read_config_folder(folder)[0].config is not None
     assert not (tmp_path / "cache").exists()
@@ -83,7 +95,9 @@ def test_cache_off_and_unwritable_cache(folder: Path, tmp_path: Path, monkeypatc
     assert configs.read_config_folder(folder)[0].config is not None
 
 
-def test_the_cache_key_covers_the_config_rules(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_key_covers_the_config_rules(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     configs.read_config_folder(folder)
     monkeypatch.setattr(configs, "_code_fingerprint", lambda: b"other rules")
     monkeypatch.setattr(configs, "_memory", {})
@@ -95,7 +109,9 @@ def test_an_unreadable_config_names_its_file(folder: Path) -> None:
     (folder / "latin1.yaml").write_bytes("pipeline: caf\xe9\n".encode("latin-1"))
     files = {f.name: f for f in configs.read_config_folder(folder, display_root=folder.parent)}
     bad = files["configs/latin1.yaml"]
-    assert bad.config is None and str(bad.error).startswith("configs/latin1.yaml: <document>: cannot read file:")
+    assert bad.config is None and str(bad.error).startswith(
+        "configs/latin1.yaml: <document>: cannot read file:"
+    )
     assert files["configs/fraud_detector.yaml"].config is not None
 
 
@@ -121,7 +137,9 @@ def test_entries_that_are_not_config_files_are_reported(folder: Path) -> None:
         assert str(files[f"configs/{name}"].error) == f"configs/{name}: <document>: cannot read file: {what}"
 
 
-def test_a_hostile_file_is_never_cached_and_costs_no_more_than_its_limits(folder: Path, tmp_path: Path) -> None:
+def test_a_hostile_file_is_never_cached_and_costs_no_more_than_its_limits(
+    folder: Path, tmp_path: Path
+) -> None:
     (folder / "bomb.yaml").write_bytes((HOSTILE_DIR / "billion_laughs.yaml").read_bytes())
     (folder / "cycle.yaml").write_text("pipeline: evil\ntags: &x [*x]\n")
     with open(folder / "huge.yaml", "wb") as handle:
@@ -141,5 +159,10 @@ def test_odd_file_names_are_shown_printable(folder: Path) -> None:
     for raw in (b"new\nline.yaml", b"esc\x1b[31m.yaml", b"caf\xe9.yaml", "caf\u00e9.yaml".encode()):
         Path(os.fsdecode(os.fsencode(folder) + b"/" + raw)).write_bytes(b"pipeline: [\n")
     names = sorted(f.name for f in configs.read_config_folder(folder, display_root=folder.parent))
-    assert names == ["configs/caf\\xe9.yaml", "configs/café.yaml", "configs/esc\\x1b[31m.yaml",
-                     "configs/fraud_detector.yaml", "configs/new\\nline.yaml"]
+    assert names == [
+        "configs/caf\\xe9.yaml",
+        "configs/café.yaml",
+        "configs/esc\\x1b[31m.yaml",
+        "configs/fraud_detector.yaml",
+        "configs/new\\nline.yaml",
+    ]

@@ -30,8 +30,19 @@ print("PROBE " + json.dumps({
 
 
 def _parse(dags_folder: Path, tmp_path: Path) -> dict:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-c", PROBE, str(dags_folder)], env=env, check=True, capture_output=True, text=True, timeout=300).stdout
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(dags_folder)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     return json.loads(out.split("PROBE ", 1)[1])
 
 
@@ -59,9 +70,15 @@ def test_one_hundred_pipelines_and_two_broken_configs(tmp_path: Path) -> None:
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     for i in range(100):
         (dags / "configs" / f"pipeline_{i:03d}.yaml").write_text(
-            text.replace("pipeline: fraud_detector", f"pipeline: pipeline_{i:03d}").replace("model_name: fraud_detector", f"model_name: pipeline_{i:03d}"))
+            text.replace("pipeline: fraud_detector", f"pipeline: pipeline_{i:03d}").replace(
+                "model_name: fraud_detector", f"model_name: pipeline_{i:03d}"
+            )
+        )
     (dags / "configs" / "typo_metric.yaml").write_text(
-        text.replace("pipeline: fraud_detector", "pipeline: typo_metric").replace("metric: roc_auc", "metric: roc_acu"))
+        text.replace("pipeline: fraud_detector", "pipeline: typo_metric").replace(
+            "metric: roc_auc", "metric: roc_acu"
+        )
+    )
     (dags / "configs" / "bad_indent.yaml").write_text(text.replace("  label: is_fraud", " label: is_fraud"))
 
     parsed = _parse(dags, tmp_path)
@@ -69,10 +86,15 @@ def test_one_hundred_pipelines_and_two_broken_configs(tmp_path: Path) -> None:
     pipelines = {k: v for k, v in parsed["dags"].items() if "trainpipe:broken-config" not in v["tags"]}
     broken = {k: v for k, v in parsed["dags"].items() if "trainpipe:broken-config" in v["tags"]}
     assert len(pipelines) == 100
-    assert all(v["tasks"] == ["gate", "register", "train", "validate_data", "wait_for_data"] for v in pipelines.values())
+    assert all(
+        v["tasks"] == ["gate", "register", "train", "validate_data", "wait_for_data"]
+        for v in pipelines.values()
+    )
     assert sorted(broken) == ["broken_config__bad_indent", "typo_metric"]
     typo = broken["typo_metric"]
-    assert typo["description"].startswith("BROKEN CONFIG configs/typo_metric.yaml: gate.metric: 'roc_acu' is not a binary_classification metric")
+    assert typo["description"].startswith(
+        "BROKEN CONFIG configs/typo_metric.yaml: gate.metric: 'roc_acu' is not a binary_classification metric"
+    )
     assert "configs/typo_metric.yaml:" in typo["doc_md"]
     indent = broken["broken_config__bad_indent"]
     assert indent["description"].startswith("BROKEN CONFIG configs/bad_indent.yaml: <document>: invalid YAML")
@@ -104,18 +126,32 @@ def _case_folder(root: Path, case: str) -> Path:
 
 
 def _batch(folders: list[Path], tmp_path: Path) -> tuple[dict[str, dict], list[str]]:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", BATCH_PROBE, *map(str, folders)], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "TRAINPIPE_CONFIG_CACHE": str(tmp_path / "cache"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", BATCH_PROBE, *map(str, folders)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = done.stdout.splitlines()
     started = [line.split(" ", 1)[1] for line in lines if line.startswith("START ")]
-    assert done.returncode == 0, f"the DagBag process died ({done.returncode}) while loading {started[-1:]}:\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, (
+        f"the DagBag process died ({done.returncode}) while loading {started[-1:]}:\n{done.stderr[-2000:]}"
+    )
     bags = {(bag := json.loads(line[4:]))["folder"]: bag for line in lines if line.startswith("BAG ")}
     return bags, json.loads(next(line for line in lines if line.startswith("MODULES "))[8:])
 
 
 @pytest.mark.timeout(300)
 def test_each_hostile_config_beside_a_valid_one_is_a_stand_in(tmp_path: Path) -> None:
-    cases: dict[str, tuple[Path, str, str]] = {}  # case -> (dags folder, file as shown, what its stand-in says)
+    cases: dict[
+        str, tuple[Path, str, str]
+    ] = {}  # case -> (dags folder, file as shown, what its stand-in says)
     for name, expected in HOSTILE.items():
         dags = _case_folder(tmp_path, name)
         shutil.copy(HOSTILE_DIR / name, dags / "configs")
@@ -129,20 +165,29 @@ def test_each_hostile_config_beside_a_valid_one_is_a_stand_in(tmp_path: Path) ->
         shutil.copy(path, every / "configs")
     make_generated(every / "configs")
     generated = {shown: expected for shown, (_, expected) in generated_cases().items()}
-    cases |= {f"every: {shown[:60]}": (every, shown, expected) for shown, expected in {**HOSTILE, **generated}.items()}
+    cases |= {
+        f"every: {shown[:60]}": (every, shown, expected)
+        for shown, expected in {**HOSTILE, **generated}.items()
+    }
 
     bags, modules = _batch(sorted({dags for dags, _, _ in cases.values()}), tmp_path)
     failures = []
     for case, (dags, shown, expected) in cases.items():
         bag = bags[str(dags)]
         valid = bag["dags"].get("fraud_detector", {})
-        stand_ins = [d for d in bag["dags"].values() if d["description"] and d["description"].startswith(f"BROKEN CONFIG configs/{shown}: ")]
+        stand_ins = [
+            d
+            for d in bag["dags"].values()
+            if d["description"] and d["description"].startswith(f"BROKEN CONFIG configs/{shown}: ")
+        ]
         if bag["import_errors"]:
             failures.append(f"{case}: import errors {bag['import_errors']}")
         if "trainpipe:broken-config" in valid.get("tags", ["missing"]):
             failures.append(f"{case}: the valid pipeline fraud_detector did not load: {valid}")
         if len(stand_ins) != 1 or expected not in stand_ins[0]["description"]:
-            failures.append(f"{case}: expected one stand-in for configs/{shown} saying {expected!r}, got {[d['description'][:300] for d in stand_ins]}")
+            failures.append(
+                f"{case}: expected one stand-in for configs/{shown} saying {expected!r}, got {[d['description'][:300] for d in stand_ins]}"
+            )
     assert not failures, "\n".join(failures)
     assert _heavy(modules) == []
     # The DAG processor's time for a folder holding every hostile file (the valid one included).

@@ -4,7 +4,7 @@ The React trigger form counts a Param as required when its schema has a `type` t
 list containing "null", and keeps Trigger disabled while a required field is null, undefined or
 "" (apache-airflow-core 3.3.2, airflow/ui/dist/assets/index-*.js: `isRequired` from
 `ui/src/components/FlexibleForm/isParamRequired.tsx` and the section check of `FlexibleForm.tsx`).
-tests/e2e/test_browser.py clicks that button in a real browser; this checks the same rule on the
+tests/integration/test_ui_browser.py clicks that button in a real browser; this checks the same rule on the
 Params every example pipeline serves to the form, without one.
 """
 
@@ -40,7 +40,9 @@ def test_form_defaults_do_not_block_the_trigger_button(dags: list) -> None:
         for name, param in stored.params.items():
             spec = param.dump()
             if _ui_required(spec["schema"]) and spec["value"] in (None, ""):
-                blocking.append(f"{dag.dag_id}.{name}: required by the form but empty by default ({spec['schema']})")
+                blocking.append(
+                    f"{dag.dag_id}.{name}: required by the form but empty by default ({spec['schema']})"
+                )
     assert blocking == []
 
 

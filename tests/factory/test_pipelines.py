@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_example_configs_become_the_five_task_pipeline() -> None:
     dag = dags["fraud_detector"]
     order = ["wait_for_data", "validate_data", "train", "gate", "register"]
     assert sorted(dag.task_ids) == sorted(order)
-    for upstream, downstream in zip(order, order[1:]):
+    for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     assert isinstance(dag.timetable, CronTriggerTimetable) and dag.timetable.expression == "0 2 * * *"
     assert dag.start_date == datetime.fromisoformat("2026-01-01T00:00:00+00:00")
@@ -88,7 +89,9 @@ def test_train_applies_only_the_form_values_that_change_something(tmp_path: Path
     from airflow.sdk.exceptions import AirflowFailException
 
     train = _dags(EXAMPLE_CONFIGS)["fraud_detector"].get_task("train")
-    train.hyperparameter_overrides = '{"epochs": 3, "learning_rate": 1, "max_steps": null}'  # as rendered by | tojson
+    train.hyperparameter_overrides = (
+        '{"epochs": 3, "learning_rate": 1, "max_steps": null}'  # as rendered by | tojson
+    )
     assert train._overrides() == {"learning_rate": 1.0}
     train.hyperparameter_overrides = "{'batch_size': 64}"  # a dict rendered without native templating
     assert train._overrides() == {"batch_size": 64}
@@ -123,21 +126,30 @@ def test_doc_md_describes_the_pipeline_without_secrets() -> None:
 
 
 def test_asset_schedule_by_name_or_uri(tmp_path: Path) -> None:
-    by_name = FRAUD.replace('cron: "0 2 * * *"          # 02:00 UTC, after the upstream export lands', "asset: upstream@champion")
-    by_uri = by_name.replace("pipeline: fraud_detector", "pipeline: by_uri").replace("asset: upstream@champion", "asset: s3://bucket/exports")
+    by_name = FRAUD.replace(
+        'cron: "0 2 * * *"          # 02:00 UTC, after the upstream export lands', "asset: upstream@champion"
+    )
+    by_uri = by_name.replace("pipeline: fraud_detector", "pipeline: by_uri").replace(
+        "asset: upstream@champion", "asset: s3://bucket/exports"
+    )
     dags = _dags(_folder(tmp_path, **{"a.yaml": by_name, "b.yaml": by_uri}))
     assert dags["fraud_detector"].timetable.asset_condition == Asset.ref(name="upstream@champion")
     assert dags["by_uri"].timetable.asset_condition == Asset.ref(uri="s3://bucket/exports")
 
 
 def test_a_broken_config_becomes_a_stand_in_and_the_others_still_load(tmp_path: Path) -> None:
-    broken = FRAUD.replace("pipeline: fraud_detector", "pipeline: fraud_typo").replace("metric: roc_auc", "metric: roc_acu")
-    folder = _folder(tmp_path, **{
-        "fraud_detector.yaml": FRAUD,
-        "fraud_typo.yaml": broken,
-        "not_yaml.yaml": "pipeline: [unclosed\n",
-        "house_prices.yml": (EXAMPLE_CONFIGS / "house_prices.yaml").read_text(),
-    })
+    broken = FRAUD.replace("pipeline: fraud_detector", "pipeline: fraud_typo").replace(
+        "metric: roc_auc", "metric: roc_acu"
+    )
+    folder = _folder(
+        tmp_path,
+        **{
+            "fraud_detector.yaml": FRAUD,
+            "fraud_typo.yaml": broken,
+            "not_yaml.yaml": "pipeline: [unclosed\n",
+            "house_prices.yml": (EXAMPLE_CONFIGS / "house_prices.yaml").read_text(),
+        },
+    )
     dags = _dags(folder)
     assert sorted(dags) == ["broken_config__not_yaml", "fraud_detector", "fraud_typo", "house_prices"]
     typo = dags["fraud_typo"]  # under the id the file declares: the pipeline's own page shows the error
@@ -146,12 +158,14 @@ def test_a_broken_config_becomes_a_stand_in_and_the_others_still_load(tmp_path: 
     assert "did you mean 'roc_auc'" in typo.description
     assert "configs/fraud_typo.yaml:" in typo.doc_md and "gate.metric" in typo.doc_md
     assert typo.dag_display_name == "fraud_typo [broken config: configs/fraud_typo.yaml]"
-    assert dags["broken_config__not_yaml"].description.startswith("BROKEN CONFIG configs/not_yaml.yaml: <document>: invalid YAML")
+    assert dags["broken_config__not_yaml"].description.startswith(
+        "BROKEN CONFIG configs/not_yaml.yaml: <document>: invalid YAML"
+    )
     assert BROKEN_TAG not in dags["fraud_detector"].tags
     [task] = typo.tasks
     from airflow.sdk.exceptions import AirflowFailException
 
-    with pytest.raises(AirflowFailException, match="configs/fraud_typo.yaml:.*gate.metric"):
+    with pytest.raises(AirflowFailException, match=r"configs/fraud_typo.yaml:.*gate.metric"):
         task.execute({})
 
 
@@ -171,7 +185,8 @@ def test_register_pipelines_binds_dags_in_the_namespace(tmp_path: Path) -> None:
 
 
 def test_a_dag_that_fails_to_build_becomes_its_own_stand_in(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from airflow_trainpipe.factory import pipelines
 
     real_doc = pipelines.pipeline_doc
@@ -182,36 +197,60 @@ def test_a_dag_that_fails_to_build_becomes_its_own_stand_in(
         return real_doc(config, source, asset_name)
 
     monkeypatch.setattr(pipelines, "pipeline_doc", doc_with_a_bug)
-    dags = _dags(_folder(tmp_path, **{"a.yaml": FRAUD, "b.yaml": (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()}))
+    dags = _dags(
+        _folder(tmp_path, **{"a.yaml": FRAUD, "b.yaml": (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()})
+    )
     assert sorted(dags) == ["fraud_detector", "house_prices"]
     assert BROKEN_TAG not in dags["fraud_detector"].tags
     stand_in = dags["house_prices"]  # the pipeline's own page shows it
     assert BROKEN_TAG in stand_in.tags
-    assert stand_in.description == ("BROKEN CONFIG configs/b.yaml: <document>: unexpected KeyError while building its DAG: "
-                                    "'gpu'; the traceback is logged")
-    assert any(r.exc_info and r.exc_info[0] is KeyError and "configs/b.yaml" in r.getMessage() for r in caplog.records)
+    assert stand_in.description == (
+        "BROKEN CONFIG configs/b.yaml: <document>: unexpected KeyError while building its DAG: "
+        "'gpu'; the traceback is logged"
+    )
+    assert any(
+        r.exc_info and r.exc_info[0] is KeyError and "configs/b.yaml" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_hostile_neighbours_leave_the_valid_pipeline_alone(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, **{
-        "fraud_detector.yaml": FRAUD,
-        "cycle.yaml": "pipeline: evil\ntags: &x [*x]\n",
-        "bomb.yaml": (HOSTILE_DIR / "billion_laughs.yaml").read_text(),
-        "deep.yaml": "pipeline: evil\ntags: " + "[" * 20_000 + "]" * 20_000 + "\n",
-        "a b.yaml": "pipeline: [\n",
-        "a_b.yaml": "pipeline: [\n",
-        "bad_name.yaml": FRAUD.replace("pipeline: fraud_detector", "pipeline: 'no spaces please'"),
-    })
+    folder = _folder(
+        tmp_path,
+        **{
+            "fraud_detector.yaml": FRAUD,
+            "cycle.yaml": "pipeline: evil\ntags: &x [*x]\n",
+            "bomb.yaml": (HOSTILE_DIR / "billion_laughs.yaml").read_text(),
+            "deep.yaml": "pipeline: evil\ntags: " + "[" * 20_000 + "]" * 20_000 + "\n",
+            "a b.yaml": "pipeline: [\n",
+            "a_b.yaml": "pipeline: [\n",
+            "bad_name.yaml": FRAUD.replace("pipeline: fraud_detector", "pipeline: 'no spaces please'"),
+        },
+    )
     (folder / "x.yaml").mkdir()
     dags = _dags(folder)
-    [hashed] = [dag_id for dag_id in dags if dag_id.startswith("broken_config__a_b__")]  # `a b` and `a_b` clean alike
-    assert sorted(dags) == sorted(["broken_config__a_b", hashed, "broken_config__bad_name", "broken_config__bomb",
-                                   "broken_config__cycle", "broken_config__deep", "broken_config__x", "fraud_detector"])
+    [hashed] = [
+        dag_id for dag_id in dags if dag_id.startswith("broken_config__a_b__")
+    ]  # `a b` and `a_b` clean alike
+    assert sorted(dags) == sorted(
+        [
+            "broken_config__a_b",
+            hashed,
+            "broken_config__bad_name",
+            "broken_config__bomb",
+            "broken_config__cycle",
+            "broken_config__deep",
+            "broken_config__x",
+            "fraud_detector",
+        ]
+    )
     assert "configs/a_b.yaml" in dags[hashed].description
     assert BROKEN_TAG not in dags["fraud_detector"].tags
     assert "alias *x refers to a node that contains it" in dags["broken_config__cycle"].description
     assert "nesting depth 33 is over the limit of 32 levels" in dags["broken_config__deep"].description
     assert "is a directory" in dags["broken_config__x"].description
-    assert dags["broken_config__bad_name"].description.startswith("BROKEN CONFIG configs/bad_name.yaml: pipeline:")
+    assert dags["broken_config__bad_name"].description.startswith(
+        "BROKEN CONFIG configs/bad_name.yaml: pipeline:"
+    )
     for dag in dags.values():
         DagSerialization.to_dict(dag)  # what the DAG processor stores

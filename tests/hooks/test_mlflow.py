@@ -23,7 +23,11 @@ def connection(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_provider_metadata() -> None:
-    assert (MlflowHook.conn_type, MlflowHook.default_conn_name, MlflowHook.conn_name_attr) == ("mlflow", "mlflow_default", "mlflow_conn_id")
+    assert (MlflowHook.conn_type, MlflowHook.default_conn_name, MlflowHook.conn_name_attr) == (
+        "mlflow",
+        "mlflow_default",
+        "mlflow_conn_id",
+    )
     behaviour = MlflowHook.get_ui_field_behaviour()
     assert "host" in behaviour["relabeling"] and "ui_url" in behaviour["placeholders"]["extra"]
 
@@ -46,7 +50,14 @@ def test_an_explicitly_named_connection_must_exist() -> None:
 
 
 def test_http_connection_with_basic_auth(connection) -> None:
-    connection("mlflow_default", host="https://mlflow.example.com", port=8443, schema="tracking", login="svc", password="pa55-word-x")
+    connection(
+        "mlflow_default",
+        host="https://mlflow.example.com",
+        port=8443,
+        schema="tracking",
+        login="svc",
+        password="pa55-word-x",
+    )
     hook = MlflowHook()
     assert hook.tracking_uri == "https://mlflow.example.com:8443/tracking"
     assert hook.ui_url == "https://mlflow.example.com:8443/tracking"
@@ -57,17 +68,31 @@ def test_http_connection_with_basic_auth(connection) -> None:
     }
     assert "pa55-word-x" not in repr(hook.target)
     assert hook.run_url("3", "r1") == "https://mlflow.example.com:8443/tracking/#/experiments/3/runs/r1"
-    assert hook.model_version_url("fraud detector", 2) == "https://mlflow.example.com:8443/tracking/#/models/fraud%20detector/versions/2"
+    assert (
+        hook.model_version_url("fraud detector", 2)
+        == "https://mlflow.example.com:8443/tracking/#/models/fraud%20detector/versions/2"
+    )
 
 
 def test_host_without_scheme_is_http_and_a_lone_password_is_a_token(connection) -> None:
     connection("mlflow_tok", host="mlflow.internal", port=5000, password="tok-123456")
     hook = MlflowHook("mlflow_tok")
-    assert hook.environment() == {"MLFLOW_TRACKING_URI": "http://mlflow.internal:5000", "MLFLOW_TRACKING_TOKEN": "tok-123456"}
+    assert hook.environment() == {
+        "MLFLOW_TRACKING_URI": "http://mlflow.internal:5000",
+        "MLFLOW_TRACKING_TOKEN": "tok-123456",
+    }
 
 
 def test_tracking_uri_extra_wins_and_ui_url_extra_is_used(connection) -> None:
-    connection("mlflow_x", host="ignored", extra={"tracking_uri": "sqlite:////data/mlflow.db", "ui_url": "http://ui:5000/", "token": "tok-abcdef"})
+    connection(
+        "mlflow_x",
+        host="ignored",
+        extra={
+            "tracking_uri": "sqlite:////data/mlflow.db",
+            "ui_url": "http://ui:5000/",
+            "token": "tok-abcdef",
+        },
+    )
     hook = MlflowHook("mlflow_x")
     assert hook.tracking_uri == "sqlite:////data/mlflow.db"
     assert hook.ui_url == "http://ui:5000"
@@ -83,13 +108,21 @@ def test_connection_without_host_or_uri_is_an_error(connection) -> None:
 def test_secrets_are_registered_with_the_masker(connection) -> None:
     from airflow.sdk._shared.secrets_masker import redact
 
-    connection("mlflow_m", host="http://h", login="u", password="very-secret-pw", extra={"token": "very-secret-token"})
+    connection(
+        "mlflow_m",
+        host="http://h",
+        login="u",
+        password="very-secret-pw",
+        extra={"token": "very-secret-token"},
+    )
     MlflowHook("mlflow_m").environment()
     assert "very-secret-pw" not in str(redact("password is very-secret-pw"))
     assert "very-secret-token" not in str(redact("token very-secret-token"))
 
 
-def test_activated_sets_the_environment_for_the_block_only(connection, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_activated_sets_the_environment_for_the_block_only(
+    connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////before.db")
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "stale-token")
     connection("mlflow_b", host="http://h:1", login="u", password="p-123456")
@@ -99,12 +132,16 @@ def test_activated_sets_the_environment_for_the_block_only(connection, monkeypat
         assert mlflow.get_tracking_uri() == "http://h:1"
         assert os.environ["MLFLOW_TRACKING_USERNAME"] == "u" and "MLFLOW_TRACKING_TOKEN" not in os.environ
     assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:////before.db"
-    assert os.environ["MLFLOW_TRACKING_TOKEN"] == "stale-token" and "MLFLOW_TRACKING_USERNAME" not in os.environ
+    assert (
+        os.environ["MLFLOW_TRACKING_TOKEN"] == "stale-token" and "MLFLOW_TRACKING_USERNAME" not in os.environ
+    )
 
 
 def test_real_server_needs_the_connections_credentials(mlflow_server, connection) -> None:
     host, port = mlflow_server.url.rsplit(":", 1)
-    connection("mlflow_ok", host=host, port=int(port), login=mlflow_server.username, password=mlflow_server.password)
+    connection(
+        "mlflow_ok", host=host, port=int(port), login=mlflow_server.username, password=mlflow_server.password
+    )
     connection("mlflow_anonymous", host=host, port=int(port))
     ok, message = MlflowHook("mlflow_ok").test_connection()
     assert ok, message

@@ -6,6 +6,7 @@ try 2's freshly rendered pod resumes from the run's checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -19,9 +20,9 @@ import pytest
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.events import parse
-from airflow_trainpipe.launchers.kubernetes import SCRATCH, RunLabels, manifests
+from airflow_trainpipe.launchers.kubernetes_manifests import SCRATCH, RunLabels, manifests
 from airflow_trainpipe.train_spec import TrainSpec, run_dir_name
-from tests.jobs import EVERY_STEPS, job_config_text
+from tests.helpers.jobs import EVERY_STEPS, job_config_text
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +34,7 @@ _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 def expand(text: str, env: dict[str, str]) -> str:
     """Kubernetes' dependent-variable expansion: `$(VAR)` of a defined VAR, `$$` -> `$`."""
+
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
             return "$"
@@ -55,18 +57,25 @@ def container_env(container: dict[str, Any], scratch: Path) -> dict[str, str]:
 
 def kubernetes_config(checkpoints: Path, data_root: Path, mlflow_db: Path) -> str:
     text = job_config_text(checkpoints)
-    volumes = (f"[{{claim: data, mount_path: {data_root}, read_only: true}}, "
-               f"{{claim: checkpoints, mount_path: {checkpoints}}}]")
-    text = text.replace("  launcher: local\n", (
-        "  launcher: kubernetes\n  image: trainpipe-trainer:test\n  kubernetes:\n"
-        f"    volumes: {volumes}\n"
-        f"    env: {{MLFLOW_TRACKING_URI: 'sqlite:///{mlflow_db}'}}\n"
-        "    env_keys: [{name: MLFLOW_TRACKING_TOKEN, from: trainpipe-mlflow, key: token}]\n"
-    ))
+    volumes = (
+        f"[{{claim: data, mount_path: {data_root}, read_only: true}}, "
+        f"{{claim: checkpoints, mount_path: {checkpoints}}}]"
+    )
+    text = text.replace(
+        "  launcher: local\n",
+        (
+            "  launcher: kubernetes\n  image: trainpipe-trainer:test\n  kubernetes:\n"
+            f"    volumes: {volumes}\n"
+            f"    env: {{MLFLOW_TRACKING_URI: 'sqlite:///{mlflow_db}'}}\n"
+            "    env_keys: [{name: MLFLOW_TRACKING_TOKEN, from: trainpipe-mlflow, key: token}]\n"
+        ),
+    )
     return text.replace("uri: data/card_transactions", f"uri: {data_root.as_uri()}")
 
 
-def run_container(pod: dict[str, Any], scratch: Path, *, pause_at: str | None = None) -> tuple[int, list[dict], str]:
+def run_container(
+    pod: dict[str, Any], scratch: Path, *, pause_at: str | None = None
+) -> tuple[int, list[dict], str]:
     (container,) = pod["spec"]["containers"]
     env = container_env(container, scratch)
     command = [expand(arg, env) for arg in container["command"]]
@@ -78,8 +87,15 @@ def run_container(pod: dict[str, Any], scratch: Path, *, pause_at: str | None = 
     process_env["TORCH_EXTENSIONS_DIR"] = os.environ["TORCH_EXTENSIONS_DIR"]
     if pause_at:
         process_env["TRAINPIPE_PAUSE_AT"] = pause_at  # fault injection, not part of the manifest
-    process = subprocess.Popen(command, env=process_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True, cwd=scratch)
+    process = subprocess.Popen(
+        command,
+        env=process_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=scratch,
+    )
     events, output = [], []
     assert process.stdout is not None
     for line in process.stdout:
@@ -94,18 +110,16 @@ def run_container(pod: dict[str, Any], scratch: Path, *, pause_at: str | None = 
 def _kill_tree(process: subprocess.Popen[str]) -> None:
     groups = {process.pid}
     for child in psutil.Process(process.pid).children(recursive=True):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             groups.add(os.getpgid(child.pid))
-        except ProcessLookupError:
-            pass
     for group in groups:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
-def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(tmp_path: Path, job_files: list[str]) -> None:
+def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(
+    tmp_path: Path, job_files: list[str]
+) -> None:
     data_root = Path(job_files[0].removeprefix("file://")).parents[1]
     checkpoints = tmp_path / "checkpoints"
     config = parse_config(kubernetes_config(checkpoints, data_root, tmp_path / "mlflow.db"))
@@ -138,6 +152,8 @@ def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(tmp_path: P
     assert resumed["mlflow_run_id"] == start["mlflow_run_id"]  # the same MLflow run continues
     assert result["final_step"] == resumed["total_steps"] == 2 * EVERY_STEPS and result["world_size"] == 2
     assert min(e["step"] for e in events if e["event"] == "step") == EVERY_STEPS + 1
-    assert (checkpoints / config.pipeline / run_dir_name("scheduled__2026-01-01T00:00:00+00:00") / "result.json").exists()
+    assert (
+        checkpoints / config.pipeline / run_dir_name("scheduled__2026-01-01T00:00:00+00:00") / "result.json"
+    ).exists()
     # The Secret is named in the manifest, its value is not.
     assert CLUSTER_SECRETS[("trainpipe-mlflow", "token")] not in str(second_pod)

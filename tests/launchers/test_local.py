@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from airflow_trainpipe.launchers.local import LocalLauncher, torchrun_command
-from tests.jobs import make_spec
+from tests.helpers.jobs import make_spec
 
 
 def test_torchrun_command_runs_the_single_entrypoint() -> None:
@@ -20,13 +20,18 @@ def test_torchrun_command_runs_the_single_entrypoint() -> None:
 
 
 def _job_processes(launcher: LocalLauncher) -> list[psutil.Process]:
-    return [launcher_process := psutil.Process(launcher.process.pid), *launcher_process.children(recursive=True)]
+    return [
+        launcher_process := psutil.Process(launcher.process.pid),
+        *launcher_process.children(recursive=True),
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["launcher_kill", "torchrun_sigkill"])
 def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[str], how: str) -> None:
-    launcher = LocalLauncher(make_spec(tmp_path, job_files, "orphans"), 2, env={"TRAINPIPE_PAUSE_AT": "step:3"})
+    launcher = LocalLauncher(
+        make_spec(tmp_path, job_files, "orphans"), 2, env={"TRAINPIPE_PAUSE_AT": "step:3"}
+    )
     launcher.start()
     paused = 0
     for line in launcher.lines():
@@ -42,6 +47,8 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
         launcher.process.send_signal(signal.SIGKILL)
     launcher.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes):
+    while time.monotonic() < deadline and any(
+        p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes
+    ):
         time.sleep(0.1)
     assert [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []

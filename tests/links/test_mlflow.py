@@ -9,11 +9,11 @@ import json
 import sqlite3
 from pathlib import Path
 
-from tests.airflow_dags import run_dag_file
+from tests.helpers.airflow_dags import run_dag_file
 
 URL = "http://127.0.0.1:5000/#/experiments/1/runs/abc"
 
-DAG_FILE = f'''
+DAG_FILE = f"""
 from datetime import datetime
 
 from airflow.sdk import DAG, BaseOperator
@@ -40,7 +40,7 @@ with DAG("links", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
     Linked(task_id="with_ui", url={URL!r})
     Linked(task_id="without_ui", url=None)
     Linked(task_id="failed", url={URL!r}, fail=True)
-'''
+"""
 
 
 def _links(airflow_home: Path) -> dict[tuple[str, str], object]:
@@ -51,11 +51,16 @@ def _links(airflow_home: Path) -> dict[tuple[str, str], object]:
 
 def test_links_are_resolved_by_the_task_runner_without_errors(airflow_env: dict[str, str]) -> None:
     run = run_dag_file(airflow_env, "links", DAG_FILE)
-    assert run.tasks == {"with_ui": "success", "without_ui": "success", "failed": "failed"}, run.output[-4000:]
+    assert run.tasks == {"with_ui": "success", "without_ui": "success", "failed": "failed"}, run.output[
+        -4000:
+    ]
     links = _links(Path(airflow_env["AIRFLOW_HOME"]))
     assert links[("with_ui", "_link_MlflowRunLink")] == URL
     assert links[("with_ui", "_link_MlflowModelVersionLink")] == URL + "/version"
     for task_id in ("without_ui", "failed"):
-        assert links[(task_id, "_link_MlflowRunLink")] == "" and links[(task_id, "_link_MlflowModelVersionLink")] == ""
+        assert (
+            links[(task_id, "_link_MlflowRunLink")] == ""
+            and links[(task_id, "_link_MlflowModelVersionLink")] == ""
+        )
     assert "XCom not found" not in run.output, run.output[-4000:]
     assert "Failed to push an xcom for task operator extra link" not in run.output

@@ -7,8 +7,11 @@ from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 
 
 def test_fails_without_retries_naming_the_file_and_every_problem() -> None:
-    task = ConfigErrorOperator(task_id="config_error", config_file="configs/x.yaml",
-                               problems=["configs/x.yaml:3:9: gate.metric: nope", "configs/x.yaml:9:1: data: missing"])
+    task = ConfigErrorOperator(
+        task_id="config_error",
+        config_file="configs/x.yaml",
+        problems=["configs/x.yaml:3:9: gate.metric: nope", "configs/x.yaml:9:1: data: missing"],
+    )
     assert task.retries == 0
     with pytest.raises(AirflowFailException) as failure:
         task.execute({})

@@ -17,8 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.gate import BaselineGateOperator, as_bool
-from tests.mlflow_server import log_candidate_run
-from tests.operators.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
+from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
+from tests.helpers.mlflow_server import log_candidate_run
 
 CHAMPION = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50, "accuracy": 0.9}
 
@@ -27,7 +27,10 @@ def test_template_fields_are_public_api() -> None:
     assert BaselineGateOperator.template_fields == ("mlflow_run_id", "force")
 
 
-@pytest.mark.parametrize(("value", "expected"), [(True, True), ("True", True), ("false", False), ("", False), (0, False), ("1", True)])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), ("True", True), ("false", False), ("", False), (0, False), ("1", True)],
+)
 def test_force_flag_accepts_rendered_booleans(value: object, expected: bool) -> None:
     assert as_bool(value, "force") is expected
 
@@ -44,7 +47,9 @@ def gate_setup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, 
     config = write_config(tmp_path / "pipeline.yaml", model_name)
     hook = MlflowHook()
 
-    def candidate(metrics: dict[str, float], champion: dict[str, float] | None, version: str | None, **tags: str) -> str:
+    def candidate(
+        metrics: dict[str, float], champion: dict[str, float] | None, version: str | None, **tags: str
+    ) -> str:
         with hook.activated():
             return log_candidate_run(model_name, metrics, champion, version, model_name=model_name, tags=tags)
 
@@ -86,11 +91,22 @@ def test_unscored_champion_fails_with_its_error_unless_forced(gate_setup) -> Non
     from airflow_trainpipe.operators.register import register_candidate
 
     champion_run = candidate(CHAMPION, None, None)
-    register_candidate(hook, BaselineGateOperator(task_id="g", config=str(config)).config, champion_run,
-                       gate_decision(champion_version=None), {}, log=logging.getLogger("test"))
-    broken = candidate(CHAMPION, None, "1", **{"trainpipe.champion.error": "cannot score champion: it needs column(s) zip"})
+    register_candidate(
+        hook,
+        BaselineGateOperator(task_id="g", config=str(config)).config,
+        champion_run,
+        gate_decision(champion_version=None),
+        {},
+        log=logging.getLogger("test"),
+    )
+    broken = candidate(
+        CHAMPION, None, "1", **{"trainpipe.champion.error": "cannot score champion: it needs column(s) zip"}
+    )
     gate = BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=broken)
-    with pytest.raises(AirflowFailException, match="no metric champion_roc_auc.*champion version 1: cannot score champion: it needs column"):
+    with pytest.raises(
+        AirflowFailException,
+        match=r"no metric champion_roc_auc.*champion version 1: cannot score champion: it needs column",
+    ):
         gate.execute({})
     gate.force = "True"  # as a template renders it
     report = gate.execute({})
@@ -104,6 +120,11 @@ def test_champion_changed_since_scoring_fails(gate_setup) -> None:
     parsed = BaselineGateOperator(task_id="g", config=str(config)).config
     first = candidate(CHAMPION, None, None)
     stale = candidate({**CHAMPION, "roc_auc": 0.9}, None, None)  # scored while there was no champion yet
-    register_candidate(hook, parsed, first, gate_decision(champion_version=None), {}, log=logging.getLogger("test"))
-    with pytest.raises(AirflowFailException, match=rf"the champion changed since run {stale} was scored: {model_name}@champion was version none, now 1"):
+    register_candidate(
+        hook, parsed, first, gate_decision(champion_version=None), {}, log=logging.getLogger("test")
+    )
+    with pytest.raises(
+        AirflowFailException,
+        match=rf"the champion changed since run {stale} was scored: {model_name}@champion was version none, now 1",
+    ):
         BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=stale).execute({})

@@ -13,8 +13,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.register import RegisterModelOperator, register_candidate
-from tests.mlflow_server import log_candidate_run
-from tests.operators.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
+from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
+from tests.helpers.mlflow_server import log_candidate_run
 
 LOG = logging.getLogger("test")
 METRICS = {"roc_auc": 0.8, "log_loss": 0.3, "recall": 0.5}
@@ -30,8 +30,11 @@ def test_template_fields_are_public_api() -> None:
 
 def test_refuses_a_decision_that_did_not_promote(tmp_path: Path) -> None:
     config = write_config(tmp_path / "p.yaml", "whatever")
-    operator = RegisterModelOperator(task_id="register", config=str(config),
-                                     gate_decision=gate_decision(promote=False, reason="worse").as_dict())
+    operator = RegisterModelOperator(
+        task_id="register",
+        config=str(config),
+        gate_decision=gate_decision(promote=False, reason="worse").as_dict(),
+    )
     with pytest.raises(AirflowFailException, match="the gate did not promote this candidate: worse"):
         operator.execute({})
 
@@ -40,7 +43,13 @@ def test_refuses_a_decision_that_did_not_promote(tmp_path: Path) -> None:
 def registry(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     define_connection(monkeypatch, request.param, request, tmp_path)
     name = f"reg_{uuid.uuid4().hex[:8]}"
-    config = load_config(write_config(tmp_path / "pipeline.yaml", name, (("tags: {team: risk-ml}", "tags: {team: risk-ml, tier: gold}"),)))
+    config = load_config(
+        write_config(
+            tmp_path / "pipeline.yaml",
+            name,
+            (("tags: {team: risk-ml}", "tags: {team: risk-ml, tier: gold}"),),
+        )
+    )
     hook = MlflowHook()
     with hook.activated():
         yield hook, config, name
@@ -51,15 +60,23 @@ def test_registration_is_idempotent_and_moves_the_aliases(registry) -> None:
     client = hook.get_conn()
     first = log_candidate_run(name, METRICS, None, None, model_name=name)
     bootstrap = gate_decision(champion_version=None, candidate=0.8, champion=None, reason="bootstrap")
-    lineage = {"trainpipe.pipeline": "fraud_detector", "airflow.dag_id": "d", "airflow.dag_run_id": "manual__1"}
+    lineage = {
+        "trainpipe.pipeline": "fraud_detector",
+        "airflow.dag_id": "d",
+        "airflow.dag_run_id": "manual__1",
+    }
     one = register_candidate(hook, config, first, bootstrap, lineage, log=LOG)
-    again = register_candidate(hook, config, first, bootstrap, lineage, log=LOG)  # a retry, or a re-run of the DAG run
+    again = register_candidate(
+        hook, config, first, bootstrap, lineage, log=LOG
+    )  # a retry, or a re-run of the DAG run
     assert one == {**again, "created": True} and again["created"] is False
     assert one["version"] == "1" and one["previous_version"] is None
     assert len(client.search_model_versions(f"name = '{name}'")) == 1
 
     second = log_candidate_run(name, {**METRICS, "roc_auc": 0.85}, METRICS, "1", model_name=name)
-    better = gate_decision(champion_version="1", candidate=0.85, champion=0.8, improvement=0.05, reason="better", forced=False)
+    better = gate_decision(
+        champion_version="1", candidate=0.85, champion=0.8, improvement=0.05, reason="better", forced=False
+    )
     lineage = {**lineage, "airflow.dag_run_id": "manual__2"}
     two = register_candidate(hook, config, second, better, lineage, log=LOG)
     assert (two["version"], two["previous_version"], two["previous_alias"]) == ("2", "1", "previous_champion")
@@ -86,16 +103,26 @@ def test_a_champion_that_changed_after_the_gate_is_not_replaced(registry) -> Non
     first = log_candidate_run(name, METRICS, None, None, model_name=name)
     register_candidate(hook, config, first, gate_decision(champion_version=None), {}, log=LOG)
     late = log_candidate_run(name, METRICS, None, None, model_name=name)  # gated while there was no champion
-    with pytest.raises(AirflowFailException, match=f"{name}@champion is version 1, but the gate compared against none"):
+    with pytest.raises(
+        AirflowFailException, match=f"{name}@champion is version 1, but the gate compared against none"
+    ):
         register_candidate(hook, config, late, gate_decision(champion_version=None), {}, log=LOG)
     assert aliases(client, name) == {"champion": "1"}
-    forced = register_candidate(hook, config, late, gate_decision(champion_version=None, forced=True), {}, log=LOG)
+    forced = register_candidate(
+        hook, config, late, gate_decision(champion_version=None, forced=True), {}, log=LOG
+    )
     assert forced["version"] == "2" and aliases(client, name) == {"champion": "2", "previous_champion": "1"}
 
 
 def test_config_hash_ignores_formatting_but_not_settings(tmp_path: Path) -> None:
     base = load_config(write_config(tmp_path / "a.yaml", "m"))
-    reformatted = load_config(write_config(tmp_path / "b.yaml", "m", (("pipeline: fraud_detector", "pipeline:    fraud_detector   # same"),)))
-    changed = load_config(write_config(tmp_path / "c.yaml", "m", (("learning_rate: 0.002", "learning_rate: 0.003"),)))
+    reformatted = load_config(
+        write_config(
+            tmp_path / "b.yaml", "m", (("pipeline: fraud_detector", "pipeline:    fraud_detector   # same"),)
+        )
+    )
+    changed = load_config(
+        write_config(tmp_path / "c.yaml", "m", (("learning_rate: 0.002", "learning_rate: 0.003"),))
+    )
     assert base.content_hash == reformatted.content_hash != changed.content_hash
     assert base.content_hash.startswith("sha256:") and len(base.content_hash) == 71

@@ -10,13 +10,19 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.operators.train import DistributedTrainOperator
-from tests.airflow_dags import dag_test_env
 from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.airflow_dags import dag_test_env
 
 
 def test_template_fields_are_public_api() -> None:
-    assert DistributedTrainOperator.template_fields == ("run_id", "partition", "validation", "data_files", "data_digest",
-                                                        "hyperparameter_overrides")
+    assert DistributedTrainOperator.template_fields == (
+        "run_id",
+        "partition",
+        "validation",
+        "data_files",
+        "data_digest",
+        "hyperparameter_overrides",
+    )
 
 
 def test_accepts_a_config_path_and_defaults_to_the_configs_partition() -> None:
@@ -30,21 +36,29 @@ def test_invalid_hyperparameter_override_fails_without_retry(tmp_path: Path) -> 
     from airflow.sdk.exceptions import AirflowFailException
 
     operator = DistributedTrainOperator(
-        task_id="train", config=str(EXAMPLE_CONFIGS / "fraud_detector.yaml"),
-        data_files=[(tmp_path / "x.parquet").as_uri()], hyperparameter_overrides={"learning_rate": -1},
+        task_id="train",
+        config=str(EXAMPLE_CONFIGS / "fraud_detector.yaml"),
+        data_files=[(tmp_path / "x.parquet").as_uri()],
+        hyperparameter_overrides={"learning_rate": -1},
     )
-    with pytest.raises(AirflowFailException, match="invalid hyperparameter_overrides.*learning_rate"):
+    with pytest.raises(AirflowFailException, match=r"invalid hyperparameter_overrides.*learning_rate"):
         operator._spec(store=None)
 
 
 def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text().replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}")
+    text = (
+        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+        .read_text()
+        .replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}")
+    )
     config_file = tmp_path / "c.yaml"
     config_file.write_text(text)
     operator = DistributedTrainOperator(task_id="train", config=str(config_file), partition="ds=2026-01-01")
-    with pytest.raises(AirflowException, match=f"no \\*.parquet files under {tmp_path.as_uri()}/ds=2026-01-01") as caught:
+    with pytest.raises(
+        AirflowException, match=f"no \\*.parquet files under {tmp_path.as_uri()}/ds=2026-01-01"
+    ) as caught:
         operator._spec(store=None)
     assert not isinstance(caught.value, AirflowFailException)
 
@@ -88,13 +102,17 @@ def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_air
 
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 3000, seed=9)
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
-    text = text.replace("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}").replace("every_steps: 100", "every_steps: 5")
+    text = text.replace("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}").replace(
+        "every_steps: 100", "every_steps: 5"
+    )
     text = text.replace("batch_size: 256", "batch_size: 64")
     (tmp_path / "train.yaml").write_text(text)
     env = dag_test_env(tmp_path, migrated_airflow_db)
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "train_retry.py").write_text(DAG_FILE.format(config=str(tmp_path / "train.yaml"), files=files))
-    done = subprocess.run([sys.executable, str(dags / "train_retry.py")], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(dags / "train_retry.py")], env=env, capture_output=True, text=True, timeout=600
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     summary = json.loads(output.split("TEST-RESULT ", 1)[1].splitlines()[0])
@@ -104,10 +122,12 @@ def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_air
     results = list((tmp_path / "ckpt" / "fraud_detector").glob("*/result.json"))
     assert len(results) == 1
     result = json.loads(results[0].read_text())
-    assert result["resumed_from_step"] == 10 and result["final_step"] == 15 and result["steps_recomputed"] == 2
+    assert (
+        result["resumed_from_step"] == 10 and result["final_step"] == 15 and result["steps_recomputed"] == 2
+    )
 
 
-OVERWRITE_DAG = '''
+OVERWRITE_DAG = """
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
@@ -132,24 +152,33 @@ with DAG("overwritten", schedule=None, start_date=datetime(2026, 1, 1), catchup=
     train = DistributedTrainOperator(task_id="train", config={config!r}, validation=validate.output, max_steps=5, retries=2,
                                      retry_delay=timedelta(seconds=0))
     export_rerun(validate.output) >> train
-'''
+"""
 
 
 @pytest.mark.slow
-def test_a_file_overwritten_between_validate_and_train_fails_train_at_once_naming_it(airflow_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_file_overwritten_between_validate_and_train_fails_train_at_once_naming_it(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
     from datetime import date
 
     from airflow_trainpipe.synthetic import write_day
-    from tests.airflow_dags import run_dag_file
+    from tests.helpers.airflow_dags import run_dag_file
 
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 2500, seed=9)
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
-    for old, new in (("uri: data/card_transactions", f"uri: {(tmp_path / 'data').as_uri()}"),
-                     ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"), ("min_rows: 1000", "min_rows: 100")):
+    for old, new in (
+        ("uri: data/card_transactions", f"uri: {(tmp_path / 'data').as_uri()}"),
+        ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"),
+        ("min_rows: 1000", "min_rows: 100"),
+    ):
         text = text.replace(old, new)
     (tmp_path / "train.yaml").write_text(text)
-    run = run_dag_file(airflow_env, "overwritten", OVERWRITE_DAG.format(config=str(tmp_path / "train.yaml")), "2026-01-01")
-    assert run.tasks == {"validate_data": "success", "export_rerun": "success", "train": "failed"}, run.output[-5000:]
+    run = run_dag_file(
+        airflow_env, "overwritten", OVERWRITE_DAG.format(config=str(tmp_path / "train.yaml")), "2026-01-01"
+    )
+    assert run.tasks == {"validate_data": "success", "export_rerun": "success", "train": "failed"}, (
+        run.output[-5000:]
+    )
     assert run.tries["train"] == 1  # retries=2: bad bytes are not retried
     assert f"ChangedDataError: {files[0]} changed since it was validated" in run.output
     assert "not retried" in run.output

@@ -32,13 +32,22 @@ def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "none",
-        "clusters": [{"name": "none", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
-        "users": [{"name": "none", "user": {}}],
-    }))
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "none",
+                "clusters": [{"name": "none", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+                "users": [{"name": "none", "user": {}}],
+            }
+        )
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}),
+    )
     return str(path)
 
 
@@ -55,12 +64,19 @@ def _operator(tmp_path: Path, nodes: int) -> DistributedTrainOperator:
     from airflow.sdk import DAG
 
     with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
-        return DistributedTrainOperator(task_id="train", config=_config_file(tmp_path, nodes), data_files=DATA)
+        return DistributedTrainOperator(
+            task_id="train", config=_config_file(tmp_path, nodes), data_files=DATA
+        )
 
 
 def _context(try_number: int = 2) -> dict[str, Any]:
     ti = SimpleNamespace(dag_id="house_prices", task_id="train", try_number=try_number, map_index=-1)
-    return {"ti": ti, "run_id": RUN_ID, "dag": SimpleNamespace(dag_id="house_prices"), "task_state_store": None}
+    return {
+        "ti": ti,
+        "run_id": RUN_ID,
+        "dag": SimpleNamespace(dag_id="house_prices"),
+        "task_state_store": None,
+    }
 
 
 def _validate(tmp_path: Path, documents: list[dict]) -> None:
@@ -68,7 +84,9 @@ def _validate(tmp_path: Path, documents: list[dict]) -> None:
     path.write_text(yaml.safe_dump_all(documents))
     cli = Path(sys.executable).with_name("kubernetes-validate")
     for version in ("1.30.0", "1.31.0", "1.32.0", "1.33.0"):
-        done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -88,12 +106,19 @@ def test_one_node_is_a_durable_kubernetes_pod_operator(tmp_path: Path) -> None:
     assert pod_operator.durable is True and pod_operator.reattach_on_restart is True
     assert pod_operator.namespace == "ml-training" and pod_operator.kubernetes_conn_id == "kubernetes_default"
     assert pod_operator.random_name_suffix is False and pod_operator.name.endswith("-2")
-    assert "pod_template_dict" in pod_operator.template_fields and pod_operator.pod_template_dict["kind"] == "Pod"
+    assert (
+        "pod_template_dict" in pod_operator.template_fields
+        and pod_operator.pod_template_dict["kind"] == "Pod"
+    )
 
     pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
     labels = pod["metadata"]["labels"]
     assert {k: labels[k] for k in ("dag_id", "task_id", "try_number", "kubernetes_pod_operator")} == {
-        "dag_id": "house_prices", "task_id": "train", "try_number": "2", "kubernetes_pod_operator": "True"}
+        "dag_id": "house_prices",
+        "task_id": "train",
+        "try_number": "2",
+        "kubernetes_pod_operator": "True",
+    }
     (container,) = pod["spec"]["containers"]
     assert container["command"] == pod_operator.pod_template_dict["spec"]["containers"][0]["command"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
@@ -107,7 +132,13 @@ def test_one_node_is_a_durable_kubernetes_pod_operator(tmp_path: Path) -> None:
 
 def _pruned(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _pruned(v) for k, v in value.items() if v not in (None, [], {}, False) or k in ("readOnly", "allowPrivilegeEscalation", "automountServiceAccountToken", "enableServiceLinks")}
+        return {
+            k: _pruned(v)
+            for k, v in value.items()
+            if v not in (None, [], {}, False)
+            or k
+            in ("readOnly", "allowPrivilegeEscalation", "automountServiceAccountToken", "enableServiceLinks")
+        }
     if isinstance(value, list):
         return [_pruned(v) for v in value]
     return value
@@ -118,7 +149,9 @@ def test_dry_run_prints_the_pod(tmp_path: Path, capsys: pytest.CaptureFixture[st
     operator.kubernetes_operator(_context(), operator._spec(store=None)).dry_run()
     out = capsys.readouterr().out.splitlines()
     # The operator's "Building pod" log line may share stdout; the YAML document follows it.
-    pod = yaml.safe_load("\n".join(out[next(i for i, line in enumerate(out) if line.startswith("api_version:")):]))
+    pod = yaml.safe_load(
+        "\n".join(out[next(i for i, line in enumerate(out) if line.startswith("api_version:")) :])
+    )
     assert pod["kind"] == "Pod" and pod["spec"]["containers"][0]["name"] == "base"
     assert {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": "16Gi"}} in pod["spec"]["volumes"]
 
@@ -134,8 +167,14 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
     name = job["metadata"]["name"]
     assert name.startswith("job-house-prices-") and name.endswith("-2")
     assert job["metadata"]["namespace"] == "ml-training"
-    assert (job["spec"]["completionMode"], job["spec"]["completions"], job["spec"]["parallelism"]) == ("Indexed", 2, 2)
-    assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}  # came in through full_job_spec
+    assert (job["spec"]["completionMode"], job["spec"]["completions"], job["spec"]["parallelism"]) == (
+        "Indexed",
+        2,
+        2,
+    )
+    assert job["spec"]["successPolicy"] == {
+        "rules": [{"succeededIndexes": "0"}]
+    }  # came in through full_job_spec
     template = job["spec"]["template"]
     assert template["metadata"]["labels"]["try_number"] == "2"
     assert template["spec"]["subdomain"] == name  # the headless Service's name: <job>-0.<job> is rank 0
@@ -146,7 +185,9 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
 
 
 @pytest.mark.slow  # the provider retries the API call with back-off (~16 s)
-def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(tmp_path: Path, kubeconfig: str) -> None:
+def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(
+    tmp_path: Path, kubeconfig: str
+) -> None:
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     operator = _operator(tmp_path, nodes=1)
@@ -154,8 +195,13 @@ def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(t
         operator.execute(_context())
     assert not isinstance(caught.value, AirflowFailException)  # Airflow retries it
     message = str(caught.value)
-    assert "Failed to establish a new connection" in message and "/api/v1/namespaces/ml-training/pods" in message
-    assert "a retry starts new pods that resume from the newest complete checkpoint under s3://ml-checkpoints/trainpipe/house_prices/" in message
+    assert (
+        "Failed to establish a new connection" in message and "/api/v1/namespaces/ml-training/pods" in message
+    )
+    assert (
+        "a retry starts new pods that resume from the newest complete checkpoint under s3://ml-checkpoints/trainpipe/house_prices/"
+        in message
+    )
     # Reattach looks for pods of any earlier try of this task instance, not only this try's.
     assert "try_number" not in message.split("labelSelector=")[1].split(" ")[0]
 
@@ -167,13 +213,22 @@ def test_the_example_s_pod_labels_find_earlier_tries(tmp_path: Path) -> None:
     assert "try_number" not in pod_operator._build_find_pod_label_selector(_context())
 
 
-def test_connection_credentials_stay_out_of_the_pod_and_the_error(tmp_path: Path, kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connection_credentials_stay_out_of_the_pod_and_the_error(
+    tmp_path: Path, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from airflow.sdk.exceptions import AirflowException
 
     secret_value = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-    monkeypatch.setenv("AIRFLOW_CONN_TRAINPIPE_AWS", json.dumps({"conn_type": "aws", "login": "AKIAEXAMPLE", "password": secret_value}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TRAINPIPE_AWS",
+        json.dumps({"conn_type": "aws", "login": "AKIAEXAMPLE", "password": secret_value}),
+    )
     config = Path(_config_file(tmp_path, nodes=1))
-    config.write_text(config.read_text().replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n"))
+    config.write_text(
+        config.read_text().replace(
+            "    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n"
+        )
+    )
     from airflow.sdk import DAG
 
     with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
@@ -181,7 +236,9 @@ def test_connection_credentials_stay_out_of_the_pod_and_the_error(tmp_path: Path
     context = _context()
     pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
     pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
-    assert pod["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": pod["metadata"]["name"] + "-conn"}}]
+    assert pod["spec"]["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": pod["metadata"]["name"] + "-conn"}}
+    ]
     assert secret_value not in json.dumps(pod)
     # The try reaches the API for the Secret first; nothing of the connection leaks into the error.
     with pytest.raises(AirflowException, match="/api/v1/namespaces/ml-training/secrets") as caught:

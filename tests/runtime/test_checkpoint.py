@@ -12,12 +12,20 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.runtime.checkpoint import MARKER, CheckpointError, CheckpointManager, _PendingSave, tag_for
+from airflow_trainpipe.runtime.checkpoint import (
+    MARKER,
+    CheckpointError,
+    CheckpointManager,
+    _PendingSave,
+    tag_for,
+)
 from tests.conftest import free_port
 
 
 def _manager(tmp_path: Path) -> CheckpointManager:
-    return CheckpointManager(CheckpointSection(), tmp_path.as_uri(), rank=0, local_rank=0, world_size=2, higher_is_better=True)
+    return CheckpointManager(
+        CheckpointSection(), tmp_path.as_uri(), rank=0, local_rank=0, world_size=2, higher_is_better=True
+    )
 
 
 def _write(root: Path, step: int, *, complete: bool = True) -> Path:
@@ -25,7 +33,10 @@ def _write(root: Path, step: int, *, complete: bool = True) -> Path:
     directory.mkdir(parents=True)
     (directory / "mp_rank_00_model_states.pt").write_bytes(f"weights {step}".encode())
     if complete:
-        files = {p.name: {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in directory.iterdir()}
+        files = {
+            p.name: {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+            for p in directory.iterdir()
+        }
         (directory / MARKER).write_text(json.dumps({"step": step, "world_size": 2, "files": files}))
     return directory
 
@@ -36,7 +47,9 @@ def test_newest_complete_checkpoint_wins(tmp_path: Path) -> None:
     assert _manager(tmp_path).latest_complete().step == 20
 
 
-def test_partial_checkpoint_is_skipped_with_a_warning_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_partial_checkpoint_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     _write(tmp_path, 10)
     _write(tmp_path, 20, complete=False)
     with caplog.at_level(logging.WARNING):
@@ -45,7 +58,9 @@ def test_partial_checkpoint_is_skipped_with_a_warning_naming_it(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
-def test_corrupt_checkpoint_is_skipped_with_a_warning_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+def test_corrupt_checkpoint_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
     _write(tmp_path, 10)
     weights = _write(tmp_path, 20) / "mp_rank_00_model_states.pt"
     if damage == "truncate":
@@ -58,7 +73,10 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning_naming_it(tmp_path: Path, 
         weights.unlink()
     with caplog.at_level(logging.WARNING):
         assert _manager(tmp_path).latest_complete().step == 10
-    assert f"skipping corrupt checkpoint {tmp_path.as_uri()}/checkpoints/step_000000020: mp_rank_00_model_states.pt" in caplog.text
+    assert (
+        f"skipping corrupt checkpoint {tmp_path.as_uri()}/checkpoints/step_000000020: mp_rank_00_model_states.pt"
+        in caplog.text
+    )
 
 
 def test_no_checkpoint_means_a_fresh_start(tmp_path: Path) -> None:
@@ -66,7 +84,14 @@ def test_no_checkpoint_means_a_fresh_start(tmp_path: Path) -> None:
 
 
 def test_due_by_steps_and_minutes(tmp_path: Path) -> None:
-    manager = CheckpointManager(CheckpointSection(every_steps=5, every_minutes=0.0001), tmp_path.as_uri(), rank=0, local_rank=0, world_size=1, higher_is_better=True)
+    manager = CheckpointManager(
+        CheckpointSection(every_steps=5, every_minutes=0.0001),
+        tmp_path.as_uri(),
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        higher_is_better=True,
+    )
     assert manager.due(5)
     import time
 
@@ -77,6 +102,7 @@ def test_due_by_steps_and_minutes(tmp_path: Path) -> None:
 # -- reads that fail ---------------------------------------------------------------------------
 # A remote-like store: the local filesystem behind a protocol of its own (so the manager treats it
 # as remote, staging and uploading), whose reads of chosen files fail like a network blip.
+
 
 class FlakyFileSystem(LocalFileSystem):
     protocol = "flaky"
@@ -134,7 +160,9 @@ def _steps(run: Path) -> list[str]:
     return sorted(p.name for p in (run / "checkpoints").glob("step_*"))
 
 
-def test_a_transient_marker_read_failure_is_retried_and_prunes_only_what_it_should(tmp_path: Path, flaky, single_rank_group) -> None:
+def test_a_transient_marker_read_failure_is_retried_and_prunes_only_what_it_should(
+    tmp_path: Path, flaky, single_rank_group
+) -> None:
     run = tmp_path / "run"
     manager = _flaky_manager(run, keep_last=3)
     for step, metric in ((10, 0.9), (20, 0.5), (30, 0.6)):
@@ -150,17 +178,23 @@ def test_a_transient_marker_read_failure_is_retried_and_prunes_only_what_it_shou
     assert _steps(run) == [tag_for(s) for s in (10, 30, 40, 50)]
 
 
-def test_a_marker_that_stays_unreadable_fails_loudly_and_deletes_nothing(tmp_path: Path, flaky, single_rank_group) -> None:
+def test_a_marker_that_stays_unreadable_fails_loudly_and_deletes_nothing(
+    tmp_path: Path, flaky, single_rank_group
+) -> None:
     run = tmp_path / "run"
     manager = _flaky_manager(run)
     for step, metric in ((10, 0.9), (20, 0.5), (30, 0.6)):
         _complete_save(manager, run, step, metric)
     flaky[f"{tag_for(20)}/{MARKER}"] = -1
-    with pytest.raises(CheckpointError, match=rf"cannot read flaky://{run}/checkpoints/{tag_for(20)}/{MARKER} \(4 attempts\)"):
+    with pytest.raises(
+        CheckpointError, match=rf"cannot read flaky://{run}/checkpoints/{tag_for(20)}/{MARKER} \(4 attempts\)"
+    ):
         _complete_save(manager, run, 40, 0.95)
     assert _steps(run) == [tag_for(s) for s in (10, 20, 30, 40)]
     flaky[f"{tag_for(40)}/{MARKER}"] = -1
-    with pytest.raises(CheckpointError, match=tag_for(40)):  # a resume does not fall back to an older checkpoint either
+    with pytest.raises(
+        CheckpointError, match=tag_for(40)
+    ):  # a resume does not fall back to an older checkpoint either
         manager.latest_complete()
     flaky.clear()
     assert manager.latest_complete().step == 40
@@ -171,6 +205,6 @@ def test_an_unreadable_best_json_is_never_overwritten(tmp_path: Path, flaky, sin
     manager = _flaky_manager(run)
     _complete_save(manager, run, 10, 0.9)
     flaky["checkpoints/best.json"] = -1
-    with pytest.raises(CheckpointError, match="best.json"):
+    with pytest.raises(CheckpointError, match=r"best.json"):
         _complete_save(manager, run, 20, 0.1)  # worse: best.json must keep naming step 10
     assert json.loads((run / "checkpoints" / "best.json").read_text())["tag"] == tag_for(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -16,18 +17,45 @@ from airflow_trainpipe.runtime.evaluation import candidate_predictor, score, sco
 from airflow_trainpipe.runtime.serving import log_raw_row_model
 from airflow_trainpipe.runtime.tracking import artifact_location
 from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
-from tests.operators.mlflow_backends import write_config
+from tests.helpers.mlflow_backends import write_config
 
 
 def _transform(numeric: list[str], categories: list[str] | None) -> FittedTransform:
     """A fitted transform document like the job writes: standardised numerics, a vocabulary index."""
-    columns = [{"name": n, "kind": "numeric", "log1p": False, "clip": None, "fill": 100.0, "center": 100.0, "scale": 50.0,
-                "missing_indicator": False, "optional": False} for n in numeric]
+    columns = [
+        {
+            "name": n,
+            "kind": "numeric",
+            "log1p": False,
+            "clip": None,
+            "fill": 100.0,
+            "center": 100.0,
+            "scale": 50.0,
+            "missing_indicator": False,
+            "optional": False,
+        }
+        for n in numeric
+    ]
     if categories is not None:
-        columns.append({"name": "channel", "kind": "categorical", "encode": "index", "categories": categories, "missing": "unknown",
-                        "missing_indicator": False, "optional": False, "source_type": "string"})
-    return FittedTransform({"format": FORMAT, "columns": columns,
-                            "label": {"name": "is_fraud", "task": "binary_classification", "mean": 0.0, "std": 1.0}})
+        columns.append(
+            {
+                "name": "channel",
+                "kind": "categorical",
+                "encode": "index",
+                "categories": categories,
+                "missing": "unknown",
+                "missing_indicator": False,
+                "optional": False,
+                "source_type": "string",
+            }
+        )
+    return FittedTransform(
+        {
+            "format": FORMAT,
+            "columns": columns,
+            "label": {"name": "is_fraud", "task": "binary_classification", "mean": 0.0, "std": 1.0},
+        }
+    )
 
 
 @pytest.fixture
@@ -43,19 +71,28 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def _holdout() -> pa.Table:
     rng = np.random.default_rng(0)
     amount = rng.gamma(2.0, 50.0, 300)
-    return pa.table({"amount": amount, "channel": rng.choice(["web", "pos", "atm"], 300),
-                     "is_fraud": (amount + rng.normal(0, 30, 300) > 150).astype(np.int64)})
+    return pa.table(
+        {
+            "amount": amount,
+            "channel": rng.choice(["web", "pos", "atm"], 300),
+            "is_fraud": (amount + rng.normal(0, 30, 300) > 150).astype(np.int64),
+        }
+    )
 
 
 def _champion(client, name: str, transform: FittedTransform) -> torch.nn.Module:
     """Register a small model the way the training job logs it: a pyfunc on raw rows."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(transform.num_dense + len(transform.cardinalities), 1))
-    experiment = client.create_experiment("e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e"))
+    experiment = client.create_experiment(
+        "e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e")
+    )
     with mlflow.start_run(experiment_id=experiment) as run:
         info = log_raw_row_model(model, transform, input_example=None)
     client.create_registered_model(name)
-    version = client.create_model_version(name, info.model_uri, run_id=run.info.run_id, model_id=info.model_id)
+    version = client.create_model_version(
+        name, info.model_uri, run_id=run.info.run_id, model_id=info.model_id
+    )
     client.set_registered_model_alias(name, "champion", version.version)
     return model
 
@@ -69,8 +106,13 @@ def test_champion_is_scored_by_the_same_function_on_the_given_rows(registry, tmp
     assert (result.version, result.error) == ("1", None)
     # The champion's pyfunc (its own transform, torch.export network) and the in-memory
     # candidate path give the same metrics on the same rows.
-    assert result.metrics == score(candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification")
-    assert result.tags()["trainpipe.champion.version"] == "1" and result.tags()["trainpipe.champion.run_id"] == result.run_id
+    assert result.metrics == score(
+        candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification"
+    )
+    assert (
+        result.tags()["trainpipe.champion.version"] == "1"
+        and result.tags()["trainpipe.champion.run_id"] == result.run_id
+    )
 
 
 def test_no_champion_is_a_bootstrap(registry, tmp_path: Path) -> None:
@@ -80,25 +122,38 @@ def test_no_champion_is_a_bootstrap(registry, tmp_path: Path) -> None:
     assert result.tags()["trainpipe.champion.version"] == "none"
 
 
-def test_a_champion_needing_columns_the_data_lacks_is_recorded_not_raised(registry, tmp_path: Path, caplog) -> None:
+def test_a_champion_needing_columns_the_data_lacks_is_recorded_not_raised(
+    registry, tmp_path: Path, caplog
+) -> None:
     config = load_config(write_config(tmp_path / "p.yaml", "oldfeatures"))
     _champion(registry, "oldfeatures", _transform(["amount", "zip_risk"], None))
     with caplog.at_level(logging.ERROR):
         result = score_champion(registry, config, _holdout())
     assert result.metrics is None
-    assert result.error == (f"cannot score champion oldfeatures version 1 (run {result.run_id}): ValueError: it needs "
-                            "column(s) zip_risk that this run's data config does not read")
+    assert result.error == (
+        f"cannot score champion oldfeatures version 1 (run {result.run_id}): ValueError: it needs "
+        "column(s) zip_risk that this run's data config does not read"
+    )
     assert result.tags()["trainpipe.champion.error"] == result.error
 
 
 def test_a_champion_logged_before_raw_row_models_is_recorded_not_raised(registry, tmp_path: Path) -> None:
     config = load_config(write_config(tmp_path / "p.yaml", "legacy"))
-    experiment = registry.create_experiment("e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e"))
+    experiment = registry.create_experiment(
+        "e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e")
+    )
     with mlflow.start_run(experiment_id=experiment) as run:
-        info = mlflow.pytorch.log_model(torch.nn.Linear(2, 1), name="model", input_example=np.zeros((2, 2), np.float32),
-                                        export_model=False, pip_requirements=["torch"])
+        info = mlflow.pytorch.log_model(
+            torch.nn.Linear(2, 1),
+            name="model",
+            input_example=np.zeros((2, 2), np.float32),
+            export_model=False,
+            pip_requirements=["torch"],
+        )
     registry.create_registered_model("legacy")
-    version = registry.create_model_version("legacy", info.model_uri, run_id=run.info.run_id, model_id=info.model_id)
+    version = registry.create_model_version(
+        "legacy", info.model_uri, run_id=run.info.run_id, model_id=info.model_id
+    )
     registry.set_registered_model_alias("legacy", "champion", version.version)
     result = score_champion(registry, config, _holdout())
     assert result.metrics is None and "takes encoded tensors, not raw rows" in result.error
@@ -123,9 +178,9 @@ def test_the_champion_is_scored_from_its_artifacts_never_by_unpickling(registry,
     pickled.write_bytes(pickle.dumps(Payload()))
     result = score_champion(registry, config, holdout)
     assert result.error is None and not proof.exists()
-    assert result.metrics == score(candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification")
-    try:  # the check can fail: loading the pyfunc does run the payload
+    assert result.metrics == score(
+        candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification"
+    )
+    with contextlib.suppress(Exception):  # the check can fail: loading the pyfunc does run the payload
         mlflow.pyfunc.load_model("models:/tampered/1")
-    except Exception:  # noqa: BLE001 - the payload returns None instead of a model
-        pass
     assert proof.exists()

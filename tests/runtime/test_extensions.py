@@ -23,11 +23,13 @@ def test_only_locks_older_than_any_build_are_removed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_job_starts_despite_the_lock_of_a_build_that_died(tmp_path: Path, trainpipe_home: Path, job_files: list[str]) -> None:
+def test_a_job_starts_despite_the_lock_of_a_build_that_died(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
     """What a Ctrl-C during the first `make demo` leaves: before, every later job hung before step 1."""
     from torch.utils.cpp_extension import get_default_build_root
 
-    from tests.jobs import make_spec, run_job
+    from tests.helpers.jobs import make_spec, run_job
 
     lock = Path(get_default_build_root()) / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 from airflow_trainpipe.storage import local_path
-from tests.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
+from tests.helpers.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,9 @@ class Interrupted:
     run_dir: Path  # as try 3 left it: complete checkpoints 10, 19 and 20; step 30 without marker
     files: list[str]
 
-    def resume(self, root: Path, nproc: int = 2, before: Callable[[Path], None] | None = None) -> tuple[JobRun, str]:
+    def resume(
+        self, root: Path, nproc: int = 2, before: Callable[[Path], None] | None = None
+    ) -> tuple[JobRun, str]:
         """Run try 4 on a copy of the run directory under `root`, as a fresh MLflow run."""
         spec = make_spec(root, self.files, "killed")
         copy = local_path(spec.run_dir)
@@ -46,7 +48,9 @@ class Interrupted:
 
 
 @pytest.fixture(scope="module")
-def interrupted(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]) -> Interrupted:
+def interrupted(
+    tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+) -> Interrupted:
     reference = uninterrupted_run(tmp_path_factory, job_files, zero_stage=1)
     spec = make_spec(tmp_path_factory.mktemp("interrupted"), job_files, "killed")
     tries = [run_job(spec, pause_at=kill_at) for kill_at in KILLS]
@@ -57,7 +61,9 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, 
     return Interrupted(reference, tries, snapshot, job_files)
 
 
-def _assert_continues_bit_exact(resumed: JobRun, reference: JobRun, resumed_from: int, recomputed: int | None = None) -> None:
+def _assert_continues_bit_exact(
+    resumed: JobRun, reference: JobRun, resumed_from: int, recomputed: int | None = None
+) -> None:
     """A try that resumed: it starts right after `resumed_from` and repeats the reference's losses.
     It recomputes the steps the killed try ran past that checkpoint: exactly `recomputed`, or at
     most one checkpoint interval."""
@@ -72,7 +78,9 @@ def _assert_continues_bit_exact(resumed: JobRun, reference: JobRun, resumed_from
         assert loss == reference.losses[step], f"step {step}: {loss!r} != {reference.losses[step]!r}"
 
 
-def _assert_resumed_bit_exact(resumed: JobRun, reference: JobRun, resumed_from: int, recomputed: int | None = None) -> None:
+def _assert_resumed_bit_exact(
+    resumed: JobRun, reference: JobRun, resumed_from: int, recomputed: int | None = None
+) -> None:
     assert resumed.code == 0, resumed.text[-3000:]
     _assert_continues_bit_exact(resumed, reference, resumed_from, recomputed)
     assert resumed.result["resumed_from_step"] == resumed_from
@@ -89,7 +97,9 @@ def _assert_resumed_bit_exact(resumed: JobRun, reference: JobRun, resumed_from: 
     ],
     ids=["after_checkpoint", "mid_step"],
 )
-def test_kill_and_resume_is_bit_exact(interrupted: Interrupted, resumed_try: int, resumed_from: int, synced_until: int) -> None:
+def test_kill_and_resume_is_bit_exact(
+    interrupted: Interrupted, resumed_try: int, resumed_from: int, synced_until: int
+) -> None:
     assert interrupted.tries[0].start["resumed_from"] == 0
     resumed = interrupted.tries[resumed_try]
     _assert_continues_bit_exact(resumed, interrupted.reference, resumed_from)
@@ -97,13 +107,17 @@ def test_kill_and_resume_is_bit_exact(interrupted: Interrupted, resumed_try: int
     assert sorted(resumed.losses) == list(range(resumed_from + 1, synced_until + 1))
 
 
-def test_kill_during_checkpoint_save_resumes_from_the_previous_one(interrupted: Interrupted, tmp_path: Path) -> None:
+def test_kill_during_checkpoint_save_resumes_from_the_previous_one(
+    interrupted: Interrupted, tmp_path: Path
+) -> None:
     resumed, run_dir = interrupted.resume(tmp_path)
     _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=20)
     assert f"skipping partial checkpoint {run_dir}/checkpoints/step_000000030" in resumed.text
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(interrupted: Interrupted, tmp_path: Path) -> None:
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(
+    interrupted: Interrupted, tmp_path: Path
+) -> None:
     damaged: list[str] = []
 
     def corrupt_step_20(run_dir: Path) -> None:
@@ -114,14 +128,19 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(interrupted: I
         damaged.append(shard.name)
 
     resumed, run_dir = interrupted.resume(tmp_path, before=corrupt_step_20)
-    assert f"skipping corrupt checkpoint {run_dir}/checkpoints/step_000000020: {damaged[0]} sha256" in resumed.text
+    assert (
+        f"skipping corrupt checkpoint {run_dir}/checkpoints/step_000000020: {damaged[0]} sha256"
+        in resumed.text
+    )
     # Step 19 is the epoch-end checkpoint just before the damaged one; the killed try had run
     # steps 20 to 30.
     _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=19, recomputed=11)
 
 
 @pytest.mark.parametrize("world_size", [1, 3])
-def test_two_rank_checkpoint_resumes_on_another_world_size(interrupted: Interrupted, tmp_path: Path, world_size: int) -> None:
+def test_two_rank_checkpoint_resumes_on_another_world_size(
+    interrupted: Interrupted, tmp_path: Path, world_size: int
+) -> None:
     resumed, _ = interrupted.resume(tmp_path, nproc=world_size)
     assert resumed.code == 0, resumed.text[-3000:]
     assert resumed.result["world_size"] == world_size and resumed.result["resumed_from_step"] == 20
@@ -131,8 +150,13 @@ def test_two_rank_checkpoint_resumes_on_another_world_size(interrupted: Interrup
 
 
 @pytest.mark.parametrize("zero_stage", [2, 3])
-def test_zero_stage_trains_and_resumes_bit_exact(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-                                                 trainpipe_home: Path, job_files: list[str], zero_stage: int) -> None:
+def test_zero_stage_trains_and_resumes_bit_exact(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    trainpipe_home: Path,
+    job_files: list[str],
+    zero_stage: int,
+) -> None:
     # Stage 1 is the stage of every test above.
     reference = uninterrupted_run(tmp_path_factory, job_files, zero_stage)
     assert reference.losses[reference.result["final_step"]] < reference.losses[1]  # it learns

@@ -11,13 +11,18 @@ import pytest
 
 from airflow_trainpipe.synthetic import write_day
 from airflow_trainpipe.train_spec import TrainSpec
-from tests.jobs import job_config, run_job, uninterrupted_run
+from tests.helpers.jobs import job_config, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
 
-def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path,
-                                                       job_files: list[str], s3_endpoint: str) -> None:
+def test_s3_data_and_async_checkpoints_resume_bit_exact(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    trainpipe_home: Path,
+    job_files: list[str],
+    s3_endpoint: str,
+) -> None:
     import boto3
     import botocore.config
     import botocore.exceptions
@@ -25,14 +30,26 @@ def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, tmp_path
     # The same bytes as the local fixture: the S3 run must reproduce the local run's losses exactly.
     files = write_day("s3://trainpipe/data", date(2026, 1, 1), 1200, seed=5)
     config = job_config(tmp_path)
-    config = config.model_copy(update={"training": config.training.model_copy(update={
-        "checkpoint": config.training.checkpoint.model_copy(update={"uri": "s3://trainpipe/checkpoints"})})})
+    config = config.model_copy(
+        update={
+            "training": config.training.model_copy(
+                update={
+                    "checkpoint": config.training.checkpoint.model_copy(
+                        update={"uri": "s3://trainpipe/checkpoints"}
+                    )
+                }
+            )
+        }
+    )
     assert config.training.checkpoint.async_upload
     local = uninterrupted_run(tmp_path_factory, job_files)  # the same job on file://
     spec = TrainSpec(config=config, run_id="on_s3", data_files=files)
     # Short timeouts: one slow answer on a loaded machine must not eat the whole wait.
-    probe = boto3.client("s3", endpoint_url=s3_endpoint, config=botocore.config.Config(
-        connect_timeout=2, read_timeout=2, retries={"max_attempts": 1}))
+    probe = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        config=botocore.config.Config(connect_timeout=2, read_timeout=2, retries={"max_attempts": 1}),
+    )
 
     def mark_uploaded() -> None:
         # The step high-water mark reaches the run directory from a background upload; wait for
@@ -43,7 +60,11 @@ def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, tmp_path
             try:
                 if json.loads(probe.get_object(Bucket="trainpipe", Key=key)["Body"].read())["step"] == 25:
                     return
-            except (probe.exceptions.NoSuchKey, botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectTimeoutError):
+            except (
+                probe.exceptions.NoSuchKey,
+                botocore.exceptions.ReadTimeoutError,
+                botocore.exceptions.ConnectTimeoutError,
+            ):
                 pass
             time.sleep(0.1)
         raise AssertionError("step 25 never reached the run directory's progress.json")
@@ -60,6 +81,11 @@ def test_s3_data_and_async_checkpoints_resume_bit_exact(tmp_path: Path, tmp_path
     for step, loss in resumed.losses.items():
         assert loss == local.losses[step], f"step {step}"
     assert resumed.result["weights_sha256"] == local.result["weights_sha256"]
-    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket="trainpipe", Prefix="checkpoints/")["Contents"]]
+    keys = [
+        o["Key"]
+        for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(
+            Bucket="trainpipe", Prefix="checkpoints/"
+        )["Contents"]
+    ]
     assert "checkpoints/fraud_detector/on_s3/result.json" in keys
     assert any(k.endswith("/COMPLETE.json") for k in keys)

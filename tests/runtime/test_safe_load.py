@@ -41,7 +41,9 @@ def _python(code: str, *args: str) -> str:
     return done.stdout
 
 
-def test_a_pickled_object_in_a_checkpoint_is_refused_even_when_the_loader_asks_for_pickle(tmp_path: Path) -> None:
+def test_a_pickled_object_in_a_checkpoint_is_refused_even_when_the_loader_asks_for_pickle(
+    tmp_path: Path,
+) -> None:
     checkpoint, proof = tmp_path / "mp_rank_00_model_states.pt", tmp_path / "ran"
     _python(PAYLOAD, str(checkpoint), str(proof))
     output = _python(LOAD_LIKE_DEEPSPEED, str(checkpoint))
@@ -72,7 +74,9 @@ def test_rng_state_survives_a_weights_only_round_trip(tmp_path: Path) -> None:
 def _exported(tmp_path: Path) -> Path:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)).eval()
-    program = torch.export.export(model, (torch.zeros(2, 3),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    program = torch.export.export(
+        model, (torch.zeros(2, 3),), dynamic_shapes=({0: torch.export.Dim("batch")},)
+    )
     path = tmp_path / "network.pt2"
     torch.export.save(program, str(path))
     return path
@@ -99,12 +103,16 @@ def test_an_exported_network_loads_without_pickle(tmp_path: Path) -> None:
 def test_a_network_archive_that_would_unpickle_is_refused(tmp_path: Path, tamper: str) -> None:
     path = _exported(tmp_path)
     if tamper == "pickled_weight":
+
         def change(config):
             next(iter(config["config"].values()))["use_pickle"] = True
+
         _rewrite_config(path, "_weights_config.json", change)
     else:
+
         def change(config):
             config.setdefault("config", {})["evil"] = {"path_name": "opaque_obj_0", "use_pickle": False}
+
         _rewrite_config(path, "_constants_config.json", change)
     with pytest.raises(UnsafeArtifactError, match="would be unpickled; refusing to load it"):
         load_exported_program(path)

@@ -8,7 +8,9 @@ from airflow_trainpipe.runtime.sampler import ResumableSampler
 
 
 def _global_batches(world_size: int, steps: int, accumulation: int = 1) -> list[list[int]]:
-    samplers = [ResumableSampler(100, 12, accumulation, world_size, rank, seed=3) for rank in range(world_size)]
+    samplers = [
+        ResumableSampler(100, 12, accumulation, world_size, rank, seed=3) for rank in range(world_size)
+    ]
     batches = []
     for _ in range(steps):
         per_rank = [s.step_batches() for s in samplers]

@@ -20,7 +20,7 @@ from mlflow.types.schema import AnyType
 
 from airflow_trainpipe.runtime.data import HoldoutSplit, read_table
 from airflow_trainpipe.runtime.transform import FittedTransform
-from tests.jobs import job_config, uninterrupted_run
+from tests.helpers.jobs import job_config, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +28,18 @@ MODEL_NAME = "fraud_serving_test"
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]) -> dict[str, Any]:
+def job(
+    tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+) -> dict[str, Any]:
     run = uninterrupted_run(tmp_path_factory, job_files)  # shared with the resume tests
     mlflow.set_tracking_uri(f"sqlite:///{trainpipe_home / 'mlflow.db'}")
     client = MlflowClient()
     version = mlflow.register_model(run.result["model_uri"], MODEL_NAME).version
     client.set_registered_model_alias(MODEL_NAME, "champion", version)
     data = job_config(tmp_path_factory.mktemp("unused")).data
-    table = read_table(job_files, data.format, list(dict.fromkeys([*data.features.all, data.label, data.holdout.key_column])))
+    table = read_table(
+        job_files, data.format, list(dict.fromkeys([*data.features.all, data.label, data.holdout.key_column]))
+    )
     holdout = table.filter(pa.array(HoldoutSplit(data).mask(table)))
     return {"result": run.result, "client": client, "holdout": holdout, "features": data.features.all}
 
@@ -43,11 +47,15 @@ def job(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_file
 def _consumer(code: str, env_home: Path) -> dict[str, Any]:
     """A fresh interpreter that only imports mlflow and pandas, as a model consumer would."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{env_home / 'mlflow.db'}"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_pyfunc_on_raw_rows_reproduces_the_jobs_own_predictions(job: dict[str, Any], trainpipe_home: Path, tmp_path: Path) -> None:
+def test_pyfunc_on_raw_rows_reproduces_the_jobs_own_predictions(
+    job: dict[str, Any], trainpipe_home: Path, tmp_path: Path
+) -> None:
     run_id = job["result"]["mlflow_run_id"]
     logged = mlflow.artifacts.load_dict(f"runs:/{run_id}/holdout_predictions.json")
     rows = job["holdout"].select(job["features"]).slice(0, logged["rows"]).to_pandas()

@@ -19,7 +19,9 @@ def _fed(values: np.ndarray, batch: int, size: int) -> QuantileSketch:
 
 def test_exact_while_the_stream_fits_one_buffer() -> None:
     values = np.random.default_rng(1).lognormal(0, 2, 5000)
-    assert _fed(values, 333, 8192).quantiles(QS) == [float(np.quantile(values, q, method="inverted_cdf")) for q in QS]
+    assert _fed(values, 333, 8192).quantiles(QS) == [
+        float(np.quantile(values, q, method="inverted_cdf")) for q in QS
+    ]
 
 
 @pytest.mark.parametrize("n", [100_000, 1_000_000])

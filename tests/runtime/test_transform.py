@@ -22,7 +22,7 @@ from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
 
 BASE = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
-FEATURES = BASE[BASE.index("features:\n"):BASE.index("validation:")]
+FEATURES = BASE[BASE.index("features:\n") : BASE.index("validation:")]
 
 
 def _config(features: str) -> PipelineConfig:
@@ -38,7 +38,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         table = transactions(date(2026, 1, 1 + part), 2000, seed=part)
         distance = table.column("distance_from_home_km").to_numpy().copy()
         distance[::7] = np.nan
-        table = table.set_column(table.column_names.index("distance_from_home_km"), "distance_from_home_km", pa.array(distance, from_pandas=True))
+        table = table.set_column(
+            table.column_names.index("distance_from_home_km"),
+            "distance_from_home_km",
+            pa.array(distance, from_pandas=True),
+        )
         pq.write_table(table, root / f"part-{part}.parquet")
         uris.append((root / f"part-{part}.parquet").as_uri())
     return uris
@@ -63,25 +67,38 @@ def test_same_config_and_data_give_the_same_hash_and_numbers(files: list[str]) -
 def test_streaming_in_small_batches_fits_the_same_transform(files: list[str]) -> None:
     """Quantiles, vocabularies and the split are batch-independent; moments agree to rounding."""
     config = _config(FEATURES)
-    whole, streamed = _by_name(_fit(config, files)), _by_name(
-        fit_transform(files, config.data, config.features, config.training.task, batch_rows=97))
+    whole, streamed = (
+        _by_name(_fit(config, files)),
+        _by_name(fit_transform(files, config.data, config.features, config.training.task, batch_rows=97)),
+    )
     for name, spec in whole.items():
         for key, value in spec.items():
-            if key in ("center", "scale") or (key == "fill" and spec["kind"] == "numeric" and name != "distance_from_home_km"):
+            if key in ("center", "scale") or (
+                key == "fill" and spec["kind"] == "numeric" and name != "distance_from_home_km"
+            ):
                 assert streamed[name][key] == pytest.approx(value, rel=1e-12), (name, key)
             else:
                 assert streamed[name][key] == value, (name, key)
 
 
-@pytest.mark.parametrize("old, new", [
-    ("amount: {log1p: true, clip: {lower: 0.001, upper: 0.999}}", "amount: {log1p: true, clip: {lower: 0.001, upper: 0.99}}"),
-    ("amount: {log1p: true, clip: {lower: 0.001, upper: 0.999}}", "amount: {clip: {lower: 0.001, upper: 0.999}}"),
-    ("fill: median, missing_indicator: true", "fill: mean, missing_indicator: true"),
-    ("fill: median, missing_indicator: true", "fill: median, missing_indicator: false"),
-    ("account_age_days: {scale: min_max}", "account_age_days: {scale: standardize}"),
-    ("channel: {encode: one_hot, max_categories: 3}", "channel: {encode: one_hot, max_categories: 2}"),
-    ("country: {encode: index, max_categories: 6}", "country: {encode: hash, buckets: 16}"),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (
+            "amount: {log1p: true, clip: {lower: 0.001, upper: 0.999}}",
+            "amount: {log1p: true, clip: {lower: 0.001, upper: 0.99}}",
+        ),
+        (
+            "amount: {log1p: true, clip: {lower: 0.001, upper: 0.999}}",
+            "amount: {clip: {lower: 0.001, upper: 0.999}}",
+        ),
+        ("fill: median, missing_indicator: true", "fill: mean, missing_indicator: true"),
+        ("fill: median, missing_indicator: true", "fill: median, missing_indicator: false"),
+        ("account_age_days: {scale: min_max}", "account_age_days: {scale: standardize}"),
+        ("channel: {encode: one_hot, max_categories: 3}", "channel: {encode: one_hot, max_categories: 2}"),
+        ("country: {encode: index, max_categories: 6}", "country: {encode: hash, buckets: 16}"),
+    ],
+)
 def test_changing_one_transform_changes_the_hash(files: list[str], old: str, new: str) -> None:
     assert old in FEATURES
     assert _fit(_config(FEATURES.replace(old, new)), files).hash != _fit(_config(FEATURES), files).hash
@@ -90,7 +107,7 @@ def test_changing_one_transform_changes_the_hash(files: list[str], old: str, new
 def test_fitted_numbers_are_those_of_the_training_rows(files: list[str]) -> None:
     config = _config(FEATURES)
     fitted = _by_name(_fit(config, files))
-    table = read_table(files, "parquet", config.data.features.all + [config.data.label, "transaction_id"])
+    table = read_table(files, "parquet", [*config.data.features.all, config.data.label, "transaction_id"])
     train = table.filter(pa.array(~holdout_mask(table, config.data)))
 
     amount = np.log1p(train.column("amount").to_numpy())
@@ -106,7 +123,10 @@ def test_fitted_numbers_are_those_of_the_training_rows(files: list[str]) -> None
     assert fitted["distance_from_home_km"]["center"] == pytest.approx(present.mean(), rel=1e-12)
 
     age = train.column("account_age_days").to_numpy()
-    assert (fitted["account_age_days"]["center"], fitted["account_age_days"]["scale"]) == (age.min(), age.max() - age.min())
+    assert (fitted["account_age_days"]["center"], fitted["account_age_days"]["scale"]) == (
+        age.min(),
+        age.max() - age.min(),
+    )
 
     channels, counts = np.unique(train.column("channel").to_numpy(zero_copy_only=False), return_counts=True)
     top = sorted(channels[np.argsort(-counts, kind="stable")][:3].tolist())
@@ -135,7 +155,11 @@ def test_missing_numbers_are_filled_and_flagged(files: list[str]) -> None:
     transform = _fit(_config(FEATURES), files)
     spec = _by_name(transform)["distance_from_home_km"]
     rows = _fraud_rows()
-    rows = rows.set_column(rows.column_names.index("distance_from_home_km"), "distance_from_home_km", pa.array([None, np.nan, 1.0, 2.0, 3.0, 4.0], pa.float64()))
+    rows = rows.set_column(
+        rows.column_names.index("distance_from_home_km"),
+        "distance_from_home_km",
+        pa.array([None, np.nan, 1.0, 2.0, 3.0, 4.0], pa.float64()),
+    )
     x = transform.features(rows)
     assert np.allclose(x[:2, 3], (spec["fill"] - spec["center"]) / spec["scale"])
     assert x[:, 4].tolist() == [1, 1, 0, 0, 0, 0]  # the missing indicator follows its value
@@ -150,15 +174,27 @@ def test_a_missing_required_column_is_named(files: list[str]) -> None:
 
 
 def test_declared_errors_name_the_column(files: list[str]) -> None:
-    config = _config(FEATURES.replace("account_age_days: {scale: min_max}", "account_age_days: {fill: error}"))
+    config = _config(
+        FEATURES.replace("account_age_days: {scale: min_max}", "account_age_days: {fill: error}")
+    )
     transform = _fit(config, files)
     rows = _fraud_rows()
-    rows = rows.set_column(rows.column_names.index("account_age_days"), "account_age_days", pa.array([None, 1, 2, 3, 4, 5], pa.int64()))
-    with pytest.raises(TransformError, match="column 'account_age_days' has 1 missing value\\(s\\) and declares fill: error"):
+    rows = rows.set_column(
+        rows.column_names.index("account_age_days"),
+        "account_age_days",
+        pa.array([None, 1, 2, 3, 4, 5], pa.int64()),
+    )
+    with pytest.raises(
+        TransformError, match="column 'account_age_days' has 1 missing value\\(s\\) and declares fill: error"
+    ):
         transform.features(rows)
-    text = FEATURES.replace("country: {encode: index, max_categories: 6}", "country: {encode: index, missing: error}")
+    text = FEATURES.replace(
+        "country: {encode: index, max_categories: 6}", "country: {encode: index, missing: error}"
+    )
     strict = _fit(_config(text), files)
-    rows = _fraud_rows().set_column(_fraud_rows().column_names.index("country"), "country", pa.array(["NL", None, "DE", "XX", "NL", "NL"]))
+    rows = _fraud_rows().set_column(
+        _fraud_rows().column_names.index("country"), "country", pa.array(["NL", None, "DE", "XX", "NL", "NL"])
+    )
     with pytest.raises(TransformError, match="column 'country' has 1 missing value"):
         strict.features(rows)
     with pytest.raises(TransformError, match="column 'hour' is not numeric"):
@@ -166,9 +202,18 @@ def test_declared_errors_name_the_column(files: list[str]) -> None:
 
 
 def test_hash_buckets_are_stable_and_take_unseen_values(files: list[str]) -> None:
-    transform = _fit(_config(FEATURES.replace("country: {encode: index, max_categories: 6}", "country: {encode: hash, buckets: 16}")), files)
+    transform = _fit(
+        _config(
+            FEATURES.replace(
+                "country: {encode: index, max_categories: 6}", "country: {encode: hash, buckets: 16}"
+            )
+        ),
+        files,
+    )
     assert transform.cardinalities == [17]
-    rows = _fraud_rows(4).set_column(_fraud_rows(4).column_names.index("country"), "country", pa.array(["NL", "never-seen", None, "NL"]))
+    rows = _fraud_rows(4).set_column(
+        _fraud_rows(4).column_names.index("country"), "country", pa.array(["NL", "never-seen", None, "NL"])
+    )
     codes = transform.features(rows)[:, -1]
     expected = int.from_bytes(hashlib.blake2b(b"NL", digest_size=8).digest(), "little") % 16 + 1
     assert codes[0] == codes[3] == expected and codes[1] >= 1 and codes[2] == 0
@@ -176,7 +221,7 @@ def test_hash_buckets_are_stable_and_take_unseen_values(files: list[str]) -> Non
 
 
 def test_an_unknown_format_is_refused() -> None:
-    with pytest.raises(TransformError, match="unsupported transform format 'trainpipe.transform/99'"):
+    with pytest.raises(TransformError, match=r"unsupported transform format 'trainpipe.transform/99'"):
         FittedTransform({"format": "trainpipe.transform/99", "columns": [], "label": {}})
 
 
@@ -198,8 +243,13 @@ def test_the_in_memory_predictor_applies_transform_then_network(files: list[str]
 
     transform = _fit(_config(FEATURES), files)
     torch.manual_seed(0)
-    network = build_model("tabular_mlp", num_numeric=transform.num_dense, cardinalities=transform.cardinalities,
-                          task="binary_classification", hidden_sizes=[8])
+    network = build_model(
+        "tabular_mlp",
+        num_numeric=transform.num_dense,
+        cardinalities=transform.cardinalities,
+        task="binary_classification",
+        hidden_sizes=[8],
+    )
     rows = _fraud_rows(10)
     with torch.no_grad():
         expected = torch.sigmoid(network(torch.from_numpy(transform.features(rows))).reshape(-1)).numpy()

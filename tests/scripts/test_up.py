@@ -9,6 +9,7 @@ that up.py exits and that none of them is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -42,9 +43,22 @@ class Up:
             write_day((state / "home" / "data" / "card_transactions").as_uri(), day, 200, seed=back)
         env = {**os.environ, "TRAINPIPE_CONFIG_CACHE": str(state / "config-cache")}
         self.process = subprocess.Popen(
-            [sys.executable, "-u", str(REPO_ROOT / "scripts" / "up.py"), "--state", str(state),
-             "--airflow-port", str(free_port()), "--mlflow-port", str(free_port())],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-u",
+                str(REPO_ROOT / "scripts" / "up.py"),
+                "--state",
+                str(state),
+                "--airflow-port",
+                str(free_port()),
+                "--mlflow-port",
+                str(free_port()),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         self.state = state
@@ -59,7 +73,9 @@ class Up:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 log = self.state / "airflow" / "standalone.log"
                 tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-                raise AssertionError(f"up.py did not print {text!r} (exit {self.process.returncode}):\n{''.join(self.lines)}\n{tail}")
+                raise AssertionError(
+                    f"up.py did not print {text!r} (exit {self.process.returncode}):\n{''.join(self.lines)}\n{tail}"
+                )
             time.sleep(0.5)
 
     def children(self) -> dict[str, psutil.Process]:
@@ -97,11 +113,14 @@ def _alive(processes: Iterable[psutil.Process]) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize(("signum", "when"), [
-    (signal.SIGTERM, "starting"),  # both children exist, Airflow is not up yet
-    (signal.SIGHUP, "starting"),
-    (signal.SIGTERM, "ready"),  # Airflow answered its health check and up.py printed the login
-])
+@pytest.mark.parametrize(
+    ("signum", "when"),
+    [
+        (signal.SIGTERM, "starting"),  # both children exist, Airflow is not up yet
+        (signal.SIGHUP, "starting"),
+        (signal.SIGTERM, "ready"),  # Airflow answered its health check and up.py printed the login
+    ],
+)
 def test_up_stops_airflow_and_mlflow_on_signal(signum: signal.Signals, when: str, tmp_path: Path) -> None:
     up = Up(tmp_path / "up")
     try:
@@ -121,16 +140,18 @@ def test_up_stops_airflow_and_mlflow_on_signal(signum: signal.Signals, when: str
         # stop() gives each group 30 s to exit on SIGTERM, then SIGKILLs what is left of it.
         code = up.process.wait(timeout=120)
         deadline = time.monotonic() + 15
-        while (left := _alive({p.pid: p for p in watched + _groups(pgids)}.values())) and time.monotonic() < deadline:
+        while (
+            left := _alive({p.pid: p for p in watched + _groups(pgids)}.values())
+        ) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert left == [], f"survived up.py ({signal.Signals(signum).name} while {when}, exit {code}):\n" + "\n".join(left)
+        assert left == [], (
+            f"survived up.py ({signal.Signals(signum).name} while {when}, exit {code}):\n" + "\n".join(left)
+        )
         assert code == 0, "".join(up.lines)
         assert f"{signal.Signals(signum).name}: stopping airflow and mlflow" in "".join(up.lines)
     finally:
         if up.process.poll() is None:
             up.process.kill()
         for pgid in pgids if "pgids" in locals() else ():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)  # a failed test leaves nothing behind either
-            except ProcessLookupError:
-                pass

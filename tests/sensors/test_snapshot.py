@@ -18,12 +18,12 @@ import pytest
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 from airflow_trainpipe.synthetic import write_day
-from tests.airflow_dags import DagTestRun, run_dag_file
+from tests.helpers.airflow_dags import DagTestRun, run_dag_file
 
 DAY = date(2026, 1, 2)
 MODES = ("poke", "reschedule", "deferrable")
 
-DAG_SOURCE = '''
+DAG_SOURCE = """
 from datetime import datetime
 
 from airflow.sdk import DAG
@@ -34,12 +34,16 @@ from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     for task_id, data, conn_id in {sensors!r}:
         DataSnapshotSensor(task_id=task_id, data=DataSection.model_validate(data), conn_id=conn_id)
-'''
+"""
 
 
 def _data(uri: str, mode: str, **wait: object) -> dict[str, object]:
-    return {"uri": uri, "label": "is_fraud", "features": {"numeric": ["amount"]},
-            "wait": {"mode": mode, "poke_interval": "1s", "timeout": "90s", **wait}}
+    return {
+        "uri": uri,
+        "label": "is_fraud",
+        "features": {"numeric": ["amount"]},
+        "wait": {"mode": mode, "poke_interval": "1s", "timeout": "90s", **wait},
+    }
 
 
 class _WriterOnFirstMiss:
@@ -64,9 +68,17 @@ class _WriterOnFirstMiss:
 
 
 def test_poke_answers_from_the_marker_and_the_row_count(tmp_path: Path) -> None:
-    sensor = DataSnapshotSensor(task_id="w", data=DataSection.model_validate(_data(tmp_path.as_uri(), "poke", min_rows=500)),
-                                partition="ds=2026-01-02")
-    assert sensor.mode == "poke" and not sensor.deferrable and sensor.poke_interval == 1.0 and sensor.timeout == 90.0
+    sensor = DataSnapshotSensor(
+        task_id="w",
+        data=DataSection.model_validate(_data(tmp_path.as_uri(), "poke", min_rows=500)),
+        partition="ds=2026-01-02",
+    )
+    assert (
+        sensor.mode == "poke"
+        and not sensor.deferrable
+        and sensor.poke_interval == 1.0
+        and sensor.timeout == 90.0
+    )
     assert sensor.poke({}) is False
     write_day(tmp_path.as_uri(), DAY, 499, seed=2)
     assert sensor.poke({}) is False  # marker there, one row short
@@ -92,20 +104,33 @@ class Waits:
 def waits(airflow_env: dict[str, str], s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Waits:
     """One DAG run, one sensor per mode and storage, each waiting on its own root: a DAG run
     costs a process start and a DAG parse, the sensors are independent."""
-    connection = {"conn_type": "aws", "login": "testing", "password": "testing",
-                  "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}
+    connection = {
+        "conn_type": "aws",
+        "login": "testing",
+        "password": "testing",
+        "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
+    }
     # The s3 sensors read only the connection: no AWS_* variables reach the DAG run.
     env = {k: v for k, v in airflow_env.items() if not k.startswith("AWS_")}
     env["AIRFLOW_CONN_MOTO_S3"] = json.dumps(connection)
     files = tmp_path_factory.mktemp("wait_file")
     for mode in MODES:
         (files / mode).mkdir()
-    roots = {**{f"wait_file_{mode}": (files / mode).as_uri() for mode in MODES},
-             **{f"wait_s3_{mode}": f"s3://trainpipe/wait_{mode}" for mode in MODES}}
-    sensors = [(task_id, _data(root, task_id.rsplit("_", 1)[1]), "moto_s3" if root.startswith("s3://") else None)
-               for task_id, root in roots.items()]
+    roots = {
+        **{f"wait_file_{mode}": (files / mode).as_uri() for mode in MODES},
+        **{f"wait_s3_{mode}": f"s3://trainpipe/wait_{mode}" for mode in MODES},
+    }
+    sensors = [
+        (task_id, _data(root, task_id.rsplit("_", 1)[1]), "moto_s3" if root.startswith("s3://") else None)
+        for task_id, root in roots.items()
+    ]
     writer = _WriterOnFirstMiss()
-    run = run_dag_file(env, "wait_for_partitions", DAG_SOURCE.format(dag_id="wait_for_partitions", sensors=sensors), on_line=writer)
+    run = run_dag_file(
+        env,
+        "wait_for_partitions",
+        DAG_SOURCE.format(dag_id="wait_for_partitions", sensors=sensors),
+        on_line=writer,
+    )
     return Waits(run, roots, writer.join())
 
 
@@ -131,7 +156,9 @@ def test_waits_on_s3_with_an_aws_connection(waits: Waits, mode: str) -> None:
 
 @pytest.mark.slow
 def test_the_dag_run_succeeds_once_every_partition_arrived(waits: Waits) -> None:
-    assert waits.run.state == "success" and set(waits.run.tasks.values()) == {"success"}, waits.run.output[-4000:]
+    assert waits.run.state == "success" and set(waits.run.tasks.values()) == {"success"}, waits.run.output[
+        -4000:
+    ]
     assert sorted(waits.run.tasks) == sorted(waits.roots)
     # A deferrable sensor's trigger runs inline in dag.test(); poke and reschedule never defer.
     assert waits.run.output.count("running trigger in line") == 2, waits.run.output[-4000:]

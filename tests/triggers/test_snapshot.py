@@ -13,7 +13,14 @@ from airflow_trainpipe.triggers.snapshot import DataSnapshotTrigger
 
 
 def _trigger(uri: str, **overrides: object) -> DataSnapshotTrigger:
-    kwargs = {"uri": uri, "format": "parquet", "marker": "_SUCCESS", "min_rows": 100, "conn_id": None, "poke_interval": 0.2}
+    kwargs = {
+        "uri": uri,
+        "format": "parquet",
+        "marker": "_SUCCESS",
+        "min_rows": 100,
+        "conn_id": None,
+        "poke_interval": 0.2,
+    }
     return DataSnapshotTrigger(**{**kwargs, **overrides})  # type: ignore[arg-type]
 
 
@@ -23,8 +30,14 @@ def test_serialize_round_trip(tmp_path: Path) -> None:
     assert classpath == "airflow_trainpipe.triggers.snapshot.DataSnapshotTrigger"
     rebuilt = import_string(classpath)(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
-    assert kwargs == {"uri": f"{tmp_path.as_uri()}/ds=2026-01-02", "format": "parquet", "marker": "_SUCCESS",
-                      "min_rows": 100, "conn_id": "aws_default", "poke_interval": 0.2}
+    assert kwargs == {
+        "uri": f"{tmp_path.as_uri()}/ds=2026-01-02",
+        "format": "parquet",
+        "marker": "_SUCCESS",
+        "min_rows": 100,
+        "conn_id": "aws_default",
+        "poke_interval": 0.2,
+    }
 
 
 def test_fires_once_the_partition_is_complete(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def available_models() -> dict[str, str]:
     Cached: scanning entry points costs ~15 ms, paid once per process instead of per config
     (installing a plugin needs a process restart anyway).
     """
-    models = {name: "built-in" for name in BUILTIN_MODELS}
+    models = dict.fromkeys(BUILTIN_MODELS, "built-in")
     for ep in entry_points(group=MODEL_ENTRY_POINT_GROUP):
         if ep.name not in models:
             dist = ep.dist.name if ep.dist is not None else "unknown distribution"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cache
 from typing import Any, Literal
-
-from datetime import timedelta
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -75,7 +74,9 @@ class WaitSection(Section):
     @model_validator(mode="after")
     def _some_completion_rule(self) -> WaitSection:
         if self.marker is None and self.min_rows is None:
-            raise ValueError("set `marker`, `min_rows` or both: otherwise an empty partition would count as complete")
+            raise ValueError(
+                "set `marker`, `min_rows` or both: otherwise an empty partition would count as complete"
+            )
         if self.marker is not None and (not self.marker or "/" in self.marker):
             field_problems([(("marker",), f"expected a file name inside the partition, got {self.marker!r}")])
         return self

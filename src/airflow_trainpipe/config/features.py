@@ -28,7 +28,9 @@ class QuantileClip(Section):
     @model_validator(mode="after")
     def _ordered(self) -> QuantileClip:
         if self.lower >= self.upper:
-            field_problems([(("upper",), f"upper quantile {self.upper} must be above lower quantile {self.lower}")])
+            field_problems(
+                [(("upper",), f"upper quantile {self.upper} must be above lower quantile {self.lower}")]
+            )
         return self
 
 
@@ -56,7 +58,14 @@ class NumericTransform(Section):
     @model_validator(mode="after")
     def _optional_needs_fill(self) -> NumericTransform:
         if self.optional and self.fill == "error":
-            field_problems([(("fill",), "an optional column is all missing when absent; choose a fill other than 'error'")])
+            field_problems(
+                [
+                    (
+                        ("fill",),
+                        "an optional column is all missing when absent; choose a fill other than 'error'",
+                    )
+                ]
+            )
         return self
 
 
@@ -94,9 +103,19 @@ class CategoricalTransform(Section):
         elif self.buckets is not None:
             problems.append((("buckets",), f"`buckets` is for encode: hash, not {self.encode}"))
         if self.encode == "one_hot" and self.max_categories is None:
-            problems.append((("max_categories",), "encode: one_hot needs `max_categories` (kept values; the rest go to `other`)"))
+            problems.append(
+                (
+                    ("max_categories",),
+                    "encode: one_hot needs `max_categories` (kept values; the rest go to `other`)",
+                )
+            )
         if self.optional and self.missing == "error":
-            problems.append((("missing",), "an optional column is all missing when absent; `missing: error` contradicts it"))
+            problems.append(
+                (
+                    ("missing",),
+                    "an optional column is all missing when absent; `missing: error` contradicts it",
+                )
+            )
         field_problems(problems)
         return self
 

@@ -24,8 +24,13 @@ log = logging.getLogger(__name__)
 
 # Opening a FIFO for reading would block until a writer comes: the DAG processor would hang.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-_FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket",
-               stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -68,7 +73,9 @@ def _read_text(path: str | Path, source: str) -> str:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise unreadable(f"it is {_FILE_KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, not a config file")
+            raise unreadable(
+                f"it is {_FILE_KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, not a config file"
+            )
         if (too_big := size_problem(info.st_size)) is None:
             with open(fd, "rb", closefd=False) as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)  # a file that grows while read is cut here
@@ -81,13 +88,19 @@ def _read_text(path: str | Path, source: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-            raise unreadable("it is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8") from None
+            raise unreadable(
+                "it is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8"
+            ) from None
         line, column = offset_position(data, exc.start)
-        raise unreadable(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} ({exc.reason}); "
-                         "save the file as UTF-8") from None
+        raise unreadable(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} ({exc.reason}); "
+            "save the file as UTF-8"
+        ) from None
 
 
-def _open_failure(path: str | Path, exc: Exception, unreadable: typing.Callable[[str], ConfigError]) -> ConfigError:
+def _open_failure(
+    path: str | Path, exc: Exception, unreadable: typing.Callable[[str], ConfigError]
+) -> ConfigError:
     if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
         return unreadable("it is a symlink loop")
     if isinstance(exc, FileNotFoundError) and os.path.islink(path):

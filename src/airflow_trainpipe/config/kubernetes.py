@@ -22,7 +22,15 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 # Set by the launcher itself; a config value would silently change what the pod runs.
-RESERVED_ENV = ("TRAINPIPE_SPEC", "TRAINPIPE_HOME", "TRAINPIPE_TRY_NUMBER", "NODE_RANK", "DS_ACCELERATOR", "HOME", "TMPDIR")
+RESERVED_ENV = (
+    "TRAINPIPE_SPEC",
+    "TRAINPIPE_HOME",
+    "TRAINPIPE_TRY_NUMBER",
+    "NODE_RANK",
+    "DS_ACCELERATOR",
+    "HOME",
+    "TMPDIR",
+)
 
 
 class Toleration(Section):
@@ -140,8 +148,15 @@ class KubernetesSection(Section):
                 raise ValueError(f"{name} is set by the launcher and cannot be overridden")
             # Values land in the pod manifest in clear text: checked for credentials as keys are.
             if kind := credential_in_value(text):
-                field_problems([((name,), f"the value carries {kind}; put credentials in a Kubernetes Secret "
-                                          "(env_keys / env_from) or an Airflow connection, never in a config")])
+                field_problems(
+                    [
+                        (
+                            (name,),
+                            f"the value carries {kind}; put credentials in a Kubernetes Secret "
+                            "(env_keys / env_from) or an Airflow connection, never in a config",
+                        )
+                    ]
+                )
         return value
 
     @field_validator("registry_auth", "env_from")
@@ -149,5 +164,7 @@ class KubernetesSection(Section):
     def _object_names(cls, value: list[str]) -> list[str]:
         for name in value:
             if not re.match(_DNS_SUBDOMAIN, name) or len(name) > 253:
-                raise ValueError(f"expected the name of a Kubernetes Secret (lower-case DNS name), got {name!r}")
+                raise ValueError(
+                    f"expected the name of a Kubernetes Secret (lower-case DNS name), got {name!r}"
+                )
         return value

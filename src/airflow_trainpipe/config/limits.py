@@ -104,12 +104,16 @@ class LimitedComposer(Composer):
 
     def _alias(self, event: AliasEvent) -> None:
         if event.anchor in self._open:
-            raise LimitExceeded(f"alias *{event.anchor} refers to a node that contains it; a config cannot be recursive",
-                                event.start_mark)
+            raise LimitExceeded(
+                f"alias *{event.anchor} refers to a node that contains it; a config cannot be recursive",
+                event.start_mark,
+            )
         self._aliases += 1
         if self._aliases > MAX_ALIASES:
-            raise LimitExceeded(f"alias {self._aliases} (*{event.anchor}) is over the limit of {MAX_ALIASES} aliases per file",
-                                event.start_mark)
+            raise LimitExceeded(
+                f"alias {self._aliases} (*{event.anchor}) is over the limit of {MAX_ALIASES} aliases per file",
+                event.start_mark,
+            )
         # An undefined alias counts as one node here; the composer then reports it.
         nodes, height = self._expanded.get(event.anchor, (1, 1))
         reach = self._depth + height
@@ -122,8 +126,12 @@ class LimitedComposer(Composer):
     def _refuse(self, reach: int, event: Any, alias: str | None) -> None:
         if reach > MAX_DEPTH:
             through = f" (through alias *{alias})" if alias else ""
-            raise LimitExceeded(f"nesting depth {reach} is over the limit of {MAX_DEPTH} levels{through}", event.start_mark)
-        counted = f"{self._nodes:,} nodes once alias *{alias} is expanded" if alias else f"{self._nodes:,} nodes"
+            raise LimitExceeded(
+                f"nesting depth {reach} is over the limit of {MAX_DEPTH} levels{through}", event.start_mark
+            )
+        counted = (
+            f"{self._nodes:,} nodes once alias *{alias} is expanded" if alias else f"{self._nodes:,} nodes"
+        )
         raise LimitExceeded(f"{counted} are over the limit of {MAX_NODES:,}", event.start_mark)
 
 

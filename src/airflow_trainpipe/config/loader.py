@@ -52,8 +52,13 @@ def load_config(path: str | Path) -> PipelineConfig:
 
 def duplicate_pipeline(source: str, pipeline: str, first: str) -> ConfigProblem:
     """Two files naming one pipeline would fight over one DAG id: the later one is at fault."""
-    return ConfigProblem(source, None, None, "pipeline",
-                         f"{pipeline!r} is already defined by {first}; pipeline names are DAG ids and must be unique")
+    return ConfigProblem(
+        source,
+        None,
+        None,
+        "pipeline",
+        f"{pipeline!r} is already defined by {first}; pipeline names are DAG ids and must be unique",
+    )
 
 
 def parse_config(text: str, source: str = "<string>") -> PipelineConfig:
@@ -77,7 +82,9 @@ def _parse(text: str, source: str) -> PipelineConfig:
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else f"a {type(data).__name__}"
         line, column = document.value_positions.get((), (1, 1))
-        raise ConfigError([ConfigProblem(source, line, column, "", f"expected a mapping of config sections, got {kind}")])
+        raise ConfigError(
+            [ConfigProblem(source, line, column, "", f"expected a mapping of config sections, got {kind}")]
+        )
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
@@ -100,8 +107,14 @@ class _Document:
         try:
             encoded = text.encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate: only text built in Python has one
-            self.problems.append(ConfigProblem(self.source, *offset_position(text, exc.start), "",
-                                               f"invalid character U+{ord(text[exc.start]):04X} ({exc.reason})"))
+            self.problems.append(
+                ConfigProblem(
+                    self.source,
+                    *offset_position(text, exc.start),
+                    "",
+                    f"invalid character U+{ord(text[exc.start]):04X} ({exc.reason})",
+                )
+            )
             return None
         if too_big := size_problem(len(encoded)):
             self.problems.append(ConfigProblem(self.source, None, None, "", too_big))
@@ -109,23 +122,31 @@ class _Document:
         try:
             root = compose_limited(text)
         except LimitExceeded as exc:
-            self.problems.append(ConfigProblem(self.source, exc.mark.line + 1, exc.mark.column + 1, "", exc.message))
+            self.problems.append(
+                ConfigProblem(self.source, exc.mark.line + 1, exc.mark.column + 1, "", exc.message)
+            )
             return None
         except yaml.MarkedYAMLError as exc:
             self.problems.append(_yaml_problem(self.source, exc))
             return None
         except yaml.reader.ReaderError as exc:  # a character YAML forbids (NUL, other controls)
             line, column = offset_position(encoded if _BYTE_POSITIONS else text, exc.position)
-            self.problems.append(ConfigProblem(self.source, line, column, "", f"invalid YAML: {_reader_reason(exc)}"))
+            self.problems.append(
+                ConfigProblem(self.source, line, column, "", f"invalid YAML: {_reader_reason(exc)}")
+            )
             return None
         except yaml.YAMLError as exc:
-            self.problems.append(ConfigProblem(self.source, None, None, "", f"invalid YAML: {_short(str(exc))}"))
+            self.problems.append(
+                ConfigProblem(self.source, None, None, "", f"invalid YAML: {_short(str(exc))}")
+            )
             return None
         return None if root is None else self._value(root, ())
 
     def _add(self, loc: Loc, node: yaml.Node, message: str) -> None:
         self.problems.append(
-            ConfigProblem(self.source, node.start_mark.line + 1, node.start_mark.column + 1, _dotted(loc), message)
+            ConfigProblem(
+                self.source, node.start_mark.line + 1, node.start_mark.column + 1, _dotted(loc), message
+            )
         )
 
     def _value(self, node: yaml.Node, loc: Loc) -> Any:
@@ -167,29 +188,46 @@ class _Document:
         for key_node, value_node in node.value:
             key = self._scalar(key_node)[0] if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, str):
-                got = _short(repr(key_node.value)) if isinstance(key_node, yaml.ScalarNode) else f"a {key_node.id}"
+                got = (
+                    _short(repr(key_node.value))
+                    if isinstance(key_node, yaml.ScalarNode)
+                    else f"a {key_node.id}"
+                )
                 self._add(loc, key_node, f"keys must be strings, got {got}")
                 continue
             child = (*loc, key)
             if key in result:
-                self._add(child, key_node, f"duplicate key {key!r} (first on line {self.key_positions[child][0]})")
+                self._add(
+                    child, key_node, f"duplicate key {key!r} (first on line {self.key_positions[child][0]})"
+                )
                 continue
             self.key_positions[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             if key in _IMPORT_KEYS:
-                self._add(child, key_node, f"{key!r} would choose code by import path; configs name registered components only")
+                self._add(
+                    child,
+                    key_node,
+                    f"{key!r} would choose code by import path; configs name registered components only",
+                )
                 continue
             if SECRET_KEY.search(key):
-                self._add(child, key_node, f"{key!r} looks like a credential; keep credentials in an Airflow connection, never in a config")
+                self._add(
+                    child,
+                    key_node,
+                    f"{key!r} looks like a credential; keep credentials in an Airflow connection, never in a config",
+                )
                 continue
             result[key] = self._value(value_node, child)
         return result
 
     def _check_string(self, value: str, loc: Loc, node: yaml.Node) -> None:
         if _IMPORT_PATH.match(value.strip()):
-            self._add(loc, node, f"{_short(repr(value))} is an import path; configs name registered components only")
+            self._add(
+                loc, node, f"{_short(repr(value))} is an import path; configs name registered components only"
+            )
         elif _ENV_REFERENCE.search(value):
             self._add(
-                loc, node,
+                loc,
+                node,
                 f"{_short(repr(value))} looks like an environment variable reference; configs are not expanded, "
                 "put secrets in an Airflow connection",
             )
@@ -208,7 +246,11 @@ class _Document:
 
     def _problem(self, loc: Loc, message: str, at_key: bool) -> ConfigProblem:
         # A missing field has no position of its own: use the nearest enclosing key.
-        positions = (self.key_positions, self.value_positions) if at_key else (self.value_positions, self.key_positions)
+        positions = (
+            (self.key_positions, self.value_positions)
+            if at_key
+            else (self.value_positions, self.key_positions)
+        )
         for depth in range(len(loc), -1, -1):
             for table in positions:
                 if loc[:depth] in table:
@@ -221,11 +263,22 @@ def _yaml_problem(source: str, exc: yaml.MarkedYAMLError) -> ConfigProblem:
     mark = exc.problem_mark or exc.context_mark
     line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
     if exc.context == "expected a single document in the stream":
-        return ConfigProblem(source, line, column, "", "invalid YAML: a second document starts here; a config file is one YAML document")
+        return ConfigProblem(
+            source,
+            line,
+            column,
+            "",
+            "invalid YAML: a second document starts here; a config file is one YAML document",
+        )
     if exc.context and exc.context.startswith("found duplicate anchor") and exc.context_mark:
         anchor = exc.context.split("'")[1] if "'" in exc.context else "?"
-        return ConfigProblem(source, line, column, "",
-                             f"invalid YAML: anchor &{_short(anchor)} is defined again (first on line {exc.context_mark.line + 1})")
+        return ConfigProblem(
+            source,
+            line,
+            column,
+            "",
+            f"invalid YAML: anchor &{_short(anchor)} is defined again (first on line {exc.context_mark.line + 1})",
+        )
     return ConfigProblem(source, line, column, "", f"invalid YAML: {_short(str(exc.problem))}")
 
 
@@ -236,7 +289,7 @@ def _reader_reason(exc: yaml.reader.ReaderError) -> str:
 
 def _short(text: str, limit: int = 80) -> str:
     """A value quoted in a message: a 200 KB scalar must not become a 200 KB message."""
-    return text if len(text) <= limit else f"{text[:limit - 1]}… ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
 def _dotted(loc: Loc) -> str:

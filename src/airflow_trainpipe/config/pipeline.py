@@ -80,39 +80,58 @@ class PipelineConfig(Section):
 
         if self.gate.metric not in metrics:
             problems.append(
-                (("gate", "metric"), f"{self.gate.metric!r} is not a {task} metric"
-                 f"{did_you_mean(self.gate.metric, metrics)}; expected one of {', '.join(metrics)}")
+                (
+                    ("gate", "metric"),
+                    f"{self.gate.metric!r} is not a {task} metric"
+                    f"{did_you_mean(self.gate.metric, metrics)}; expected one of {', '.join(metrics)}",
+                )
             )
         elif self.gate.direction and self.gate.direction != metrics[self.gate.metric]:
             problems.append(
-                (("gate", "direction"), f"{self.gate.metric} is better when it is "
-                 f"{'higher' if metrics[self.gate.metric] == 'maximize' else 'lower'}; "
-                 f"direction must be {metrics[self.gate.metric]!r}, got {self.gate.direction!r}")
+                (
+                    ("gate", "direction"),
+                    f"{self.gate.metric} is better when it is "
+                    f"{'higher' if metrics[self.gate.metric] == 'maximize' else 'lower'}; "
+                    f"direction must be {metrics[self.gate.metric]!r}, got {self.gate.direction!r}",
+                )
             )
         for i, guardrail in enumerate(self.gate.guardrails):
             if guardrail.metric not in metrics:
                 problems.append(
-                    (("gate", "guardrails", i, "metric"), f"{guardrail.metric!r} is not a {task} metric"
-                     f"{did_you_mean(guardrail.metric, metrics)}; expected one of {', '.join(metrics)}")
+                    (
+                        ("gate", "guardrails", i, "metric"),
+                        f"{guardrail.metric!r} is not a {task} metric"
+                        f"{did_you_mean(guardrail.metric, metrics)}; expected one of {', '.join(metrics)}",
+                    )
                 )
             elif guardrail.metric == self.gate.metric:
-                problems.append((("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail"))
+                problems.append(
+                    (("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail")
+                )
 
         features = self.data.features.all
-        for kind, declared in (("numeric", self.data.features.numeric), ("categorical", self.data.features.categorical)):
+        for kind, declared in (
+            ("numeric", self.data.features.numeric),
+            ("categorical", self.data.features.categorical),
+        ):
             other = self.data.features.categorical if kind == "numeric" else self.data.features.numeric
             for name in getattr(self.features, kind):
                 if name in declared:
                     continue
-                where = (f"it is a {'categorical' if kind == 'numeric' else 'numeric'} feature in data.features"
-                         if name in other else f"it is not a {kind} feature in data.features{did_you_mean(name, declared)}")
+                where = (
+                    f"it is a {'categorical' if kind == 'numeric' else 'numeric'} feature in data.features"
+                    if name in other
+                    else f"it is not a {kind} feature in data.features{did_you_mean(name, declared)}"
+                )
                 problems.append((("features", kind, name), f"no {kind} transform for {name!r}: {where}"))
         if self.validation.drift is not None:
             for name in self.validation.drift.feature_thresholds:
                 if name not in features:
                     problems.append(
-                        (("validation", "drift", "feature_thresholds", name),
-                         f"{name!r} is not a feature in data.features{did_you_mean(name, features)}")
+                        (
+                            ("validation", "drift", "feature_thresholds", name),
+                            f"{name!r} is not a feature in data.features{did_you_mean(name, features)}",
+                        )
                     )
         contract = self.validation.contract.columns
         if contract:
@@ -120,8 +139,10 @@ class PipelineConfig(Section):
             missing = [name for name in needed if name not in contract]
             if missing:
                 problems.append(
-                    (("validation", "schema", "columns"),
-                     f"the contract leaves out {', '.join(map(repr, missing))}, which data uses (label, features, holdout key)")
+                    (
+                        ("validation", "schema", "columns"),
+                        f"the contract leaves out {', '.join(map(repr, missing))}, which data uses (label, features, holdout key)",
+                    )
                 )
         if self.training.launcher == "kubernetes":
             problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
-from typing import Annotated, Any
 from functools import cache
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
@@ -13,14 +13,26 @@ from airflow_trainpipe.config.base import Section, field_problems
 from airflow_trainpipe.config.types import Duration, PositiveDuration
 
 # Airflow 3 timetable presets accepted in place of a cron expression.
-CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually")
+CRON_PRESETS = (
+    "@once",
+    "@continuous",
+    "@hourly",
+    "@daily",
+    "@weekly",
+    "@monthly",
+    "@quarterly",
+    "@yearly",
+    "@annually",
+)
 
 
 def _iso_date(value: Any) -> Any:
     """YAML gives a date for `2026-01-01`; a quoted string gets the same treatment."""
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value) if "T" in value or " " in value else date.fromisoformat(value)
+            return (
+                datetime.fromisoformat(value) if "T" in value or " " in value else date.fromisoformat(value)
+            )
         except ValueError:
             raise ValueError(f"expected an ISO date such as 2026-01-01, got {value!r}") from None
     return value

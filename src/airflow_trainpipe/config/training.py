@@ -6,7 +6,15 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from airflow_trainpipe.config.base import Section, field_problems
 from airflow_trainpipe.config.catalog import BUILTIN_MODELS, Task, available_models
@@ -121,7 +129,10 @@ class DeepSpeedSection(Section):
         for key in _dotted_keys(self.overrides):
             if key in _OWNED_DEEPSPEED_KEYS:
                 problems.append(
-                    (("overrides", *key.split(".")), f"is set through {_OWNED_DEEPSPEED_KEYS[key]}; set it there")
+                    (
+                        ("overrides", *key.split(".")),
+                        f"is set through {_OWNED_DEEPSPEED_KEYS[key]}; set it there",
+                    )
                 )
         field_problems(problems)
         return self
@@ -148,10 +159,14 @@ class Resources(Section):
     @model_validator(mode="after")
     def _one_process_per_gpu(self) -> Resources:
         if self.gpus_per_node and self.processes_per_node and self.processes_per_node > self.gpus_per_node:
-            field_problems([(
-                ("processes_per_node",),
-                f"{self.processes_per_node} exceeds gpus_per_node {self.gpus_per_node}; use one process per GPU",
-            )])
+            field_problems(
+                [
+                    (
+                        ("processes_per_node",),
+                        f"{self.processes_per_node} exceeds gpus_per_node {self.gpus_per_node}; use one process per GPU",
+                    )
+                ]
+            )
         return self
 
     @property
@@ -183,7 +198,14 @@ class CheckpointSection(Section):
     @model_validator(mode="after")
     def _has_interval(self) -> CheckpointSection:
         if self.every_steps is None and self.every_minutes is None:
-            field_problems([(("every_steps",), "set every_steps, every_minutes or both; without one nothing could be resumed")])
+            field_problems(
+                [
+                    (
+                        ("every_steps",),
+                        "set every_steps, every_minutes or both; without one nothing could be resumed",
+                    )
+                ]
+            )
         return self
 
 
@@ -240,7 +262,9 @@ class TrainingSection(Section):
     @classmethod
     def _valid_image(cls, value: str | None) -> str | None:
         if value is not None and (not value or any(c.isspace() for c in value)):
-            raise ValueError(f"expected a container image reference such as registry/trainer:1.0, got {value!r}")
+            raise ValueError(
+                f"expected a container image reference such as registry/trainer:1.0, got {value!r}"
+            )
         return value
 
     @model_validator(mode="after")
@@ -252,30 +276,48 @@ class TrainingSection(Section):
             problems.extend(pod_storage_problems(self.checkpoint.uri, self.kubernetes, ("checkpoint", "uri")))
         min_nodes = self.kubernetes.min_nodes
         if min_nodes is not None and min_nodes > self.resources.nodes:
-            problems.append((("kubernetes", "min_nodes"), f"{min_nodes} exceeds resources.nodes {self.resources.nodes}"))
+            problems.append(
+                (("kubernetes", "min_nodes"), f"{min_nodes} exceeds resources.nodes {self.resources.nodes}")
+            )
         if self.launcher == "local" and self.resources.nodes > 1:
             problems.append(
-                (("resources", "nodes"), f"launcher local runs on one node, got {self.resources.nodes}; "
-                 "use launcher kubernetes for several nodes")
+                (
+                    ("resources", "nodes"),
+                    f"launcher local runs on one node, got {self.resources.nodes}; "
+                    "use launcher kubernetes for several nodes",
+                )
             )
         if self.resources.gpus_per_node == 0 and self.deepspeed.precision in ("bf16", "fp16"):
             problems.append(
-                (("deepspeed", "precision"), f"{self.deepspeed.precision} needs GPUs "
-                 "(resources.gpus_per_node > 0); use fp32 or auto on CPU")
+                (
+                    ("deepspeed", "precision"),
+                    f"{self.deepspeed.precision} needs GPUs "
+                    "(resources.gpus_per_node > 0); use fp32 or auto on CPU",
+                )
             )
         field_problems(problems)
         return self
 
 
-def pod_storage_problems(uri: str, kubernetes: KubernetesSection, loc: tuple[str, ...]) -> list[tuple[tuple[str | int, ...], str]]:
+def pod_storage_problems(
+    uri: str, kubernetes: KubernetesSection, loc: tuple[str, ...]
+) -> list[tuple[tuple[str | int, ...], str]]:
     """Pods do not share the worker's TRAINPIPE_HOME: their storage is s3:// or a mounted volume."""
     if uri.startswith("s3://"):
         return []
     if not uri.startswith("file://"):
-        return [(loc, f"{uri!r} is relative to the Airflow worker's TRAINPIPE_HOME, which pods do not see; "
-                      "use s3://... or file:// on a volume in training.kubernetes.volumes")]
+        return [
+            (
+                loc,
+                f"{uri!r} is relative to the Airflow worker's TRAINPIPE_HOME, which pods do not see; "
+                "use s3://... or file:// on a volume in training.kubernetes.volumes",
+            )
+        ]
     path = uri.removeprefix("file://")
-    if not any(path == v.mount_path.rstrip("/") or path.startswith(v.mount_path.rstrip("/") + "/") for v in kubernetes.volumes):
+    if not any(
+        path == v.mount_path.rstrip("/") or path.startswith(v.mount_path.rstrip("/") + "/")
+        for v in kubernetes.volumes
+    ):
         mounts = ", ".join(v.mount_path for v in kubernetes.volumes) or "none"
         return [(loc, f"{uri} is not on a volume the pods mount (training.kubernetes.volumes: {mounts})")]
     return []

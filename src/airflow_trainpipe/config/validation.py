@@ -13,7 +13,7 @@ from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import ColumnName
 
 
-class ExpectationSpec(Section):
+class ExpectationRule(Section):
     """One Great Expectations 1.x expectation, by its snake_case type and its kwargs."""
 
     type: str
@@ -23,17 +23,24 @@ class ExpectationSpec(Section):
     """Arguments of the expectation, e.g. `{column: amount, min_value: 0}`."""
 
     @model_validator(mode="after")
-    def _known_expectation(self) -> ExpectationSpec:
+    def _known_expectation(self) -> ExpectationRule:
         if self.type not in EXPECTATIONS:
-            field_problems([(
-                ("type",),
-                f"unknown Great Expectations expectation {self.type!r}{did_you_mean(self.type, EXPECTATIONS)}",
-            )])
+            field_problems(
+                [
+                    (
+                        ("type",),
+                        f"unknown Great Expectations expectation {self.type!r}{did_you_mean(self.type, EXPECTATIONS)}",
+                    )
+                ]
+            )
         required, optional = EXPECTATIONS[self.type]
         allowed = (*required, *optional)
         problems = [
-            (("kwargs", key), f"{self.type} takes no argument {key!r}{did_you_mean(key, allowed)}; "
-             f"it takes {', '.join(allowed)}")
+            (
+                ("kwargs", key),
+                f"{self.type} takes no argument {key!r}{did_you_mean(key, allowed)}; "
+                f"it takes {', '.join(allowed)}",
+            )
             for key in self.kwargs
             if key not in allowed
         ]
@@ -46,7 +53,13 @@ class ExpectationSpec(Section):
 
 # Arrow type names as `str(pyarrow type)` prints them, plus the usual aliases; checked without
 # importing pyarrow because configs are parsed in the DAG processor.
-_ARROW_ALIASES = {"float64": "double", "float32": "float", "str": "string", "utf8": "string", "boolean": "bool"}
+_ARROW_ALIASES = {
+    "float64": "double",
+    "float32": "float",
+    "str": "string",
+    "utf8": "string",
+    "boolean": "bool",
+}
 _ARROW_TYPE = re.compile(
     r"^(u?int(8|16|32|64)|float|double|halffloat|string|large_string|binary|large_binary|bool|date32\[day\]|date64\[ms\]"
     r"|timestamp\[(s|ms|us|ns)(, tz=[A-Za-z0-9_/+-]+)?\]|decimal128\(\d+, \d+\)|dictionary<.+>)$"
@@ -112,7 +125,7 @@ class ValidationSection(Section):
     contract: SchemaContract = Field(default=SchemaContract(), alias="schema")
     """Schema contract: required columns, their types, whether other columns may appear."""
 
-    expectations: list[ExpectationSpec] = []
+    expectations: list[ExpectationRule] = []
     """Great Expectations expectations."""
 
     volume: VolumeRule = VolumeRule()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Container
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG
 
@@ -38,10 +38,12 @@ def broken_config_dag(name: str, error: ConfigError, dag_id: str) -> DAG:
         dag_id=dag_id,
         dag_display_name=f"{dag_id} [broken config: {name}]",
         description=f"BROKEN CONFIG {name}: {first.path or '<document>'}: {first.message}"[:1000],
-        doc_md=(f"# Broken pipeline config `{name}`\n\nThis pipeline does not run until its config is fixed "
-                f"({len(error.problems)} problem(s)); every other pipeline is unaffected.\n\n{problems}\n"),
+        doc_md=(
+            f"# Broken pipeline config `{name}`\n\nThis pipeline does not run until its config is fixed "
+            f"({len(error.problems)} problem(s)); every other pipeline is unaffected.\n\n{problems}\n"
+        ),
         schedule=None,
-        start_date=datetime(2020, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2020, 1, 1, tzinfo=UTC),
         tags=["trainpipe", BROKEN_TAG],
     ) as dag:
         ConfigErrorOperator(task_id="config_error", config_file=name, problems=shown)
@@ -54,7 +56,12 @@ def stand_in_dag_id(name: str, declared: str | None, taken: Container[str]) -> s
     pipeline's own page shows the problem; else `broken_config__<file>`, with a hash of the
     file name when that is taken too (`a b.yaml` and `a_b.yaml`, or two long names).
     """
-    if declared is not None and len(declared) <= DAG_ID_MAX_LENGTH and _DAG_ID.match(declared) and declared not in taken:
+    if (
+        declared is not None
+        and len(declared) <= DAG_ID_MAX_LENGTH
+        and _DAG_ID.match(declared)
+        and declared not in taken
+    ):
         return declared
     dag_id = fallback_dag_id(name)
     if dag_id in taken:

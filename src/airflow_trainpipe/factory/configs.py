@@ -55,12 +55,26 @@ def read_config_folder(folder: Path, display_root: Path | None = None) -> list[C
     """
     cache_dir = cache_directory()
     try:
-        files = sorted(
-            p for p in folder.iterdir() if p.suffix in CONFIG_SUFFIXES and not p.name.startswith((".", "_"))
-        ) if folder.is_dir() else []
+        files = (
+            sorted(
+                p
+                for p in folder.iterdir()
+                if p.suffix in CONFIG_SUFFIXES and not p.name.startswith((".", "_"))
+            )
+            if folder.is_dir()
+            else []
+        )
     except OSError as exc:
         name = _display_name(folder, display_root)
-        return [ConfigFile(folder, name, error=ConfigError([ConfigProblem(name, None, None, "", f"cannot list the folder: {exc.strerror or exc}")]))]
+        return [
+            ConfigFile(
+                folder,
+                name,
+                error=ConfigError(
+                    [ConfigProblem(name, None, None, "", f"cannot list the folder: {exc.strerror or exc}")]
+                ),
+            )
+        ]
     return [_read(path, _display_name(path, display_root), cache_dir) for path in files]
 
 

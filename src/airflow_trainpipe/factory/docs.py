@@ -19,9 +19,16 @@ def pipeline_doc(config: PipelineConfig, source: str, asset_name: str) -> str:
         ("Validation", _validation(config)),
         ("Training", _training(config)),
         ("Gate", _gate(config)),
-        ("Registry", f"`{config.registered_model_name}` alias `{config.registration.alias}`"
-                     + (f" (the old champion becomes `{config.registration.previous_alias}`)" if config.registration.previous_alias else "")
-                     + f"; emits asset `{asset_name}`"),
+        (
+            "Registry",
+            f"`{config.registered_model_name}` alias `{config.registration.alias}`"
+            + (
+                f" (the old champion becomes `{config.registration.previous_alias}`)"
+                if config.registration.previous_alias
+                else ""
+            )
+            + f"; emits asset `{asset_name}`",
+        ),
     ]
     lines = [
         f"# {config.pipeline}",
@@ -51,16 +58,22 @@ def _cell(text: str) -> str:
 def _schedule(config: PipelineConfig) -> str:
     s = config.schedule
     when = f"asset `{s.asset}` updated" if s.asset else f"`{s.cron}` ({s.timezone})"
-    return (f"{when}, from {s.start_date}" + (f" to {s.end_date}" if s.end_date else "")
-            + f"; catchup {'on' if s.catchup else 'off'}; {s.retries} retries every {format_duration(s.retry_delay)}"
-            + ("; a `train` retry resumes from its last complete checkpoint" if s.retries else ""))
+    return (
+        f"{when}, from {s.start_date}"
+        + (f" to {s.end_date}" if s.end_date else "")
+        + f"; catchup {'on' if s.catchup else 'off'}; {s.retries} retries every {format_duration(s.retry_delay)}"
+        + ("; a `train` retry resumes from its last complete checkpoint" if s.retries else "")
+    )
 
 
 def _data(config: PipelineConfig) -> str:
     d = config.data
-    return (f"`{d.uri}/{d.partition}` ({d.format}); label `{d.label}`; "
-            f"{len(d.features.numeric)} numeric + {len(d.features.categorical)} categorical features; "
-            f"holdout {d.holdout.fraction:.0%}" + (f" by `{d.holdout.key_column}`" if d.holdout.key_column else ""))
+    return (
+        f"`{d.uri}/{d.partition}` ({d.format}); label `{d.label}`; "
+        f"{len(d.features.numeric)} numeric + {len(d.features.categorical)} categorical features; "
+        f"holdout {d.holdout.fraction:.0%}"
+        + (f" by `{d.holdout.key_column}`" if d.holdout.key_column else "")
+    )
 
 
 def _wait(config: PipelineConfig) -> str:
@@ -75,24 +88,32 @@ def _validation(config: PipelineConfig) -> str:
     v = config.validation
     parts = []
     if v.contract.columns:
-        parts.append(f"schema contract ({len(v.contract.columns)} columns"
-                     + (", extra columns allowed)" if v.contract.allow_extra_columns else ")"))
+        parts.append(
+            f"schema contract ({len(v.contract.columns)} columns"
+            + (", extra columns allowed)" if v.contract.allow_extra_columns else ")")
+        )
     if v.expectations:
         parts.append(f"{len(v.expectations)} Great Expectations")
-    parts.append(f"volume >= {v.volume.min_rows} rows"
-                 + (f", change <= {v.volume.max_change:.0%} vs previous" if v.volume.max_change is not None else ""))
+    parts.append(
+        f"volume >= {v.volume.min_rows} rows"
+        + (f", change <= {v.volume.max_change:.0%} vs previous" if v.volume.max_change is not None else "")
+    )
     if v.drift is not None:
-        parts.append(f"drift ({v.drift.numeric_method}/{v.drift.categorical_method} > {v.drift.threshold} vs {v.drift.reference})")
+        parts.append(
+            f"drift ({v.drift.numeric_method}/{v.drift.categorical_method} > {v.drift.threshold} vs {v.drift.reference})"
+        )
     return "; ".join(parts) or "none"
 
 
 def _training(config: PipelineConfig) -> str:
     t = config.training
     hp = t.hyperparameters
-    return (f"`{t.model}` ({t.task}), {hp.epochs} epochs, batch {hp.batch_size}, lr {hp.learning_rate}; "
-            f"DeepSpeed ZeRO-{t.deepspeed.zero_stage}, {t.deepspeed.precision} precision; "
-            f"{t.resources.nodes} node(s) x {t.resources.nproc_per_node} process(es), launcher `{t.launcher}`; "
-            f"checkpoints under `{t.checkpoint.uri}`")
+    return (
+        f"`{t.model}` ({t.task}), {hp.epochs} epochs, batch {hp.batch_size}, lr {hp.learning_rate}; "
+        f"DeepSpeed ZeRO-{t.deepspeed.zero_stage}, {t.deepspeed.precision} precision; "
+        f"{t.resources.nodes} node(s) x {t.resources.nproc_per_node} process(es), launcher `{t.launcher}`; "
+        f"checkpoints under `{t.checkpoint.uri}`"
+    )
 
 
 def _gate(config: PipelineConfig) -> str:
@@ -101,8 +122,12 @@ def _gate(config: PipelineConfig) -> str:
     if g.min_relative_improvement:
         text += f" and {g.min_relative_improvement:.1%}"
     for rail in g.guardrails:
-        limits = [f"{rail.max_regression}"] + ([f"{rail.max_relative_regression:.1%}"] if rail.max_relative_regression is not None else [])
+        limits = [f"{rail.max_regression}"] + (
+            [f"{rail.max_relative_regression:.1%}"] if rail.max_relative_regression is not None else []
+        )
         text += f"; `{rail.metric}` may regress <= {' / '.join(limits)}"
     policy = g.no_champion
-    text += f"; no champion yet: {policy.action}" + (f" if >= {policy.min_value}" if policy.min_value is not None else "")
+    text += f"; no champion yet: {policy.action}" + (
+        f" if >= {policy.min_value}" if policy.min_value is not None else ""
+    )
     return text

@@ -36,7 +36,7 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
             # worse than a mistyped one; the form itself sends a string or null.
             title="Data partition",
             description=f"Sub-path of {config.data.uri} to train on, e.g. a backfill day. "
-                        f"Empty: the run's own partition ({config.data.partition}).",
+            f"Empty: the run's own partition ({config.data.partition}).",
         ),
         HYPERPARAMETERS: _param(
             {name: getattr(current, name) for name in tunable_hyperparameters()},
@@ -51,7 +51,7 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
             type="boolean",
             title="Force registration",
             description="Promote the candidate even when the gate would keep the champion "
-                        "(recorded on the model version as trainpipe.gate.forced).",
+            "(recorded on the model version as trainpipe.gate.forced).",
         ),
     }
 
@@ -84,7 +84,11 @@ def force_template() -> str:
 
 
 def _json_types(annotation: Any) -> list[str]:
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    options = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
     kinds = []
     for option in options:
         if option is type(None):
@@ -99,8 +103,13 @@ def _json_types(annotation: Any) -> list[str]:
 
 
 # Derived once from the model class, not for every DAG of every parse.
-_TUNABLE = {name: kinds for name, field in Hyperparameters.model_fields.items() if (kinds := _json_types(field.annotation))}
+_TUNABLE = {
+    name: kinds
+    for name, field in Hyperparameters.model_fields.items()
+    if (kinds := _json_types(field.annotation))
+}
 _HYPERPARAMETERS_DESCRIPTION = (
     "This run's training.hyperparameters; a value changed here overrides the config for this run only ("
-    + ", ".join(f"{name}: {'/'.join(kinds)}" for name, kinds in _TUNABLE.items()) + ")."
+    + ", ".join(f"{name}: {'/'.join(kinds)}" for name, kinds in _TUNABLE.items())
+    + ")."
 )

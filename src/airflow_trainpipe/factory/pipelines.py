@@ -14,12 +14,12 @@ from zoneinfo import ZoneInfo
 from airflow.sdk import DAG, Asset, CronTriggerTimetable
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.loader import duplicate_pipeline
+from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.factory import params
 from airflow_trainpipe.factory.broken import broken_config_dag, stand_in_dag_id
 from airflow_trainpipe.factory.configs import ConfigFile, read_config_folder
 from airflow_trainpipe.factory.docs import pipeline_doc
-from airflow_trainpipe.config.loader import duplicate_pipeline
-from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 _NOT_CRON = ("@once", "@continuous")
 
 
-def register_pipelines(folder: str | Path, namespace: dict[str, Any], display_root: str | Path | None = None) -> list[DAG]:
+def register_pipelines(
+    folder: str | Path, namespace: dict[str, Any], display_root: str | Path | None = None
+) -> list[DAG]:
     """Build every config of `folder` into a DAG and bind it in `namespace` (a DAG file's globals())."""
     folder = Path(folder)
     dags = build_pipeline_dags(folder, Path(display_root) if display_root else folder.parent)
@@ -72,7 +74,9 @@ def _build(folder: Path, display_root: Path | None) -> list[DAG]:
                 dags.append(pipeline_dag(file.config, file.name))
             except Exception as exc:  # a config Airflow refuses, or a bug of ours: this pipeline only
                 log.error("building the DAG of pipeline config %s failed", file.name, exc_info=exc)
-                error = ConfigError.unexpected(file.name, "building its DAG", exc, pipeline=file.config.pipeline)
+                error = ConfigError.unexpected(
+                    file.name, "building its DAG", exc, pipeline=file.config.pipeline
+                )
                 file = ConfigFile(file.path, file.name, error=error)
             else:
                 owners[file.config.pipeline] = file.name
@@ -92,7 +96,9 @@ def _build(folder: Path, display_root: Path | None) -> list[DAG]:
 
 
 def _duplicate(file: ConfigFile, first: str) -> ConfigFile:
-    return ConfigFile(file.path, file.name, error=ConfigError([duplicate_pipeline(file.name, file.config.pipeline, first)]))
+    return ConfigFile(
+        file.path, file.name, error=ConfigError([duplicate_pipeline(file.name, file.config.pipeline, first)])
+    )
 
 
 def model_asset(config: PipelineConfig) -> Asset:
@@ -134,7 +140,9 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
     # the DAG's Params (once per class in its hierarchy), the largest per-DAG parse cost. A task
     # needs no copy: the task runner merges the DAG's Params into each run's (`process_params`).
     wait = DataSnapshotSensor(task_id="wait_for_data", data=config.data, partition=partition, **task_defaults)
-    validate = DataValidateOperator(task_id="validate_data", config=config, partition=partition, **task_defaults)
+    validate = DataValidateOperator(
+        task_id="validate_data", config=config, partition=partition, **task_defaults
+    )
     # Tasks join the DAG through their relations (train through its XComArgs of validate,
     # gate and register through `>>`), which need one end to be in the DAG already.
     dag.add_tasks([wait, validate])
@@ -146,8 +154,16 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         hyperparameter_overrides=params.hyperparameter_template(),
         **task_defaults,
     )
-    gate = BaselineGateOperator(task_id="gate", config=config, train_task_id=train.task_id, force=params.force_template(), **task_defaults)
-    register = RegisterModelOperator(task_id="register", config=config, gate_task_id=gate.task_id, outlets=[asset], **task_defaults)
+    gate = BaselineGateOperator(
+        task_id="gate",
+        config=config,
+        train_task_id=train.task_id,
+        force=params.force_template(),
+        **task_defaults,
+    )
+    register = RegisterModelOperator(
+        task_id="register", config=config, gate_task_id=gate.task_id, outlets=[asset], **task_defaults
+    )
     wait >> validate >> train >> gate >> register
     return dag
 

@@ -33,7 +33,12 @@ if TYPE_CHECKING:
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 NO_CHAMPION = "none"  # the training job's trainpipe.champion.version when nothing held the alias
-CREDENTIAL_ENVS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_INSECURE_TLS")
+CREDENTIAL_ENVS = (
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_INSECURE_TLS",
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,9 @@ class MlflowHook(BaseHook):
     def _embedded() -> MlflowTarget:
         from airflow_trainpipe.runtime.tracking import default_tracking_uri
 
-        return MlflowTarget(tracking_uri=os.environ.get(TRACKING_URI_ENV) or default_tracking_uri(), ui_url=None)
+        return MlflowTarget(
+            tracking_uri=os.environ.get(TRACKING_URI_ENV) or default_tracking_uri(), ui_url=None
+        )
 
     def _from_connection(self, conn: Any) -> MlflowTarget:
         from airflow.sdk.log import mask_secret
@@ -123,7 +130,9 @@ class MlflowHook(BaseHook):
         else:
             from airflow_trainpipe.registry import RegistryError
 
-            raise RegistryError(f"connection {self.mlflow_conn_id!r} has neither a host nor an extra 'tracking_uri'")
+            raise RegistryError(
+                f"connection {self.mlflow_conn_id!r} has neither a host nor an extra 'tracking_uri'"
+            )
         credentials: dict[str, str] = {}
         token = extra.get("token")
         if conn.login:
@@ -141,10 +150,16 @@ class MlflowHook(BaseHook):
                 mask_secret(credentials[name])
         if password := urlsplit(tracking_uri).password:  # user:password@ written into the URI itself
             mask_secret(password)
-        ui_url = extra.get("ui_url") or (tracking_uri if tracking_uri.startswith(("http://", "https://")) else None)
+        ui_url = extra.get("ui_url") or (
+            tracking_uri if tracking_uri.startswith(("http://", "https://")) else None
+        )
         # The UI URL goes into extra links (stored, shown to every viewer): never with credentials.
-        return MlflowTarget(tracking_uri=tracking_uri, ui_url=redact_uri(ui_url).rstrip("/") if ui_url else None,
-                            credentials=credentials, conn_id=self.mlflow_conn_id)
+        return MlflowTarget(
+            tracking_uri=tracking_uri,
+            ui_url=redact_uri(ui_url).rstrip("/") if ui_url else None,
+            credentials=credentials,
+            conn_id=self.mlflow_conn_id,
+        )
 
     @property
     def tracking_uri(self) -> str:
@@ -239,15 +254,21 @@ class MlflowHook(BaseHook):
         data = self.finished_run(run_id).data
         version = data.tags.get("trainpipe.champion.version")
         if version is None:
-            raise RegistryError(f"MLflow run {run_id} has no tag trainpipe.champion.version: the champion was not scored")
+            raise RegistryError(
+                f"MLflow run {run_id} has no tag trainpipe.champion.version: the champion was not scored"
+            )
 
         def prefixed(prefix: str) -> dict[str, float]:
             return {k.removeprefix(prefix): v for k, v in data.metrics.items() if k.startswith(prefix)}
 
         scored = version != NO_CHAMPION
-        return Evaluation(candidate=prefixed("candidate_"), champion=prefixed("champion_") if scored else None,
-                          champion_version=version if scored else None, champion_run_id=data.tags.get("trainpipe.champion.run_id"),
-                          champion_error=data.tags.get("trainpipe.champion.error"))
+        return Evaluation(
+            candidate=prefixed("candidate_"),
+            champion=prefixed("champion_") if scored else None,
+            champion_version=version if scored else None,
+            champion_run_id=data.tags.get("trainpipe.champion.run_id"),
+            champion_error=data.tags.get("trainpipe.champion.error"),
+        )
 
     def record_gate_decision(self, run_id: str, decision: GateDecision, figure: Any) -> None:
         """The decision as an artifact and tags of the candidate's run, with its chart."""
@@ -283,7 +304,9 @@ class MlflowHook(BaseHook):
             if not outputs:
                 raise RegistryError(f"MLflow run {run_id} logged no model to register")
             model_id = outputs[-1].model_id
-            version = client.create_model_version(name=model_name, source=f"models:/{model_id}", run_id=run_id, model_id=model_id)
+            version = client.create_model_version(
+                name=model_name, source=f"models:/{model_id}", run_id=run_id, model_id=model_id
+            )
         return str(version.version), True
 
     def set_version_tags(self, model_name: str, version: str, tags: dict[str, str]) -> None:
@@ -292,7 +315,9 @@ class MlflowHook(BaseHook):
             for key, value in tags.items():
                 client.set_model_version_tag(model_name, version, key, value)
 
-    def move_alias(self, model_name: str, alias: str, version: str, previous_alias: str | None, holder: str | None) -> str | None:
+    def move_alias(
+        self, model_name: str, alias: str, version: str, previous_alias: str | None, holder: str | None
+    ) -> str | None:
         """Point `alias` at `version`; the version that held it gets `previous_alias`. Returns it."""
         with self.activated():
             client = self.get_conn()
@@ -317,4 +342,3 @@ class MlflowHook(BaseHook):
         except Exception as exc:
             return False, f"{type(exc).__name__}: {exc}"
         return True, f"reached MLflow at {redact_uri(self.tracking_uri)}"
-

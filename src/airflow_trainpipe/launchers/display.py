@@ -6,7 +6,7 @@ from typing import Any
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
@@ -18,7 +18,8 @@ def describe(event: dict[str, Any]) -> str | None:
     if kind == "start":
         resumed = (
             f", resuming from step {event['resumed_from']} ({event['steps_recomputed']} step(s) to recompute)"
-            if event.get("resumed_from") else ""
+            if event.get("resumed_from")
+            else ""
         )
         return (
             f"training started: {event['total_steps']} steps on {event['world_size']} rank(s), global batch "
@@ -33,7 +34,9 @@ def describe(event: dict[str, Any]) -> str | None:
     if kind == "checkpoint":
         return f"checkpoint complete: step {event['step']} at {event['uri']}"
     if kind == "epoch":
-        metrics = ", ".join(f"{k.removeprefix('holdout_')}={v:.4f}" for k, v in event.items() if k.startswith("holdout_"))
+        metrics = ", ".join(
+            f"{k.removeprefix('holdout_')}={v:.4f}" for k, v in event.items() if k.startswith("holdout_")
+        )
         return f"epoch {event['epoch']} done at step {event['step']}: holdout {metrics}"
     if kind == "result":
         return (

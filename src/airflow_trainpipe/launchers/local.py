@@ -9,6 +9,7 @@ SIGKILLed itself and cannot clean up.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,9 +33,16 @@ class Line:
 def torchrun_command(nproc: int, spec_arg: str) -> list[str]:
     """The container command too: Kubernetes pods run the same entrypoint the same way."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--standalone", "--nproc-per-node", str(nproc),
-        "-m", "airflow_trainpipe.runtime.train", "--spec", spec_arg,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "airflow_trainpipe.runtime.train",
+        "--spec",
+        spec_arg,
     ]
 
 
@@ -54,8 +62,12 @@ class LocalLauncher:
         spec_file.write_text(self.spec.to_json())
         self.process = subprocess.Popen(
             torchrun_command(self.nproc, f"@{spec_file}"),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env=self.env, start_new_session=True,  # its own process group, see kill()
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env=self.env,
+            start_new_session=True,  # its own process group, see kill()
         )
 
     def lines(self) -> Iterator[Line]:
@@ -80,17 +92,13 @@ class LocalLauncher:
         groups = {self.process.pid}  # start_new_session: torchrun leads its own group
         try:
             for child in psutil.Process(self.process.pid).children(recursive=True):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     groups.add(os.getpgid(child.pid))
-                except ProcessLookupError:
-                    pass
         except psutil.NoSuchProcess:
             pass
         for group in groups:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, sig)
-            except ProcessLookupError:
-                pass
 
     def _cleanup(self) -> None:
         if self._spec_dir is not None:

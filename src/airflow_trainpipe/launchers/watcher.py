@@ -41,7 +41,9 @@ class JobWatcher:
         elif kind == "checkpoint":
             self._remember("checkpoint", {"step": event["step"], "uri": event["uri"]})
         elif kind == "result":
-            self.result = read_payload(TrainResult, {k: v for k, v in event.items() if k != "event"}, "the job's result event")
+            self.result = read_payload(
+                TrainResult, {k: v for k, v in event.items() if k != "event"}, "the job's result event"
+            )
         elif kind == "error":
             self.errors.append(f"rank {event.get('rank')}: {event.get('error')}")
             self.final = self.final or event.get("retryable") is False

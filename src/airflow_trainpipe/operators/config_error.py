@@ -29,5 +29,7 @@ class ConfigErrorOperator(BaseOperator):
         self.problems = problems
 
     def execute(self, context: Context) -> None:
-        raise AirflowFailException(f"pipeline config {self.config_file} is invalid; fix it and the DAG "
-                                   "processor reloads it:\n" + "\n".join(self.problems))
+        raise AirflowFailException(
+            f"pipeline config {self.config_file} is invalid; fix it and the DAG "
+            "processor reloads it:\n" + "\n".join(self.problems)
+        )

@@ -115,8 +115,11 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
         if self.mlflow_run_id:
             run_id = str(self.mlflow_run_id)
             return run_id, hook.run_evaluation(run_id)
-        result = read_payload(TrainResult, context["ti"].xcom_pull(task_ids=self.train_task_id),
-                              f"the XCom of task {self.train_task_id!r}")
+        result = read_payload(
+            TrainResult,
+            context["ti"].xcom_pull(task_ids=self.train_task_id),
+            f"the XCom of task {self.train_task_id!r}",
+        )
         hook.finished_run(result.mlflow_run_id)
         return result.mlflow_run_id, result.evaluation
 
@@ -126,7 +129,9 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
         needed = [self.config.gate.metric, *(g.metric for g in self.config.gate.guardrails)]
         missing = [m for m in needed if m not in evaluation.candidate]
         if missing:
-            raise AirflowFailException(f"MLflow run {run_id} has no metric {', '.join('candidate_' + m for m in missing)}")
+            raise AirflowFailException(
+                f"MLflow run {run_id} has no metric {', '.join('candidate_' + m for m in missing)}"
+            )
         champion = evaluation.champion
         unscored = [m for m in needed if m not in champion] if champion is not None else []
         if unscored and not force:
@@ -140,26 +145,46 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
             cause = evaluation.champion_error or f"metric(s) {', '.join(unscored)} not logged"
             champion = None
             decision = GateDecision(
-                promote=True, forced=True, metric=self.config.gate.metric, direction=self.config.gate_direction,
-                candidate=evaluation.candidate[self.config.gate.metric], champion=None,
+                promote=True,
+                forced=True,
+                metric=self.config.gate.metric,
+                direction=self.config.gate_direction,
+                candidate=evaluation.candidate[self.config.gate.metric],
+                champion=None,
                 reason=f"forced promotion; champion version {evaluation.champion_version} could not be compared: {cause}",
             )
         else:
-            decision = decide(self.config.gate, self.config.training.task, evaluation.candidate, champion, force=force)
+            decision = decide(
+                self.config.gate, self.config.training.task, evaluation.candidate, champion, force=force
+            )
         decision.mlflow_run_id, decision.champion_version = run_id, evaluation.champion_version
-        decision.model_name, decision.alias = self.config.registered_model_name, self.config.registration.alias
-        self.log.info("candidate run %s vs champion %s\n%s", run_id,
-                      f"{decision.model_name} v{evaluation.champion_version}" if evaluation.champion_version else "none",
-                      comparison_table(decision, evaluation.candidate, champion))
+        decision.model_name, decision.alias = (
+            self.config.registered_model_name,
+            self.config.registration.alias,
+        )
+        self.log.info(
+            "candidate run %s vs champion %s\n%s",
+            run_id,
+            f"{decision.model_name} v{evaluation.champion_version}"
+            if evaluation.champion_version
+            else "none",
+            comparison_table(decision, evaluation.candidate, champion),
+        )
         return decision
 
-    def _check_champion_unchanged(self, hook: Any, run_id: str, scored_version: str | None, force: bool) -> None:
+    def _check_champion_unchanged(
+        self, hook: Any, run_id: str, scored_version: str | None, force: bool
+    ) -> None:
         name, alias = self.config.registered_model_name, self.config.registration.alias
         now = hook.current_champion(name, alias)
         now_version = now[0] if now else None
         if now_version != scored_version and force:
-            self.log.warning("the champion changed since run %s was scored (version %s, now %s); promoting anyway: forced",
-                             run_id, scored_version or NO_CHAMPION, now_version or NO_CHAMPION)
+            self.log.warning(
+                "the champion changed since run %s was scored (version %s, now %s); promoting anyway: forced",
+                run_id,
+                scored_version or NO_CHAMPION,
+                now_version or NO_CHAMPION,
+            )
         elif now_version != scored_version:
             raise AirflowFailException(
                 f"the champion changed since run {run_id} was scored: {name}@{alias} was version {scored_version or NO_CHAMPION}, "
@@ -167,7 +192,9 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
             )
 
 
-def comparison_chart(decision: GateDecision, candidate: dict[str, float], champion: dict[str, float] | None) -> Any:
+def comparison_chart(
+    decision: GateDecision, candidate: dict[str, float], champion: dict[str, float] | None
+) -> Any:
     """One panel per metric (their scales differ): candidate vs champion bars, the verdict on top."""
     import matplotlib
 
@@ -189,7 +216,9 @@ def comparison_chart(decision: GateDecision, candidate: dict[str, float], champi
         ax.bar(labels, values, color=colors)
         for i, value in enumerate(values):
             ax.annotate(f"{value:.4g}", (i, value), ha="center", va="bottom", fontsize=8)
-        role = " (primary)" if name == decision.metric else " (guardrail BREACHED)" if name in breached else ""
+        role = (
+            " (primary)" if name == decision.metric else " (guardrail BREACHED)" if name in breached else ""
+        )
         ax.set_title(name + role, fontsize=9, color="#c44e52" if name in breached else "black")
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(names) :]:

@@ -23,8 +23,13 @@ if TYPE_CHECKING:
     from airflow_trainpipe.payloads import GateDecision
 
 # Run tags of the training job copied onto the version (lineage); missing ones are skipped.
-LINEAGE_RUN_TAGS = ("trainpipe.data_digest", "trainpipe.config_hash", "trainpipe.code_version", "trainpipe.world_size",
-                    "trainpipe.transform_hash")
+LINEAGE_RUN_TAGS = (
+    "trainpipe.data_digest",
+    "trainpipe.config_hash",
+    "trainpipe.code_version",
+    "trainpipe.world_size",
+    "trainpipe.transform_hash",
+)
 
 
 class RegisterModelOperator(BaseOperator):
@@ -67,14 +72,24 @@ class RegisterModelOperator(BaseOperator):
 
         hook = MlflowHook(self.mlflow_conn_id)
         with as_airflow_errors():
-            raw = self.gate_decision if self.gate_decision is not None else context["ti"].xcom_pull(task_ids=self.gate_task_id)
-            source = "gate_decision" if self.gate_decision is not None else f"the XCom of task {self.gate_task_id!r}"
+            raw = (
+                self.gate_decision
+                if self.gate_decision is not None
+                else context["ti"].xcom_pull(task_ids=self.gate_task_id)
+            )
+            source = (
+                "gate_decision"
+                if self.gate_decision is not None
+                else f"the XCom of task {self.gate_task_id!r}"
+            )
             decision = read_payload(GateDecision, raw, source)
             if not decision.promote:
                 raise AirflowFailException(f"the gate did not promote this candidate: {decision.reason}")
             run_id = str(self.mlflow_run_id or decision.mlflow_run_id or "")
             if not run_id:
-                raise AirflowFailException("no MLflow run id: pass mlflow_run_id or a gate decision that names it")
+                raise AirflowFailException(
+                    "no MLflow run id: pass mlflow_run_id or a gate decision that names it"
+                )
             dag_run = context.get("dag_run")
             lineage = {
                 "trainpipe.pipeline": self.config.pipeline,
@@ -82,14 +97,21 @@ class RegisterModelOperator(BaseOperator):
                 "airflow.dag_run_id": str(dag_run.run_id) if dag_run is not None else "",
             }
             result = register_candidate(hook, self.config, run_id, decision, lineage, log=self.log)
-        MlflowModelVersionLink.persist(context, hook.model_version_url(result["model_name"], result["version"]))
+        MlflowModelVersionLink.persist(
+            context, hook.model_version_url(result["model_name"], result["version"])
+        )
         return result
 
 
-def register_candidate(hook: Any, config: PipelineConfig, run_id: str, decision: GateDecision, lineage: dict[str, str],
-                       log: Any) -> dict[str, Any]:
+def register_candidate(
+    hook: Any, config: PipelineConfig, run_id: str, decision: GateDecision, lineage: dict[str, str], log: Any
+) -> dict[str, Any]:
     """Find or create the version of `run_id`, tag it, and move the aliases. Safe to repeat."""
-    name, alias, previous_alias = config.registered_model_name, config.registration.alias, config.registration.previous_alias
+    name, alias, previous_alias = (
+        config.registered_model_name,
+        config.registration.alias,
+        config.registration.previous_alias,
+    )
     run = hook.finished_run(run_id)
     version, created = hook.find_or_create_version(name, run, f"trainpipe pipeline {config.pipeline}")
     if created:
@@ -109,7 +131,13 @@ def register_candidate(hook: Any, config: PipelineConfig, run_id: str, decision:
                 f"{decision.champion_version or 'none'}; the champion changed in between, so this version is not promoted"
             )
         previous = hook.move_alias(name, alias, version, previous_alias, holder_version)
-        log.info("%s version %s is now @%s%s", name, version, alias, f"; version {previous} is @{previous_alias}" if previous else "")
+        log.info(
+            "%s version %s is now @%s%s",
+            name,
+            version,
+            alias,
+            f"; version {previous} is @{previous_alias}" if previous else "",
+        )
     return {
         "model_name": name,
         "version": version,
@@ -122,7 +150,9 @@ def register_candidate(hook: Any, config: PipelineConfig, run_id: str, decision:
     }
 
 
-def version_tags(config: PipelineConfig, run: Any, decision: GateDecision, lineage: dict[str, str]) -> dict[str, str]:
+def version_tags(
+    config: PipelineConfig, run: Any, decision: GateDecision, lineage: dict[str, str]
+) -> dict[str, str]:
     """The lineage of a model version: the run's lineage tags, the DAG run, the gate's numbers."""
     from airflow_trainpipe import __version__
 

@@ -50,8 +50,19 @@ class DistributedTrainOperator(BaseOperator):
         job as environment variables. Undefined `mlflow_default`: the embedded sqlite store.
     """
 
-    template_fields: Sequence[str] = ("run_id", "partition", "validation", "data_files", "data_digest", "hyperparameter_overrides")
-    template_fields_renderers = {"validation": "json", "data_files": "json", "hyperparameter_overrides": "json"}
+    template_fields: Sequence[str] = (
+        "run_id",
+        "partition",
+        "validation",
+        "data_files",
+        "data_digest",
+        "hyperparameter_overrides",
+    )
+    template_fields_renderers = {
+        "validation": "json",
+        "data_files": "json",
+        "hyperparameter_overrides": "json",
+    }
     ui_color = "#e8d5f5"
     operator_extra_links = (MlflowRunLink(),)
 
@@ -93,7 +104,9 @@ class DistributedTrainOperator(BaseOperator):
 
         manifest = self._manifest()
         if manifest is not None:
-            self.log.info("snapshot %s: %d file(s), %d rows", manifest.digest, len(manifest.files), manifest.rows)
+            self.log.info(
+                "snapshot %s: %d file(s), %d rows", manifest.digest, len(manifest.files), manifest.rows
+            )
         files = manifest.file_uris if manifest is not None else self._given_files()
         return TrainSpec(
             config=self.config,
@@ -120,7 +133,9 @@ class DistributedTrainOperator(BaseOperator):
         from airflow_trainpipe.snapshot import load_manifest, resolve_snapshot
 
         files, digest = self._given_files(), self.data_digest
-        with as_airflow_errors():  # a bad payload or partition fails at once; missing data or a store hiccup is retried
+        with (
+            as_airflow_errors()
+        ):  # a bad payload or partition fails at once; missing data or a store hiccup is retried
             if self.validation is not None:
                 return read_payload(ValidationSummary, self.validation, "validation").manifest
             if not files:
@@ -129,8 +144,10 @@ class DistributedTrainOperator(BaseOperator):
                 return None
             manifest = load_manifest(self.config.data, digest)
         if manifest.file_uris != files:
-            raise AirflowFailException(f"data_files are not the files of the validated snapshot {digest} "
-                                       f"({len(files)} given, {len(manifest.files)} in its manifest)")
+            raise AirflowFailException(
+                f"data_files are not the files of the validated snapshot {digest} "
+                f"({len(files)} given, {len(manifest.files)} in its manifest)"
+            )
         return manifest
 
     def _hyperparameters(self) -> Hyperparameters:
@@ -160,7 +177,9 @@ class DistributedTrainOperator(BaseOperator):
             merged = current.with_overrides(raw)
         except ValidationError as exc:
             raise AirflowFailException(f"invalid hyperparameter_overrides {raw}: {exc}") from exc
-        return {name: getattr(merged, name) for name in raw if getattr(merged, name) != getattr(current, name)}
+        return {
+            name: getattr(merged, name) for name in raw if getattr(merged, name) != getattr(current, name)
+        }
 
     # -- running it -----------------------------------------------------------------------------
 
@@ -173,8 +192,12 @@ class DistributedTrainOperator(BaseOperator):
         spec = self._spec(store)
         previous = store.get("checkpoint") if store is not None else None
         if previous:
-            self.log.info("try %d: the previous try's last complete checkpoint is step %s at %s; resuming from the newest complete one",
-                          try_number, previous["step"], previous["uri"])
+            self.log.info(
+                "try %d: the previous try's last complete checkpoint is step %s at %s; resuming from the newest complete one",
+                try_number,
+                previous["step"],
+                previous["uri"],
+            )
         watcher = JobWatcher(store)
         hook = MlflowHook(self.mlflow_conn_id)
         if self.config.training.launcher == "kubernetes":
@@ -205,39 +228,53 @@ class DistributedTrainOperator(BaseOperator):
         if code != 0:
             if run_id := watcher.mlflow_run_id or spec.mlflow_run_id:
                 _mark_run_failed(hook, run_id, self.log)  # a job killed hard could not do it itself
-            raise watcher.failure(f"training job exited with code {code} (try {try_number})",
-                                  f"a retry resumes from the newest complete checkpoint under {spec.run_dir}/checkpoints")
+            raise watcher.failure(
+                f"training job exited with code {code} (try {try_number})",
+                f"a retry resumes from the newest complete checkpoint under {spec.run_dir}/checkpoints",
+            )
         if watcher.result is None:
             raise AirflowException("training job exited 0 without reporting a result")
         return watcher.result
 
-    def kubernetes_operator(self, context: Context, spec: TrainSpec, watcher: JobWatcher | None = None) -> Any:
+    def kubernetes_operator(
+        self, context: Context, spec: TrainSpec, watcher: JobWatcher | None = None
+    ) -> Any:
         """The KubernetesPodOperator (one node) or KubernetesJobOperator (several) of this try."""
-        from airflow_trainpipe.launchers import kubernetes_submit as submit
-        from airflow_trainpipe.launchers.kubernetes import RunLabels
+        from airflow_trainpipe.launchers import kubernetes_cluster as cluster
+        from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
         from airflow_trainpipe.launchers.watcher import JobWatcher
 
         watcher = watcher or JobWatcher()
 
         labels = RunLabels(self.dag_id, self.task_id, context["run_id"], context["ti"].try_number)
-        build = submit.pod_operator if self.config.training.resources.nodes == 1 else submit.job_operator
+        build = cluster.pod_operator if self.config.training.resources.nodes == 1 else cluster.job_operator
         return build(self.config, spec, labels, self.task_id, watcher)
 
-    def _run_on_kubernetes(self, context: Context, spec: TrainSpec, watcher: JobWatcher, try_number: int) -> TrainResult:
-        from airflow_trainpipe.launchers import kubernetes_submit as submit
-        from airflow_trainpipe.launchers.kubernetes import RunLabels
+    def _run_on_kubernetes(
+        self, context: Context, spec: TrainSpec, watcher: JobWatcher, try_number: int
+    ) -> TrainResult:
+        from airflow_trainpipe.launchers import kubernetes_cluster as cluster
+        from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
 
         operator = self._k8s_operator = self.kubernetes_operator(context, spec, watcher)
         resources = self.config.training.resources
-        self.log.info("starting %d pod(s) x %d process(es) on Kubernetes; run directory %s",
-                      resources.nodes, resources.nproc_per_node, spec.run_dir)
+        self.log.info(
+            "starting %d pod(s) x %d process(es) on Kubernetes; run directory %s",
+            resources.nodes,
+            resources.nproc_per_node,
+            spec.run_dir,
+        )
         labels = RunLabels(self.dag_id, self.task_id, context["run_id"], try_number)
         try:
-            run = submit.run_pod if resources.nodes == 1 else submit.run_job
+            run = cluster.run_pod if resources.nodes == 1 else cluster.run_job
             run(operator, self.config, labels, context, self.log)
         except Exception as exc:
-            raise watcher.failure(f"training on Kubernetes failed (try {try_number})", "a retry starts new pods that resume "
-                                  f"from the newest complete checkpoint under {spec.run_dir}/checkpoints", cause=exc) from exc
+            raise watcher.failure(
+                f"training on Kubernetes failed (try {try_number})",
+                "a retry starts new pods that resume "
+                f"from the newest complete checkpoint under {spec.run_dir}/checkpoints",
+                cause=exc,
+            ) from exc
         return watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
 
     def on_kill(self) -> None:
@@ -249,7 +286,11 @@ class DistributedTrainOperator(BaseOperator):
         # SIGTERM lets DeepSpeed and MLflow close cleanly; SIGKILL whatever is left.
         self._launcher.kill(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self._launcher.process is not None and self._launcher.process.poll() is None:
+        while (
+            time.monotonic() < deadline
+            and self._launcher.process is not None
+            and self._launcher.process.poll() is None
+        ):
             time.sleep(0.2)
         self._launcher.kill(signal.SIGKILL)
 
@@ -266,7 +307,9 @@ def _mapping(raw: Any) -> dict[str, Any]:
             try:
                 raw = ast.literal_eval(raw)
             except (ValueError, SyntaxError):
-                raise AirflowFailException(f"hyperparameter_overrides is neither JSON nor a literal: {raw!r}") from None
+                raise AirflowFailException(
+                    f"hyperparameter_overrides is neither JSON nor a literal: {raw!r}"
+                ) from None
     if not isinstance(raw, dict):
         raise AirflowFailException(f"hyperparameter_overrides must be a mapping, got {raw!r}")
     return raw
@@ -292,6 +335,8 @@ def _stored_result(run_dir: str) -> TrainResult:
     try:
         text = fs.cat_file(path)
     except FileNotFoundError as exc:
-        raise AirflowException(f"the training pods finished but {run_dir}/result.json does not exist") from exc
+        raise AirflowException(
+            f"the training pods finished but {run_dir}/result.json does not exist"
+        ) from exc
     with as_airflow_errors():
         return read_payload(TrainResult, json.loads(text), f"{run_dir}/result.json")

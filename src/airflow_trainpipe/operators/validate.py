@@ -39,8 +39,15 @@ class DataValidateOperator(BaseOperator):
     template_fields: Sequence[str] = ("partition", "conn_id")
     ui_color = "#fdebd0"
 
-    def __init__(self, *, config: PipelineConfig | str, partition: str | None = None, conn_id: str | None = None,
-                 mlflow_conn_id: str | None = "mlflow_default", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        config: PipelineConfig | str,
+        partition: str | None = None,
+        conn_id: str | None = None,
+        mlflow_conn_id: str | None = "mlflow_default",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.mlflow_conn_id = mlflow_conn_id
         self.config = config if isinstance(config, PipelineConfig) else load_config(config)
@@ -53,8 +60,13 @@ class DataValidateOperator(BaseOperator):
 
         with as_airflow_errors():  # a bad partition fails at once; a late file or a store hiccup is retried
             manifest = resolve_snapshot(self.config.data, self.partition, self.conn_id)
-        self.log.info("snapshot %s: %d file(s), %d rows, %d columns", manifest.digest, len(manifest.files),
-                      manifest.rows, len(manifest.columns))
+        self.log.info(
+            "snapshot %s: %d file(s), %d rows, %d columns",
+            manifest.digest,
+            len(manifest.files),
+            manifest.rows,
+            len(manifest.columns),
+        )
         summary, report = self._validate(manifest)
         if not summary.passed:
             self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
@@ -74,24 +86,36 @@ class DataValidateOperator(BaseOperator):
 
         config, data = self.config, self.config.data
         previous = history.previous(data, config.pipeline, self.partition, self.conn_id)
-        report = validate_snapshot(config, self.partition, manifest, reference=self._reference(previous), previous=previous,
-                                   conn_id=self.conn_id)
+        report = validate_snapshot(
+            config,
+            self.partition,
+            manifest,
+            reference=self._reference(previous),
+            previous=previous,
+            conn_id=self.conn_id,
+        )
         written = write_report(report, self.conn_id)
         self.log.info("report: %s", written["report"])
         if "data_docs" in written:
             self.log.info("Great Expectations Data Docs: %s", written["data_docs"])
         if report.drift_scores:
-            self.log.info("drift vs %s: %s", report.reference["partition"] if report.reference else "-",
-                          ", ".join(f"{k}={v:.4f}" for k, v in report.drift_scores.items()))
+            self.log.info(
+                "drift vs %s: %s",
+                report.reference["partition"] if report.reference else "-",
+                ", ".join(f"{k}={v:.4f}" for k, v in report.drift_scores.items()),
+            )
         if report.passed:
             self.log.info("all %d check(s) passed", len(report.checks))
         if report.passed or config.validation.fail_on == "never":
             history.record(data, config.pipeline, self.partition, history_payload(report), self.conn_id)
         return ValidationSummary(
-            passed=report.passed, manifest=manifest, drift=report.drift_scores,
+            passed=report.passed,
+            manifest=manifest,
+            drift=report.drift_scores,
             reference=ReferenceSnapshot.model_validate(report.reference) if report.reference else None,
             failures=[CheckOutcome.model_validate(c.to_dict()) for c in report.failures],
-            report_uri=written["report"], data_docs_uri=written.get("data_docs"),
+            report_uri=written["report"],
+            data_docs_uri=written.get("data_docs"),
         ), report
 
     def _reference(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -101,10 +125,18 @@ class DataValidateOperator(BaseOperator):
         from airflow_trainpipe.validation import history
 
         digest = self._champion_data_digest()
-        record = history.by_digest(self.config.data, self.config.pipeline, digest, self.conn_id) if digest else None
+        record = (
+            history.by_digest(self.config.data, self.config.pipeline, digest, self.conn_id)
+            if digest
+            else None
+        )
         if record is None:
-            self.log.warning("drift reference 'champion': %s; comparing with the previous validated snapshot instead",
-                             "no champion yet" if digest is None else f"the champion's snapshot {digest} was never validated here")
+            self.log.warning(
+                "drift reference 'champion': %s; comparing with the previous validated snapshot instead",
+                "no champion yet"
+                if digest is None
+                else f"the champion's snapshot {digest} was never validated here",
+            )
             return previous
         return {**record, "reference_kind": "champion"}
 
@@ -118,7 +150,8 @@ class DataValidateOperator(BaseOperator):
         from airflow_trainpipe.registry import RegistryUnavailable
 
         try:
-            return MlflowHook(self.mlflow_conn_id).champion_data_digest(self.config.registered_model_name,
-                                                                        self.config.registration.alias)
+            return MlflowHook(self.mlflow_conn_id).champion_data_digest(
+                self.config.registered_model_name, self.config.registration.alias
+            )
         except RegistryUnavailable as exc:
             raise AirflowException(f"drift reference 'champion': {exc}") from exc

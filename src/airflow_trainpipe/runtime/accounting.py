@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
@@ -47,10 +47,8 @@ class StepHighWater:
         steps = [self._read_local()]
         if self.remote is not None:
             fs, path = filesystem(self.remote)
-            try:
+            with suppress(FileNotFoundError):
                 steps.append(int(json.loads(fs.cat_file(path))["step"]))
-            except FileNotFoundError:
-                pass
         return max(steps)
 
     def _read_local(self) -> int:
@@ -133,5 +131,11 @@ class Timing:
 
     def summary(self, last_step: int) -> dict[str, float]:
         loop = self.elapsed()
-        return {"steps": last_step - self.first_step, "loop_s": loop, "train_s": loop - self.eval_s,
-                "checkpoint_s": self.checkpoint_s, "eval_s": self.eval_s, "data_wait_s": self.data_wait_s}
+        return {
+            "steps": last_step - self.first_step,
+            "loop_s": loop,
+            "train_s": loop - self.eval_s,
+            "checkpoint_s": self.checkpoint_s,
+            "eval_s": self.eval_s,
+            "data_wait_s": self.data_wait_s,
+        }

@@ -47,6 +47,8 @@ class CheckpointError(TrainpipeError):
     """A checkpoint could not be written, read, converted or loaded; the message names it."""
 
     retryable = True  # a store that comes back; the next try resumes from the newest complete one
+
+
 _TAG = re.compile(r"^step_(\d{9})$")
 
 
@@ -86,7 +88,16 @@ class _PendingSave:
 class CheckpointManager:
     """Owns `training.checkpoint`: when to save, where, how many to keep, what to resume from."""
 
-    def __init__(self, cfg: CheckpointSection, run_dir: str, *, rank: int, local_rank: int, world_size: int, higher_is_better: bool):
+    def __init__(
+        self,
+        cfg: CheckpointSection,
+        run_dir: str,
+        *,
+        rank: int,
+        local_rank: int,
+        world_size: int,
+        higher_is_better: bool,
+    ):
         self.cfg = cfg
         self.root = join(run_dir, "checkpoints")
         self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
@@ -115,7 +126,15 @@ class CheckpointManager:
 
     # -- save ---------------------------------------------------------------------------------
 
-    def save(self, engine: Any, step: int, client_state: dict[str, Any], *, metric: float | None = None, extra: dict[str, Any] | None = None) -> None:
+    def save(
+        self,
+        engine: Any,
+        step: int,
+        client_state: dict[str, Any],
+        *,
+        metric: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         """Collective: every rank calls it at the same step."""
         self.complete_pending()  # one save in flight at a time keeps ordering and disk bounded
         tag = tag_for(step)
@@ -126,7 +145,9 @@ class CheckpointManager:
         pending = _PendingSave(tag, step, metric, extra or {})
         if self.local_rank == 0:
             # Hashing and uploading run beside the training loop; the marker waits for them.
-            pending.thread = threading.Thread(target=self._hash_and_upload, args=(pending,), name=f"checkpoint-{tag}", daemon=True)
+            pending.thread = threading.Thread(
+                target=self._hash_and_upload, args=(pending,), name=f"checkpoint-{tag}", daemon=True
+            )
             pending.thread.start()
         self._pending = pending
         self._last_save_time = time.monotonic()
@@ -138,7 +159,10 @@ class CheckpointManager:
             directory = self.staging / pending.tag
             for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MARKER):
                 relative = path.relative_to(directory).as_posix()
-                pending.files[relative] = {"size": path.stat().st_size, "sha256": sha256_of(self._local_fs, str(path))}
+                pending.files[relative] = {
+                    "size": path.stat().st_size,
+                    "sha256": sha256_of(self._local_fs, str(path)),
+                }
                 if self.remote:
                     self._fs.put_file(str(path), f"{self._root_path}/{pending.tag}/{relative}")
         except BaseException as exc:  # surfaced on the training thread by complete_pending()
@@ -152,7 +176,9 @@ class CheckpointManager:
         if pending.thread is not None:
             pending.thread.join()
         if pending.error is not None:
-            raise CheckpointError(f"checkpoint {join(self.root, pending.tag)} could not be written: {pending.error}") from pending.error
+            raise CheckpointError(
+                f"checkpoint {join(self.root, pending.tag)} could not be written: {pending.error}"
+            ) from pending.error
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, pending.files if self.local_rank == 0 else {})
         if self.rank == 0:
@@ -202,9 +228,13 @@ class CheckpointManager:
                 return None
             except Exception as exc:  # s3fs raises botocore's own errors, not only OSError
                 if attempt == READ_ATTEMPTS:
-                    raise CheckpointError(f"cannot read {uri} ({READ_ATTEMPTS} attempts): {type(exc).__name__}: {exc}; "
-                                          "nothing was pruned, a retry of the task resumes from the newest complete checkpoint") from exc
-                log.warning("reading %s failed (attempt %d of %d), retrying: %s", uri, attempt, READ_ATTEMPTS, exc)
+                    raise CheckpointError(
+                        f"cannot read {uri} ({READ_ATTEMPTS} attempts): {type(exc).__name__}: {exc}; "
+                        "nothing was pruned, a retry of the task resumes from the newest complete checkpoint"
+                    ) from exc
+                log.warning(
+                    "reading %s failed (attempt %d of %d), retrying: %s", uri, attempt, READ_ATTEMPTS, exc
+                )
                 time.sleep(READ_BACKOFF_S * 2 ** (attempt - 1))
         try:
             return json.loads(text)
@@ -250,7 +280,9 @@ class CheckpointManager:
             uri = join(self.root, tag)
             marker = self._read_json(f"{tag}/{MARKER}")
             if marker is None:
-                log.warning("skipping partial checkpoint %s: no %s (the attempt that wrote it died)", uri, MARKER)
+                log.warning(
+                    "skipping partial checkpoint %s: no %s (the attempt that wrote it died)", uri, MARKER
+                )
                 continue
             problem = self._verify(tag, marker)
             if problem:
@@ -270,7 +302,9 @@ class CheckpointManager:
                 return f"{relative} has {size} bytes, the marker says {meta['size']}"
             digest = sha256_of(self._fs, path)
             if digest != meta["sha256"]:
-                return f"{relative} sha256 {digest[:12]}... does not match the marker's {meta['sha256'][:12]}..."
+                return (
+                    f"{relative} sha256 {digest[:12]}... does not match the marker's {meta['sha256'][:12]}..."
+                )
         return None
 
     def fetch(self, checkpoint: CompleteCheckpoint) -> tuple[str, str]:
@@ -291,18 +325,27 @@ class CheckpointManager:
             shutil.rmtree(scratch, ignore_errors=True)
             # Through safe_load's runner: the converter torch.loads every shard, weights-only.
             command = [
-                sys.executable, "-m", "airflow_trainpipe.runtime.safe_load", "deepspeed.checkpoint.ds_to_universal",
-                "--input_folder", str(self.staging / checkpoint.tag),
-                "--output_folder", str(scratch),
-                "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1",
+                sys.executable,
+                "-m",
+                "airflow_trainpipe.runtime.safe_load",
+                "deepspeed.checkpoint.ds_to_universal",
+                "--input_folder",
+                str(self.staging / checkpoint.tag),
+                "--output_folder",
+                str(scratch),
+                "--inject_missing_state",
+                "--num_extract_workers",
+                "1",
+                "--num_merge_workers",
+                "1",
             ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                raise CheckpointError(f"converting {checkpoint.uri} to a universal checkpoint failed:\n{done.stderr[-4000:]}")
+                raise CheckpointError(
+                    f"converting {checkpoint.uri} to a universal checkpoint failed:\n{done.stderr[-4000:]}"
+                )
             (scratch / MARKER).write_text(json.dumps(checkpoint.marker))
             shutil.rmtree(target, ignore_errors=True)
             os.replace(scratch, target)
         dist.barrier()
         return universal
-
-

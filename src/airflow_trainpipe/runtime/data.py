@@ -37,8 +37,13 @@ class ChangedDataError(DataError):
     """A file's bytes are not the ones validation saw: the run must not train on it."""
 
 
-def iter_batches(files: list[str], fmt: str, columns: list[str], batch_rows: int = BATCH_ROWS,
-                 manifest: Manifest | None = None) -> Iterator[pa.Table]:
+def iter_batches(
+    files: list[str],
+    fmt: str,
+    columns: list[str],
+    batch_rows: int = BATCH_ROWS,
+    manifest: Manifest | None = None,
+) -> Iterator[pa.Table]:
     """Exactly `files`, in order, reduced to `columns`, as tables of at most `batch_rows` rows.
 
     With the validated `manifest`, each file is read whole, hashed as it is read, and parsed
@@ -51,7 +56,7 @@ def iter_batches(files: list[str], fmt: str, columns: list[str], batch_rows: int
         try:
             source = _verified_bytes(uri, expected[uri], manifest.digest) if uri in expected else None
             fs, path = filesystem(uri)
-            with (pa.BufferReader(source) if source is not None else fs.open(path, "rb")) as handle:
+            with pa.BufferReader(source) if source is not None else fs.open(path, "rb") as handle:
                 if fmt == "parquet":
                     parquet = pq.ParquetFile(handle)
                     _require(uri, parquet.schema_arrow.names, columns)
@@ -107,7 +112,9 @@ class HoldoutSplit:
         self.offset = 0
         # pandas wants exactly 16 bytes of key; the whole seed must enter them (a text prefix
         # cut to 16 characters once dropped its last digit, so seeds 0-9 gave one split).
-        self._hash_key = hashlib.blake2b(f"trainpipe.holdout:{data.holdout.seed}".encode(), digest_size=8).hexdigest()
+        self._hash_key = hashlib.blake2b(
+            f"trainpipe.holdout:{data.holdout.seed}".encode(), digest_size=8
+        ).hexdigest()
 
     def mask(self, table: pa.Table) -> np.ndarray:
         n, start = table.num_rows, self.offset
@@ -118,10 +125,14 @@ class HoldoutSplit:
             keys = table.column(self.data.holdout.key_column).to_pandas().astype(str)
             hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=self._hash_key)
             return (hashed.to_numpy() % 10_000) < self.threshold
-        draws = [
-            np.random.default_rng([self.data.holdout.seed, block]).integers(0, 10_000, size=SPLIT_BLOCK)
-            for block in range(start // SPLIT_BLOCK, (start + n - 1) // SPLIT_BLOCK + 1)
-        ] if n else [np.zeros(0, np.int64)]
+        draws = (
+            [
+                np.random.default_rng([self.data.holdout.seed, block]).integers(0, 10_000, size=SPLIT_BLOCK)
+                for block in range(start // SPLIT_BLOCK, (start + n - 1) // SPLIT_BLOCK + 1)
+            ]
+            if n
+            else [np.zeros(0, np.int64)]
+        )
         first = start - (start // SPLIT_BLOCK) * SPLIT_BLOCK
         return np.concatenate(draws)[first : first + n] < self.threshold
 
@@ -130,8 +141,13 @@ def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
     return HoldoutSplit(data).mask(table)
 
 
-def _split(files: list[str], data: DataSection, columns: list[str], batch_rows: int = BATCH_ROWS,
-           manifest: Manifest | None = None) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _split(
+    files: list[str],
+    data: DataSection,
+    columns: list[str],
+    batch_rows: int = BATCH_ROWS,
+    manifest: Manifest | None = None,
+) -> Iterator[tuple[pa.Table, pa.Table]]:
     split = HoldoutSplit(data)
     for batch in iter_batches(files, data.format, columns, batch_rows, manifest):
         nulls = batch.column(data.label).null_count
@@ -141,8 +157,14 @@ def _split(files: list[str], data: DataSection, columns: list[str], batch_rows: 
         yield batch.filter(pa.array(~mask)), batch.filter(pa.array(mask))
 
 
-def fit_transform(files: list[str], data: DataSection, features: FeaturesSection, task: str,
-                  batch_rows: int = BATCH_ROWS, manifest: Manifest | None = None) -> FittedTransform:
+def fit_transform(
+    files: list[str],
+    data: DataSection,
+    features: FeaturesSection,
+    task: str,
+    batch_rows: int = BATCH_ROWS,
+    manifest: Manifest | None = None,
+) -> FittedTransform:
     """Fit on the training rows of the snapshot only: holdout rows are dropped before fitting."""
     columns = _columns(data)
     fitter = TransformFitter(data, features, task)
@@ -156,7 +178,11 @@ def fit_transform(files: list[str], data: DataSection, features: FeaturesSection
 
 
 def _columns(data: DataSection) -> list[str]:
-    return list(dict.fromkeys([*data.features.all, data.label, *([data.holdout.key_column] if data.holdout.key_column else [])]))
+    return list(
+        dict.fromkeys(
+            [*data.features.all, data.label, *([data.holdout.key_column] if data.holdout.key_column else [])]
+        )
+    )
 
 
 @dataclass
@@ -170,8 +196,13 @@ class Dataset:
     """The raw holdout rows: evaluation and the logged model's input example start from them."""
 
 
-def load_dataset(files: list[str], data: DataSection, features: FeaturesSection, task: str,
-                 manifest: Manifest | None = None) -> Dataset:
+def load_dataset(
+    files: list[str],
+    data: DataSection,
+    features: FeaturesSection,
+    task: str,
+    manifest: Manifest | None = None,
+) -> Dataset:
     """`manifest`: the validated snapshot of `files`; every read of a file is checked against it."""
     transform = fit_transform(files, data, features, task, manifest=manifest)
     train_x, train_y, holdout = [], [], []

@@ -17,14 +17,16 @@ import torch
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
 
-import deepspeed  # noqa: E402
+import deepspeed
 
-from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
+from airflow_trainpipe.train_spec import TrainSpec
 
 PREDICT_BATCH = 4096
 
 
-def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool) -> dict[str, Any]:
+def deepspeed_config(
+    spec: TrainSpec, global_batch: int, world_size: int, *, universal: bool, on_gpu: bool
+) -> dict[str, Any]:
     """From the config's `training.deepspeed` and the run's effective hyperparameters."""
     hp, ds = spec.hyperparameters, spec.config.training.deepspeed
     precision = ds.precision
@@ -32,9 +34,15 @@ def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, uni
         precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if on_gpu else "fp32"
     zero: dict[str, Any] = {"stage": ds.zero_stage}
     if ds.offload_optimizer != "none":
-        zero["offload_optimizer"] = {"device": ds.offload_optimizer, **({"nvme_path": ds.nvme_path} if ds.offload_optimizer == "nvme" else {})}
+        zero["offload_optimizer"] = {
+            "device": ds.offload_optimizer,
+            **({"nvme_path": ds.nvme_path} if ds.offload_optimizer == "nvme" else {}),
+        }
     if ds.offload_params != "none":
-        zero["offload_param"] = {"device": ds.offload_params, **({"nvme_path": ds.nvme_path} if ds.offload_params == "nvme" else {})}
+        zero["offload_param"] = {
+            "device": ds.offload_params,
+            **({"nvme_path": ds.nvme_path} if ds.offload_params == "nvme" else {}),
+        }
     config: dict[str, Any] = {
         "train_batch_size": global_batch,
         "train_micro_batch_size_per_gpu": global_batch // hp.gradient_accumulation_steps // world_size,
@@ -54,7 +62,11 @@ def deepspeed_config(spec: TrainSpec, global_batch: int, world_size: int, *, uni
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in overrides.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        merged[key] = (
+            _merge(merged[key], value)
+            if isinstance(value, dict) and isinstance(merged.get(key), dict)
+            else value
+        )
     return merged
 
 
@@ -69,8 +81,12 @@ def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, A
     hp = spec.hyperparameters
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
     warmup = hp.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+    )
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
+    )
     return engine
 
 

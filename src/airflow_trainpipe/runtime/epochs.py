@@ -22,7 +22,9 @@ class EpochEndConfig:
 
 
 class EpochEnd:
-    def __init__(self, cfg: EpochEndConfig, evaluate: Callable[[], dict[str, float]], tracker: Tracker | None):
+    def __init__(
+        self, cfg: EpochEndConfig, evaluate: Callable[[], dict[str, float]], tracker: Tracker | None
+    ):
         self.cfg, self.evaluate, self.tracker = cfg, evaluate, tracker
 
     def run(self, state: dict[str, Any], epoch: int, step: int, timing: Timing) -> tuple[float, bool]:

@@ -88,22 +88,36 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
         with tempfile.TemporaryDirectory(prefix="trainpipe-champion-") as directory:
             model, inputs = load_registered(f"models:/{name}/{result.version}", directory)
         if inputs is None or inputs.is_tensor_spec():
-            raise ValueError("its model takes encoded tensors, not raw rows (logged before feature transforms "
-                             "shipped inside the model)")
+            raise ValueError(
+                "its model takes encoded tensors, not raw rows (logged before feature transforms "
+                "shipped inside the model)"
+            )
         missing = [c.name for c in inputs.inputs if c.required and c.name not in holdout.column_names]
         if missing:
-            raise ValueError(f"it needs column(s) {', '.join(missing)} that this run's data config does not read")
-        known = [c.name for c in inputs.inputs if c.name in holdout.column_names and c.name != config.data.label]
+            raise ValueError(
+                f"it needs column(s) {', '.join(missing)} that this run's data config does not read"
+            )
+        known = [
+            c.name for c in inputs.inputs if c.name in holdout.column_names and c.name != config.data.label
+        ]
         predict = lambda rows: model.predict(None, rows)  # noqa: E731
-        result.metrics = score(predict, holdout.select([*known, config.data.label]), config.data.label, config.training.task)
+        result.metrics = score(
+            predict, holdout.select([*known, config.data.label]), config.data.label, config.training.task
+        )
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
     return result
 
 
-def evaluate_final(model: torch.nn.Module, transform: FittedTransform, holdout: pa.Table, config: PipelineConfig,
-                   tracker: Tracker, step: int) -> dict[str, Any]:
+def evaluate_final(
+    model: torch.nn.Module,
+    transform: FittedTransform,
+    holdout: pa.Table,
+    config: PipelineConfig,
+    tracker: Tracker,
+    step: int,
+) -> dict[str, Any]:
     """Score candidate and champion, record both on the candidate's run; returns the summary."""
     model.eval()
     candidate = score(candidate_predictor(model, transform), holdout, config.data.label, config.training.task)

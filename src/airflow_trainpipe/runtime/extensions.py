@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 STALE_AFTER_S = 600  # a CPU build takes ~40 s on 2 cores; GPU ops a few minutes
 
 
-def clear_stale_build_locks(root: str | Path | None = None, stale_after_s: float = STALE_AFTER_S) -> list[Path]:
+def clear_stale_build_locks(
+    root: str | Path | None = None, stale_after_s: float = STALE_AFTER_S
+) -> list[Path]:
     """Remove build locks older than `stale_after_s` under the extensions root; returns them."""
     if root is None:
         from torch.utils.cpp_extension import get_default_build_root
@@ -31,7 +33,9 @@ def clear_stale_build_locks(root: str | Path | None = None, stale_after_s: float
             if age > stale_after_s:
                 lock.unlink()
                 removed.append(lock)
-                log.warning("removed %s, left %.0f s ago by a build that died; the op is rebuilt or reused", lock, age)
+                log.warning(
+                    "removed %s, left %.0f s ago by a build that died; the op is rebuilt or reused", lock, age
+                )
         except FileNotFoundError:
             pass  # another rank removed it, or the builder finished
     return removed

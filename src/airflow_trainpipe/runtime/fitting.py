@@ -33,8 +33,14 @@ class TransformFitter:
         self.categorical = {name: features.categorical_transform(name) for name in data.features.categorical}
         self.moments = {name: Moments() for name in self.numeric}
         self.clipped_moments = {name: Moments() for name, t in self.numeric.items() if t.clip is not None}
-        self.sketches = {name: QuantileSketch() for name, t in self.numeric.items() if t.clip is not None or t.fill == "median"}
-        self.counts: dict[str, dict[str, int]] = {name: {} for name, t in self.categorical.items() if t.encode != "hash"}
+        self.sketches = {
+            name: QuantileSketch()
+            for name, t in self.numeric.items()
+            if t.clip is not None or t.fill == "median"
+        }
+        self.counts: dict[str, dict[str, int]] = {
+            name: {} for name, t in self.categorical.items() if t.encode != "hash"
+        }
         self.source_types: dict[str, str] = {}
         self.label = Moments()
         self.bounds: dict[str, tuple[float, float]] = {}
@@ -76,7 +82,9 @@ class TransformFitter:
             self.clipped_moments[name].update(np.clip(values[~np.isnan(values)], low, high))
 
     def result(self) -> FittedTransform:
-        columns = [self._numeric(name) for name in self.numeric] + [self._categorical(name) for name in self.categorical]
+        columns = [self._numeric(name) for name in self.numeric] + [
+            self._categorical(name) for name in self.categorical
+        ]
         label: dict[str, Any] = {"name": self.data.label, "task": self.task, "mean": 0.0, "std": 1.0}
         if self.task == "regression" and self.label.count:
             label.update(mean=self.label.mean, std=self.label.std if self.label.std > 1e-12 else 1.0)
@@ -102,22 +110,32 @@ class TransformFitter:
         elif transform.scale == "min_max" and moments.count:
             center, scale = moments.min, moments.max - moments.min
         return {
-            "name": name, "kind": "numeric", "log1p": transform.log1p, "clip": list(bounds) if bounds else None,
-            "fill": fill, "center": center, "scale": scale if scale > 1e-12 else 1.0,
-            "missing_indicator": transform.missing_indicator, "optional": transform.optional,
+            "name": name,
+            "kind": "numeric",
+            "log1p": transform.log1p,
+            "clip": list(bounds) if bounds else None,
+            "fill": fill,
+            "center": center,
+            "scale": scale if scale > 1e-12 else 1.0,
+            "missing_indicator": transform.missing_indicator,
+            "optional": transform.optional,
         }
 
     def _categorical(self, name: str) -> dict[str, Any]:
         transform = self.categorical[name]
-        spec: dict[str, Any] = {
-            "name": name, "kind": "categorical", "encode": transform.encode, "missing": transform.missing,
-            "missing_indicator": transform.missing_indicator, "optional": transform.optional,
+        fitted: dict[str, Any] = {
+            "name": name,
+            "kind": "categorical",
+            "encode": transform.encode,
+            "missing": transform.missing,
+            "missing_indicator": transform.missing_indicator,
+            "optional": transform.optional,
             "source_type": self.source_types.get(name, "string"),
         }
         if transform.encode == "hash":
-            spec["buckets"] = transform.buckets
+            fitted["buckets"] = transform.buckets
         else:
             ranked = sorted(self.counts[name].items(), key=lambda item: (-item[1], item[0]))
             kept = ranked[: transform.max_categories] if transform.max_categories else ranked
-            spec["categories"] = sorted(value for value, _ in kept)
-        return spec
+            fitted["categories"] = sorted(value for value, _ in kept)
+        return fitted

@@ -79,7 +79,9 @@ def _check_payload_config(path: str | Path, name: str, config: dict[str, Any]) -
     for fqn, meta in (config.get("config") or {}).items():
         file = str(meta.get("path_name", ""))
         if meta.get("use_pickle") or file.startswith(("custom_obj", "opaque_obj")):
-            raise UnsafeArtifactError(f"{path}: {name} entry {fqn!r} ({file}) would be unpickled; refusing to load it")
+            raise UnsafeArtifactError(
+                f"{path}: {name} entry {fqn!r} ({file}) would be unpickled; refusing to load it"
+            )
 
 
 if __name__ == "__main__":

@@ -14,14 +14,18 @@ from airflow_trainpipe.exceptions import TrainingJobError
 
 
 class ResumableSampler:
-    def __init__(self, num_rows: int, global_batch: int, accumulation: int, world_size: int, rank: int, seed: int):
+    def __init__(
+        self, num_rows: int, global_batch: int, accumulation: int, world_size: int, rank: int, seed: int
+    ):
         if global_batch % (accumulation * world_size):
             raise TrainingJobError(
                 f"global batch {global_batch} does not split into {accumulation} micro-batch(es) "
                 f"x {world_size} rank(s); choose a world size that divides {global_batch // accumulation}"
             )
         if num_rows < global_batch:
-            raise TrainingJobError(f"{num_rows} training rows are fewer than one global batch of {global_batch}")
+            raise TrainingJobError(
+                f"{num_rows} training rows are fewer than one global batch of {global_batch}"
+            )
         self.num_rows, self.global_batch, self.accumulation = num_rows, global_batch, accumulation
         self.world_size, self.rank, self.seed = world_size, rank, seed
         self.micro_batch = global_batch // accumulation // world_size
@@ -57,9 +61,16 @@ class ResumableSampler:
         return batches
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "consumed": self.consumed, "global_batch": self.global_batch, "seed": self.seed}
+        return {
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "global_batch": self.global_batch,
+            "seed": self.seed,
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state["global_batch"] != self.global_batch or state["seed"] != self.seed:
-            raise TrainingJobError(f"checkpoint sampler {state} does not match global batch {self.global_batch}, seed {self.seed}")
+            raise TrainingJobError(
+                f"checkpoint sampler {state} does not match global batch {self.global_batch}, seed {self.seed}"
+            )
         self.epoch, self.consumed, self._permutation = state["epoch"], state["consumed"], None

@@ -25,9 +25,18 @@ def rng_state() -> dict[str, Any]:
     version, python_state, gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "python": {"version": version, "state": torch.tensor(python_state, dtype=torch.int64), "gauss": gauss},
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": {
+            "version": version,
+            "state": torch.tensor(python_state, dtype=torch.int64),
+            "gauss": gauss,
+        },
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
 
@@ -35,7 +44,15 @@ def rng_state() -> dict[str, Any]:
 def restore_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     saved = state["numpy"]
-    np.random.set_state((saved["name"], saved["keys"].numpy().astype(np.uint32), saved["pos"], saved["has_gauss"], saved["cached_gaussian"]))
+    np.random.set_state(
+        (
+            saved["name"],
+            saved["keys"].numpy().astype(np.uint32),
+            saved["pos"],
+            saved["has_gauss"],
+            saved["cached_gaussian"],
+        )
+    )
     python = state["python"]
     random.setstate((python["version"], tuple(python["state"].tolist()), python["gauss"]))
     if state.get("cuda") is not None and torch.cuda.is_available():

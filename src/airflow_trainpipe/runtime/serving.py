@@ -66,7 +66,9 @@ class TransformedNetwork(mlflow.pyfunc.PythonModel):
         self.transform = FittedTransform.from_json(Path(context.artifacts["transform"]).read_text())
         self.network = load_exported_program(context.artifacts["network"])
 
-    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> np.ndarray:
         features = self.transform.features(to_arrow(model_input))
         return self.transform.predictions(network_outputs(self.network, features))
 
@@ -85,13 +87,20 @@ def load_registered(model_uri: str, directory: str | Path) -> tuple[TransformedN
     model = Model.load(repository.download_artifacts("MLmodel", dst_path=str(directory)))
     artifacts = (model.flavors.get("python_function") or {}).get("artifacts") or {}
     if set(artifacts) != {"transform", "network"}:
-        raise ValueError(f"its model takes encoded tensors, not raw rows ({model_uri} has no fitted transform and network "
-                         f"program among its artifacts: {sorted(artifacts) or 'none'}; logged before raw-row models)")
-    files = {name: repository.download_artifacts(spec["path"], dst_path=str(directory)) for name, spec in artifacts.items()}
+        raise ValueError(
+            f"its model takes encoded tensors, not raw rows ({model_uri} has no fitted transform and network "
+            f"program among its artifacts: {sorted(artifacts) or 'none'}; logged before raw-row models)"
+        )
+    files = {
+        name: repository.download_artifacts(artifact["path"], dst_path=str(directory))
+        for name, artifact in artifacts.items()
+    }
     return TransformedNetwork.from_artifacts(files["transform"], files["network"]), model.get_input_schema()
 
 
-def log_raw_row_model(model: torch.nn.Module, transform: FittedTransform, input_example: Any, name: str = "model") -> Any:
+def log_raw_row_model(
+    model: torch.nn.Module, transform: FittedTransform, input_example: Any, name: str = "model"
+) -> Any:
     """Log `model` behind `transform` as a pyfunc into the active MLflow run; returns the ModelInfo."""
     import tempfile
 
@@ -129,8 +138,12 @@ def signature(transform: FittedTransform) -> Any:
     from mlflow.types.schema import AnyType
 
     inputs = [
-        ColSpec("string" if spec.get("source_type") == "string" else AnyType(), spec["name"], required=not spec["optional"])
-        for spec in transform.columns
+        ColSpec(
+            "string" if fitted.get("source_type") == "string" else AnyType(),
+            fitted["name"],
+            required=not fitted["optional"],
+        )
+        for fitted in transform.columns
     ]
     return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double")]))
 

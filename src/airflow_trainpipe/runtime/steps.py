@@ -36,7 +36,10 @@ class StepRunner:
     def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> float:
         """Optimizer step number `step`; returns this rank's mean micro-batch loss."""
         t0 = time.perf_counter()
-        inputs = [(self.train_x[i].to(self.device, self.dtype), self.train_y[i].to(self.device)) for i in sampler.step_batches()]
+        inputs = [
+            (self.train_x[i].to(self.device, self.dtype), self.train_y[i].to(self.device))
+            for i in sampler.step_batches()
+        ]
         timing.data_wait_s += time.perf_counter() - t0
         loss_sum = 0.0
         for k, (x, y) in enumerate(inputs):
@@ -81,23 +84,32 @@ class PeriodicSync:
     def add(self, loss: float) -> None:
         self._losses.append(loss)
 
-    def after_step(self, step: int, total_steps: int, sampler: ResumableSampler, timing: Timing) -> SyncOutcome | None:
+    def after_step(
+        self, step: int, total_steps: int, sampler: ResumableSampler, timing: Timing
+    ) -> SyncOutcome | None:
         """Collective on the sync steps; None on the others."""
         by_steps = bool(self.cfg.checkpoint_every) and step % self.cfg.checkpoint_every == 0
         if not (step % self.cfg.every == 0 or by_steps or step == total_steps or sampler.epoch_done()):
             return None
-        stats = torch.tensor([*self._losses, float(self.checkpoints.due(step)), float(self.checkpoints.pending_ready())],
-                             dtype=torch.float64)
+        stats = torch.tensor(
+            [*self._losses, float(self.checkpoints.due(step)), float(self.checkpoints.pending_ready())],
+            dtype=torch.float64,
+        )
         dist.all_reduce(stats)
         first = step - len(self._losses) + 1
         losses = {first + i: v / self.world_size for i, v in enumerate(stats[:-2].tolist())}
         self._losses = []
         if self.tracker is not None:
             self._report(losses, step, total_steps, sampler, timing)
-        return SyncOutcome(train_loss=losses[step], complete_pending=stats[-1].item() == self.world_size,
-                           save=(by_steps or stats[-2].item() > 0) and not sampler.epoch_done())
+        return SyncOutcome(
+            train_loss=losses[step],
+            complete_pending=stats[-1].item() == self.world_size,
+            save=(by_steps or stats[-2].item() > 0) and not sampler.epoch_done(),
+        )
 
-    def _report(self, losses: dict[int, float], step: int, total_steps: int, sampler: ResumableSampler, timing: Timing) -> None:
+    def _report(
+        self, losses: dict[int, float], step: int, total_steps: int, sampler: ResumableSampler, timing: Timing
+    ) -> None:
         assert self.tracker is not None
         rate = (step - timing.first_step) * sampler.global_batch / max(timing.elapsed(), 1e-9)
         for at, value in losses.items():
@@ -105,5 +117,12 @@ class PeriodicSync:
             emit("step", step=at, loss=value)
         self.tracker.log_metrics({"samples_per_s": rate}, step)
         eta = (total_steps - step) * timing.elapsed() / max(step - timing.first_step, 1)
-        emit("progress", step=step, total_steps=total_steps, epoch=sampler.epoch, loss=losses[step],
-             samples_per_s=round(rate, 1), eta_s=round(eta, 1))
+        emit(
+            "progress",
+            step=step,
+            total_steps=total_steps,
+            epoch=sampler.epoch,
+            loss=losses[step],
+            samples_per_s=round(rate, 1),
+            eta_s=round(eta, 1),
+        )

@@ -52,7 +52,9 @@ def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:
 class Tracker:
     """Rank 0's MLflow run; every method is cheap to call from the training loop."""
 
-    def __init__(self, *, experiment: str, run_dir: str, run_name: str, run_id: str | None, tags: dict[str, str]):
+    def __init__(
+        self, *, experiment: str, run_dir: str, run_name: str, run_id: str | None, tags: dict[str, str]
+    ):
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -67,7 +69,9 @@ class Tracker:
             experiment_id = (
                 experiment_obj.experiment_id
                 if experiment_obj
-                else self.client.create_experiment(experiment, artifact_location=artifact_location(tracking_uri, experiment))
+                else self.client.create_experiment(
+                    experiment, artifact_location=artifact_location(tracking_uri, experiment)
+                )
             )
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
             self.experiment_id = experiment_id
@@ -123,9 +127,13 @@ class Tracker:
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import DatasetInput, InputTag
 
-        dataset = MetaDataset(source=resolve_dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36])
+        dataset = MetaDataset(
+            source=resolve_dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36]
+        )
         context = InputTag(key="mlflow.data.context", value="training")
-        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])])
+        self.client.log_inputs(
+            self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])]
+        )
 
     def log_model(self, model: Any, transform: Any, input_example: Any) -> str:
         """Log the final model as a pyfunc that takes raw rows; called once, at the end.

@@ -20,7 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from airflow_trainpipe import __version__
+from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.digest import content_digest
+from airflow_trainpipe.events import emit
+from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.payloads import TrainResult
+from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
+from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager, CompleteCheckpoint
+from airflow_trainpipe.runtime.data import Dataset, load_dataset
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     build_engine,
     compute_dtype,
@@ -30,31 +40,19 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     predict,
     weights_sha256,
 )
-
-import torch.distributed as dist  # noqa: E402, I001
-
-from airflow_trainpipe import __version__  # noqa: E402
-from airflow_trainpipe.config.catalog import METRICS  # noqa: E402
-from airflow_trainpipe.digest import content_digest  # noqa: E402
-from airflow_trainpipe.events import emit  # noqa: E402
-from airflow_trainpipe.payloads import TrainResult  # noqa: E402
-from airflow_trainpipe.runtime.accounting import StepHighWater, Timing  # noqa: E402
-from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager, CompleteCheckpoint  # noqa: E402
-from airflow_trainpipe.exceptions import TrainpipeError  # noqa: E402
-from airflow_trainpipe.runtime.data import Dataset, load_dataset  # noqa: E402
-from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig  # noqa: E402
-from airflow_trainpipe.runtime.evaluation import evaluate_final  # noqa: E402
-from airflow_trainpipe.runtime.extensions import clear_stale_build_locks  # noqa: E402
-from airflow_trainpipe.runtime.faults import fault_point  # noqa: E402
-from airflow_trainpipe.runtime.metrics import compute_metrics  # noqa: E402
-from airflow_trainpipe.runtime.models import build_model  # noqa: E402
-from airflow_trainpipe.runtime.safe_load import enforce_weights_only  # noqa: E402
-from airflow_trainpipe.runtime.sampler import ResumableSampler  # noqa: E402
-from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed_everything  # noqa: E402
-from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome  # noqa: E402
-from airflow_trainpipe.runtime.tracking import Tracker, flatten  # noqa: E402
-from airflow_trainpipe.storage import filesystem, join  # noqa: E402
-from airflow_trainpipe.train_spec import TrainSpec  # noqa: E402
+from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
+from airflow_trainpipe.runtime.evaluation import evaluate_final
+from airflow_trainpipe.runtime.extensions import clear_stale_build_locks
+from airflow_trainpipe.runtime.faults import fault_point
+from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.models import build_model
+from airflow_trainpipe.runtime.safe_load import enforce_weights_only
+from airflow_trainpipe.runtime.sampler import ResumableSampler
+from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed_everything
+from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
+from airflow_trainpipe.runtime.tracking import Tracker, flatten
+from airflow_trainpipe.storage import filesystem, join
+from airflow_trainpipe.train_spec import TrainSpec
 
 log = logging.getLogger("airflow_trainpipe.train")
 
@@ -80,8 +78,12 @@ class Trainer:
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
         self.run_dir = spec.run_dir
         self.checkpoints = CheckpointManager(
-            self.training.checkpoint, self.run_dir, rank=self.rank, local_rank=self.local_rank,
-            world_size=self.world_size, higher_is_better=self.higher_is_better,
+            self.training.checkpoint,
+            self.run_dir,
+            rank=self.rank,
+            local_rank=self.local_rank,
+            world_size=self.world_size,
+            higher_is_better=self.higher_is_better,
         )
 
     # -- setup --------------------------------------------------------------------------------
@@ -89,21 +91,47 @@ class Trainer:
     def run(self) -> TrainResult | None:
         """Train to the end; rank 0 returns the result, the other ranks None."""
         seed_everything(self.hp.seed)
-        data = load_dataset(self.spec.data_files, self.config.data, self.config.features, self.task, self.spec.manifest)
+        data = load_dataset(
+            self.spec.data_files, self.config.data, self.config.features, self.task, self.spec.manifest
+        )
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
-        global_batch = int(resume.marker["global_batch"]) if resume else self.hp.batch_size * self.hp.gradient_accumulation_steps * self.world_size
-        universal = bool(resume) and resume.world_size != self.world_size and self.training.deepspeed.zero_stage > 0
-        self.ds_config = deepspeed_config(self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu)
+        global_batch = (
+            int(resume.marker["global_batch"])
+            if resume
+            else self.hp.batch_size * self.hp.gradient_accumulation_steps * self.world_size
+        )
+        universal = (
+            bool(resume) and resume.world_size != self.world_size and self.training.deepspeed.zero_stage > 0
+        )
+        self.ds_config = deepspeed_config(
+            self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu
+        )
         self.dtype = compute_dtype(self.ds_config)
         self.engine = build_engine(self._build_model(data), self.spec, self.ds_config)
-        sampler = ResumableSampler(len(data.train_y), global_batch, self.hp.gradient_accumulation_steps, self.world_size, self.rank, self.hp.seed)
+        sampler = ResumableSampler(
+            len(data.train_y),
+            global_batch,
+            self.hp.gradient_accumulation_steps,
+            self.world_size,
+            self.rank,
+            self.hp.seed,
+        )
         progress = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, progress)
         tracker = self._start_tracking(data, global_batch, resumed_from) if self.rank == 0 else None
         total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
-            emit("start", total_steps=total_steps, resumed_from=resumed_from, steps_recomputed=recomputed, world_size=self.world_size,
-                 global_batch=global_batch, train_rows=len(data.train_y), holdout_rows=len(data.holdout_y), mlflow_run_id=tracker.run_id if tracker else None)
+            emit(
+                "start",
+                total_steps=total_steps,
+                resumed_from=resumed_from,
+                steps_recomputed=recomputed,
+                world_size=self.world_size,
+                global_batch=global_batch,
+                train_rows=len(data.train_y),
+                holdout_rows=len(data.holdout_y),
+                mlflow_run_id=tracker.run_id if tracker else None,
+            )
         try:
             state = self._loop(data, sampler, state, total_steps, tracker, progress)
             return self._finish(data, state, tracker, resumed_from, recomputed)
@@ -112,12 +140,28 @@ class Trainer:
                 tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
             raise
 
-    def _resume(self, resume: CompleteCheckpoint | None, universal: bool, sampler: ResumableSampler,
-                progress: StepHighWater) -> tuple[dict[str, Any], int, int]:
+    def _resume(
+        self,
+        resume: CompleteCheckpoint | None,
+        universal: bool,
+        sampler: ResumableSampler,
+        progress: StepHighWater,
+    ) -> tuple[dict[str, Any], int, int]:
         """Collective: the loop state of the newest complete checkpoint (or a fresh one), the step
         it resumes from and how many steps earlier attempts ran past it."""
         if not resume:
-            return {"step": 0, "history": [], "compute_seconds": 0.0, "device_seconds": 0.0, "best": None, "stale_epochs": 0}, 0, 0
+            return (
+                {
+                    "step": 0,
+                    "history": [],
+                    "compute_seconds": 0.0,
+                    "device_seconds": 0.0,
+                    "best": None,
+                    "stale_epochs": 0,
+                },
+                0,
+                0,
+            )
         directory, tag = self.checkpoints.fetch(resume)
         if universal:
             tag = self.checkpoints.to_universal(resume)
@@ -128,33 +172,70 @@ class Trainer:
         sampler.load_state_dict(state["sampler"])
         if resume.world_size == self.world_size:
             restore_rng_state(state["rng"][self.rank])
-        recomputed = max(0, self._broadcast(progress.high_water() if self.rank == 0 else None) - state["step"])
+        recomputed = max(
+            0, self._broadcast(progress.high_water() if self.rank == 0 else None) - state["step"]
+        )
         if self.rank == 0:
-            log.warning("resumed from %s at step %d (world size %d -> %d)", resume.uri, state["step"], resume.world_size, self.world_size)
+            log.warning(
+                "resumed from %s at step %d (world size %d -> %d)",
+                resume.uri,
+                state["step"],
+                resume.world_size,
+                self.world_size,
+            )
         return state, state["step"], recomputed
 
     def _start_tracking(self, data: Dataset, global_batch: int, resumed_from: int) -> Tracker:
         """Rank 0's MLflow run: params (the effective hyperparameters), lineage tags, the data input."""
-        tags = {"trainpipe.pipeline": self.config.pipeline, "trainpipe.run_id": self.spec.run_id, **self.spec.tags}
-        tracker = Tracker(experiment=self.config.pipeline, run_dir=self.run_dir, run_name=self.spec.run_id,
-                          run_id=self.spec.mlflow_run_id, tags=tags)
+        tags = {
+            "trainpipe.pipeline": self.config.pipeline,
+            "trainpipe.run_id": self.spec.run_id,
+            **self.spec.tags,
+        }
+        tracker = Tracker(
+            experiment=self.config.pipeline,
+            run_dir=self.run_dir,
+            run_name=self.spec.run_id,
+            run_id=self.spec.mlflow_run_id,
+            tags=tags,
+        )
         params = flatten("", self.config.model_dump(mode="json", by_alias=True), {})
         # What this run trained with: the effective values, form overrides included.
         params.update(flatten("training.hyperparameters", self.hp.model_dump(mode="json"), {}))
         params.update(flatten("deepspeed_config", self.ds_config, {}))
-        params.update({"world_size": str(self.world_size), "global_batch": str(global_batch), "data_files": str(len(self.spec.data_files))})
+        params.update(
+            {
+                "world_size": str(self.world_size),
+                "global_batch": str(global_batch),
+                "data_files": str(len(self.spec.data_files)),
+            }
+        )
         tracker.log_params_once(params)
         digest = self.spec.data_digest or content_digest(self.spec.data_files)
-        tracker.set_tags({"trainpipe.data_digest": digest, "trainpipe.world_size": str(self.world_size),
-                          "trainpipe.resumed_from_step": str(resumed_from), "trainpipe.config_hash": self.config.content_hash,
-                          "trainpipe.code_version": __version__, "trainpipe.transform_hash": data.transform.hash,
-                          "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True)})
-        tracker.log_data_input(f"{self.config.pipeline}-snapshot", self.spec.data_files[0].rsplit("/", 1)[0], digest)
+        tracker.set_tags(
+            {
+                "trainpipe.data_digest": digest,
+                "trainpipe.world_size": str(self.world_size),
+                "trainpipe.resumed_from_step": str(resumed_from),
+                "trainpipe.config_hash": self.config.content_hash,
+                "trainpipe.code_version": __version__,
+                "trainpipe.transform_hash": data.transform.hash,
+                "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
+            }
+        )
+        tracker.log_data_input(
+            f"{self.config.pipeline}-snapshot", self.spec.data_files[0].rsplit("/", 1)[0], digest
+        )
         return tracker
 
     def _build_model(self, data: Dataset) -> torch.nn.Module:
-        return build_model(self.training.model, num_numeric=data.transform.num_dense,
-                           cardinalities=data.transform.cardinalities, task=self.task, **self.hp.model_args)
+        return build_model(
+            self.training.model,
+            num_numeric=data.transform.num_dense,
+            cardinalities=data.transform.cardinalities,
+            task=self.task,
+            **self.hp.model_args,
+        )
 
     def _broadcast(self, value: Any) -> Any:
         box = [value]
@@ -163,18 +244,38 @@ class Trainer:
 
     # -- training -----------------------------------------------------------------------------
 
-    def _loop(self, data: Dataset, sampler: ResumableSampler, state: dict[str, Any], total_steps: int,
-              tracker: Tracker | None, progress: StepHighWater) -> dict[str, Any]:
+    def _loop(
+        self,
+        data: Dataset,
+        sampler: ResumableSampler,
+        state: dict[str, Any],
+        total_steps: int,
+        tracker: Tracker | None,
+        progress: StepHighWater,
+    ) -> dict[str, Any]:
         steps = StepRunner(self.engine, data, self.task, self.device, self.dtype)
-        sync = PeriodicSync(SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
-                            self.checkpoints, self.world_size, tracker)
-        epoch_end = EpochEnd(EpochEndConfig(self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience),
-                             lambda: self._evaluate(data), tracker)
+        sync = PeriodicSync(
+            SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
+            self.checkpoints,
+            self.world_size,
+            tracker,
+        )
+        epoch_end = EpochEnd(
+            EpochEndConfig(self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience),
+            lambda: self._evaluate(data),
+            tracker,
+        )
         step, stop, train_loss = state["step"], False, state.get("final_train_loss")
         # A checkpoint from before device-seconds were kept counts its time once per configured process.
-        earlier_device = state.get("device_seconds", state["compute_seconds"] * self.training.resources.nproc_per_node)
-        timing = Timing(first_step=step, earlier_compute_s=state["compute_seconds"], world_size=self.world_size,
-                        earlier_device_s=earlier_device)
+        earlier_device = state.get(
+            "device_seconds", state["compute_seconds"] * self.training.resources.nproc_per_node
+        )
+        timing = Timing(
+            first_step=step,
+            earlier_compute_s=state["compute_seconds"],
+            world_size=self.world_size,
+            earlier_device_s=earlier_device,
+        )
         self.engine.train()
         while sampler.epoch < self.hp.epochs and step < total_steps and not stop:
             while not sampler.epoch_done() and step < total_steps:
@@ -194,26 +295,50 @@ class Trainer:
             self._save(state, sampler, step, timing, metric=value)
         with timing.measure("checkpoint_s"):
             self.checkpoints.complete_pending()
-        state.update(step=step, stopped_early=stop, final_train_loss=train_loss, compute_seconds=timing.compute_s(),
-                     device_seconds=timing.device_s(), timing=timing.summary(step))
+        state.update(
+            step=step,
+            stopped_early=stop,
+            final_train_loss=train_loss,
+            compute_seconds=timing.compute_s(),
+            device_seconds=timing.device_s(),
+            timing=timing.summary(step),
+        )
         if self.rank == 0:
             progress.flush()
         return state
 
-    def _checkpoint_after_sync(self, outcome: SyncOutcome, state: dict[str, Any], sampler: ResumableSampler, step: int,
-                               timing: Timing) -> None:
+    def _checkpoint_after_sync(
+        self,
+        outcome: SyncOutcome,
+        state: dict[str, Any],
+        sampler: ResumableSampler,
+        step: int,
+        timing: Timing,
+    ) -> None:
         if outcome.complete_pending:
             with timing.measure("checkpoint_s"):
                 self.checkpoints.complete_pending()
         if outcome.save:
             self._save(state, sampler, step, timing)
 
-    def _save(self, state: dict[str, Any], sampler: ResumableSampler, step: int, timing: Timing, metric: float | None = None) -> None:
+    def _save(
+        self,
+        state: dict[str, Any],
+        sampler: ResumableSampler,
+        step: int,
+        timing: Timing,
+        metric: float | None = None,
+    ) -> None:
         """Collective: a checkpoint of this step (epoch ends carry the holdout metric)."""
         with timing.measure("checkpoint_s"):
             state["compute_seconds"], state["device_seconds"] = timing.compute_s(), timing.device_s()
-            self.checkpoints.save(self.engine, step, self._client_state(state, sampler, step), metric=metric,
-                                  extra={"global_batch": sampler.global_batch})
+            self.checkpoints.save(
+                self.engine,
+                step,
+                self._client_state(state, sampler, step),
+                metric=metric,
+                extra={"global_batch": sampler.global_batch},
+            )
 
     def _client_state(self, state: dict[str, Any], sampler: ResumableSampler, step: int) -> dict[str, Any]:
         rng: list[Any] = [None] * self.world_size
@@ -226,15 +351,27 @@ class Trainer:
 
     # -- end ----------------------------------------------------------------------------------
 
-    def _finish(self, data: Dataset, state: dict[str, Any], tracker: Tracker | None, resumed_from: int,
-                recomputed: int) -> TrainResult | None:
+    def _finish(
+        self,
+        data: Dataset,
+        state: dict[str, Any],
+        tracker: Tracker | None,
+        resumed_from: int,
+        recomputed: int,
+    ) -> TrainResult | None:
         """Collective, then rank 0 alone: final metrics, the logged model, candidate vs champion."""
-        last = state["history"][-1] if state["history"] and state["history"][-1]["step"] == state["step"] else None
+        last = (
+            state["history"][-1]
+            if state["history"] and state["history"][-1]["step"] == state["step"]
+            else None
+        )
         metrics = last or {"step": state["step"], **self._evaluate(data)}
         # The job's own predictions on the first holdout rows, computed by the training engine on
         # every rank (ZeRO-3 gathers inside forward): what the logged model must reproduce from
         # the same raw rows.
-        sample = data.transform.predictions(predict(self.engine, data.holdout_x[:PREDICTION_SAMPLE], self.device, self.dtype))
+        sample = data.transform.predictions(
+            predict(self.engine, data.holdout_x[:PREDICTION_SAMPLE], self.device, self.dtype)
+        )
         weights = full_state_dict(self.engine, self.training.deepspeed.zero_stage)
         if tracker is None:
             return None
@@ -244,19 +381,40 @@ class Trainer:
         holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
         hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.on_gpu else "cpu"
-        tracker.log_metrics({**{f"holdout_{k}": v for k, v in holdout.items()}, f"{device}_hours": hours}, state["step"], flush=True)
+        tracker.log_metrics(
+            {**{f"holdout_{k}": v for k, v in holdout.items()}, f"{device}_hours": hours},
+            state["step"],
+            flush=True,
+        )
         tracker.log_dict(data.transform.document, "transform.json")
         tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
-        result = TrainResult.model_validate({
-            "final_step": state["step"], "final_train_loss": state.get("final_train_loss"), "holdout_metrics": holdout,
-            "weights_sha256": weights_sha256(weights), "resumed_from_step": resumed_from, "steps_recomputed": recomputed,
-            "epochs_completed": len(state["history"]), "stopped_early": state.get("stopped_early", False),
-            "world_size": self.world_size, f"compute_hours_{device}": hours, "timing": state["timing"],
-            "mlflow_run_id": tracker.run_id, "mlflow_experiment_id": tracker.experiment_id, "transform_hash": data.transform.hash,
-            # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
-            "evaluation": evaluate_final(model, data.transform, data.holdout_table, self.config, tracker, state["step"]),
-            "model_uri": tracker.log_model(model, data.transform, data.holdout_table.select(data.transform.input_names).slice(0, 5).to_pandas()),
-        })
+        result = TrainResult.model_validate(
+            {
+                "final_step": state["step"],
+                "final_train_loss": state.get("final_train_loss"),
+                "holdout_metrics": holdout,
+                "weights_sha256": weights_sha256(weights),
+                "resumed_from_step": resumed_from,
+                "steps_recomputed": recomputed,
+                "epochs_completed": len(state["history"]),
+                "stopped_early": state.get("stopped_early", False),
+                "world_size": self.world_size,
+                f"compute_hours_{device}": hours,
+                "timing": state["timing"],
+                "mlflow_run_id": tracker.run_id,
+                "mlflow_experiment_id": tracker.experiment_id,
+                "transform_hash": data.transform.hash,
+                # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
+                "evaluation": evaluate_final(
+                    model, data.transform, data.holdout_table, self.config, tracker, state["step"]
+                ),
+                "model_uri": tracker.log_model(
+                    model,
+                    data.transform,
+                    data.holdout_table.select(data.transform.input_names).slice(0, 5).to_pandas(),
+                ),
+            }
+        )
         self._publish(result, tracker)
         return result
 
@@ -292,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     text = Path(args.spec[1:]).read_text() if args.spec.startswith("@") else args.spec
     spec = TrainSpec.from_json(text)
     rank = os.environ.get("RANK", "0")
-    logging.basicConfig(level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled

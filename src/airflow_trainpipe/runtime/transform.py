@@ -35,7 +35,13 @@ def canonical_json(document: dict[str, Any]) -> str:
 
 def bucket_of(values: list[str], buckets: int) -> np.ndarray:
     """Stable across processes and versions: blake2b-64 of the UTF-8 value, modulo `buckets`."""
-    return np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") % buckets for v in values], dtype=np.int64)
+    return np.array(
+        [
+            int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") % buckets
+            for v in values
+        ],
+        dtype=np.int64,
+    )
 
 
 def prepare_numeric(column: pa.ChunkedArray | pa.Array, name: str, log1p: bool) -> np.ndarray:
@@ -63,8 +69,12 @@ class FittedTransform:
 
     def __post_init__(self) -> None:
         if self.document.get("format") != FORMAT:
-            raise TransformError(f"unsupported transform format {self.document.get('format')!r}; this version reads {FORMAT!r}")
-        object.__setattr__(self, "_hash", "sha256:" + hashlib.sha256(canonical_json(self.document).encode()).hexdigest())
+            raise TransformError(
+                f"unsupported transform format {self.document.get('format')!r}; this version reads {FORMAT!r}"
+            )
+        object.__setattr__(
+            self, "_hash", "sha256:" + hashlib.sha256(canonical_json(self.document).encode()).hexdigest()
+        )
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -92,18 +102,21 @@ class FittedTransform:
     @property
     def num_dense(self) -> int:
         width = 0
-        for spec in self.columns:
-            width += int(spec["missing_indicator"])
-            if spec["kind"] == "numeric":
+        for fitted in self.columns:
+            width += int(fitted["missing_indicator"])
+            if fitted["kind"] == "numeric":
                 width += 1
-            elif spec["encode"] == "one_hot":
-                width += len(spec["categories"]) + 1
+            elif fitted["encode"] == "one_hot":
+                width += len(fitted["categories"]) + 1
         return width
 
     @property
     def cardinalities(self) -> list[int]:
-        return [len(s["categories"]) + 1 if s["encode"] == "index" else s["buckets"] + 1
-                for s in self.columns if s["kind"] == "categorical" and s["encode"] != "one_hot"]
+        return [
+            len(s["categories"]) + 1 if s["encode"] == "index" else s["buckets"] + 1
+            for s in self.columns
+            if s["kind"] == "categorical" and s["encode"] != "one_hot"
+        ]
 
     @property
     def input_names(self) -> list[str]:
@@ -116,25 +129,27 @@ class FittedTransform:
         rows = table.num_rows
         dense: list[np.ndarray] = []
         codes: list[np.ndarray] = []
-        for spec in self.columns:
-            name = spec["name"]
+        for fitted in self.columns:
+            name = fitted["name"]
             if name in table.column_names:
                 column = table.column(name)
-            elif spec["optional"]:
-                column = pa.nulls(rows, pa.float64() if spec["kind"] == "numeric" else pa.string())
+            elif fitted["optional"]:
+                column = pa.nulls(rows, pa.float64() if fitted["kind"] == "numeric" else pa.string())
             else:
-                raise TransformError(f"required column {name!r} is missing from the rows to transform "
-                                     f"(they have: {', '.join(table.column_names) or 'no columns'})")
-            if spec["kind"] == "numeric":
-                values, missing = self._numeric(spec, column)
+                raise TransformError(
+                    f"required column {name!r} is missing from the rows to transform "
+                    f"(they have: {', '.join(table.column_names) or 'no columns'})"
+                )
+            if fitted["kind"] == "numeric":
+                values, missing = self._numeric(fitted, column)
                 dense.append(values[:, None])
             else:
-                block, code, missing = self._categorical(spec, column)
+                block, code, missing = self._categorical(fitted, column)
                 if block is not None:
                     dense.append(block)
                 if code is not None:
                     codes.append(code[:, None])
-            if spec["missing_indicator"]:
+            if fitted["missing_indicator"]:
                 dense.append(missing.astype(np.float64)[:, None])
         parts = dense + codes
         if not parts:
@@ -142,35 +157,41 @@ class FittedTransform:
         return np.concatenate(parts, axis=1).astype(np.float32)
 
     @staticmethod
-    def _numeric(spec: dict[str, Any], column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-        values = prepare_numeric(column, spec["name"], spec["log1p"])
+    def _numeric(fitted: dict[str, Any], column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        values = prepare_numeric(column, fitted["name"], fitted["log1p"])
         missing = np.isnan(values)
-        if spec["clip"] is not None:
-            low, high = spec["clip"]
+        if fitted["clip"] is not None:
+            low, high = fitted["clip"]
             values = np.clip(values, low, high)
         if missing.any():
-            if spec["fill"] is None:
-                raise TransformError(f"column {spec['name']!r} has {int(missing.sum())} missing value(s) and declares fill: error")
-            values = np.where(missing, spec["fill"], values)
-        return (values - spec["center"]) / spec["scale"], missing
+            if fitted["fill"] is None:
+                raise TransformError(
+                    f"column {fitted['name']!r} has {int(missing.sum())} missing value(s) and declares fill: error"
+                )
+            values = np.where(missing, fitted["fill"], values)
+        return (values - fitted["center"]) / fitted["scale"], missing
 
     @staticmethod
-    def _categorical(spec: dict[str, Any], column: pa.ChunkedArray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+    def _categorical(
+        fitted: dict[str, Any], column: pa.ChunkedArray
+    ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
         strings = as_strings(column)
         missing = strings.is_null().to_numpy(zero_copy_only=False)
-        if spec["missing"] == "error" and missing.any():
-            raise TransformError(f"column {spec['name']!r} has {int(missing.sum())} missing value(s) and declares missing: error")
-        if spec["encode"] == "hash":
+        if fitted["missing"] == "error" and missing.any():
+            raise TransformError(
+                f"column {fitted['name']!r} has {int(missing.sum())} missing value(s) and declares missing: error"
+            )
+        if fitted["encode"] == "hash":
             encoded = strings.dictionary_encode()
-            buckets = bucket_of(encoded.dictionary.to_pylist(), spec["buckets"]) + 1
+            buckets = bucket_of(encoded.dictionary.to_pylist(), fitted["buckets"]) + 1
             indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
             code = np.where(indices >= 0, buckets[np.maximum(indices, 0)] if buckets.size else 0, 0)
             return None, code.astype(np.float64), missing
-        position = pc.index_in(strings, value_set=pa.array(spec["categories"], pa.string()))
+        position = pc.index_in(strings, value_set=pa.array(fitted["categories"], pa.string()))
         position = pc.fill_null(position, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        if spec["encode"] == "index":
+        if fitted["encode"] == "index":
             return None, (position + 1).astype(np.float64), missing
-        width = len(spec["categories"]) + 1
+        width = len(fitted["categories"]) + 1
         block = np.zeros((len(position), width))
         block[np.arange(len(position)), np.where(position >= 0, position, width - 1)] = 1.0  # last: `other`
         return block, None, missing

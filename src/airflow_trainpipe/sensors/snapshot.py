@@ -32,8 +32,15 @@ class DataSnapshotSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("partition", "conn_id")
     ui_color = "#d6eaf8"
 
-    def __init__(self, *, data: DataSection, partition: str | None = None, conn_id: str | None = None,
-                 deferrable: bool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        data: DataSection,
+        partition: str | None = None,
+        conn_id: str | None = None,
+        deferrable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         wait = data.wait
         kwargs.setdefault("mode", "reschedule" if wait.mode == "reschedule" else "poke")
         kwargs.setdefault("poke_interval", wait.poke_interval)
@@ -74,8 +81,12 @@ class DataSnapshotSensor(BaseSensorOperator):
         wait = self.data.wait
         self.defer(
             trigger=DataSnapshotTrigger(
-                uri=self.partition_uri, format=self.data.format, marker=wait.marker, min_rows=wait.min_rows,
-                conn_id=self.conn_id, poke_interval=_seconds(self.poke_interval),
+                uri=self.partition_uri,
+                format=self.data.format,
+                marker=wait.marker,
+                min_rows=wait.min_rows,
+                conn_id=self.conn_id,
+                poke_interval=_seconds(self.poke_interval),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=_seconds(self.timeout)),
@@ -84,7 +95,9 @@ class DataSnapshotSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         if not event or event.get("status") != "ready":
-            raise AirflowException(f"waiting for {self.partition_uri} failed: {(event or {}).get('message', 'no event')}")
+            raise AirflowException(
+                f"waiting for {self.partition_uri} failed: {(event or {}).get('message', 'no event')}"
+            )
         self.log.info("complete: %s", event["message"])
         return self.partition_uri
 

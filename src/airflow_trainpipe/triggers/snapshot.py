@@ -16,8 +16,16 @@ class DataSnapshotTrigger(BaseTrigger):
     serves every deferred task of the deployment and must never block.
     """
 
-    def __init__(self, *, uri: str, format: str, marker: str | None, min_rows: int | None,
-                 conn_id: str | None = None, poke_interval: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        uri: str,
+        format: str,
+        marker: str | None,
+        min_rows: int | None,
+        conn_id: str | None = None,
+        poke_interval: float = 300.0,
+    ) -> None:
         super().__init__()
         self.uri = uri
         self.format = format
@@ -29,8 +37,14 @@ class DataSnapshotTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"uri": self.uri, "format": self.format, "marker": self.marker, "min_rows": self.min_rows,
-             "conn_id": self.conn_id, "poke_interval": self.poke_interval},
+            {
+                "uri": self.uri,
+                "format": self.format,
+                "marker": self.marker,
+                "min_rows": self.min_rows,
+                "conn_id": self.conn_id,
+                "poke_interval": self.poke_interval,
+            },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

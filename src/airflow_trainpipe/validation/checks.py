@@ -34,7 +34,9 @@ def required_columns(config: PipelineConfig, reference: dict[str, Any] | None) -
     return {name: known.get(name) for name in used}
 
 
-def schema_checks(config: PipelineConfig, columns: dict[str, str], reference: dict[str, Any] | None) -> list[Check]:
+def schema_checks(
+    config: PipelineConfig, columns: dict[str, str], reference: dict[str, Any] | None
+) -> list[Check]:
     required = required_columns(config, reference)
     if config.validation.contract.columns:
         allowed: set[str] | None = set(required)
@@ -45,34 +47,95 @@ def schema_checks(config: PipelineConfig, columns: dict[str, str], reference: di
     for name, expected in required.items():
         if name not in columns:
             hint = f"; new column(s) {', '.join(map(repr, extra))}: renamed?" if extra else ""
-            checks.append(Check("schema", "column present", name, False, "missing", expected or "present",
-                                f"column {name!r} is missing{hint}"))
+            checks.append(
+                Check(
+                    "schema",
+                    "column present",
+                    name,
+                    False,
+                    "missing",
+                    expected or "present",
+                    f"column {name!r} is missing{hint}",
+                )
+            )
         elif expected is not None and columns[name] != expected:
-            checks.append(Check("schema", "column type", name, False, columns[name], expected,
-                                f"column {name!r} is {columns[name]}, expected {expected}"))
+            checks.append(
+                Check(
+                    "schema",
+                    "column type",
+                    name,
+                    False,
+                    columns[name],
+                    expected,
+                    f"column {name!r} is {columns[name]}, expected {expected}",
+                )
+            )
     if not config.validation.contract.allow_extra_columns:
         for name in extra:
-            checks.append(Check("schema", "unexpected column", name, False, columns[name], "absent",
-                                f"column {name!r} is not in the contract (set validation.schema.allow_extra_columns to accept it)"))
+            checks.append(
+                Check(
+                    "schema",
+                    "unexpected column",
+                    name,
+                    False,
+                    columns[name],
+                    "absent",
+                    f"column {name!r} is not in the contract (set validation.schema.allow_extra_columns to accept it)",
+                )
+            )
     if not checks:
-        checks.append(Check("schema", "contract", None, True, len(columns), len(required),
-                            f"{len(required)} required column(s) present with the expected types"))
+        checks.append(
+            Check(
+                "schema",
+                "contract",
+                None,
+                True,
+                len(columns),
+                len(required),
+                f"{len(required)} required column(s) present with the expected types",
+            )
+        )
     return checks
 
 
 def volume_checks(config: PipelineConfig, rows: int, previous: dict[str, Any] | None) -> list[Check]:
     rule = config.validation.volume
-    checks = [Check("volume", "min_rows", None, rows >= rule.min_rows, rows, f">= {rule.min_rows}",
-                    f"{rows} row(s); at least {rule.min_rows} expected")]
+    checks = [
+        Check(
+            "volume",
+            "min_rows",
+            None,
+            rows >= rule.min_rows,
+            rows,
+            f">= {rule.min_rows}",
+            f"{rows} row(s); at least {rule.min_rows} expected",
+        )
+    ]
     if rule.max_change is not None:
         if previous is None:
-            checks.append(Check("volume", "max_change", None, True, rows, None,
-                                "no previous validated snapshot to compare the row count with"))
+            checks.append(
+                Check(
+                    "volume",
+                    "max_change",
+                    None,
+                    True,
+                    rows,
+                    None,
+                    "no previous validated snapshot to compare the row count with",
+                )
+            )
         else:
             before = previous["rows"]
             change = (rows - before) / before if before else float("inf")
-            checks.append(Check(
-                "volume", "max_change", None, abs(change) <= rule.max_change, round(change, 6), f"+/-{rule.max_change}",
-                f"{rows} row(s) vs {before} in {previous['partition']} ({change:+.1%}); allowed +/-{rule.max_change:.0%}",
-            ))
+            checks.append(
+                Check(
+                    "volume",
+                    "max_change",
+                    None,
+                    abs(change) <= rule.max_change,
+                    round(change, 6),
+                    f"+/-{rule.max_change}",
+                    f"{rows} row(s) vs {before} in {previous['partition']} ({change:+.1%}); allowed +/-{rule.max_change:.0%}",
+                )
+            )
     return checks

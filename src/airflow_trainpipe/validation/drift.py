@@ -42,7 +42,9 @@ class NumericAccumulator:
         self.nulls = 0
         self.count = 0
         self.edges = reference_edges
-        self.at_or_below = np.zeros(len(reference_edges), dtype=np.int64) if reference_edges is not None else None
+        self.at_or_below = (
+            np.zeros(len(reference_edges), dtype=np.int64) if reference_edges is not None else None
+        )
 
     def add(self, column: pa.Array | pa.ChunkedArray) -> None:
         self.nulls += column.null_count
@@ -60,10 +62,17 @@ class NumericAccumulator:
         sample = np.sort(np.concatenate(self.samples)) if self.samples else np.empty(0)
         if len(sample) == 0:
             return {"kind": "numeric", "count": 0, "nulls": self.nulls, "edges": [], "cdf": []}
-        edges = sample[np.floor(PERCENTILES * (len(sample) - 1)).astype(np.int64)]  # method="lower", sorted once
+        edges = sample[
+            np.floor(PERCENTILES * (len(sample) - 1)).astype(np.int64)
+        ]  # method="lower", sorted once
         cdf = np.searchsorted(sample, edges, side="right") / len(sample)
-        return {"kind": "numeric", "count": self.count, "nulls": self.nulls,
-                "edges": edges.tolist(), "cdf": cdf.tolist()}
+        return {
+            "kind": "numeric",
+            "count": self.count,
+            "nulls": self.nulls,
+            "edges": edges.tolist(),
+            "cdf": cdf.tolist(),
+        }
 
     def cdf_at_reference(self) -> np.ndarray:
         return self.at_or_below / max(self.count, 1)
@@ -86,7 +95,12 @@ class CategoricalAccumulator:
         rest = sum(count for _, count in ranked[MAX_CATEGORIES:])
         if rest:
             kept[OTHER] = kept.get(OTHER, 0) + rest
-        return {"kind": "categorical", "count": sum(self.counts.values()), "nulls": self.nulls, "counts": kept}
+        return {
+            "kind": "categorical",
+            "count": sum(self.counts.values()),
+            "nulls": self.nulls,
+            "counts": kept,
+        }
 
 
 def _psi(expected: np.ndarray, actual: np.ndarray) -> float:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from airflow_trainpipe.config.validation import ExpectationSpec
+from airflow_trainpipe.config.validation import ExpectationRule
 
 # Row-wise although their names say "values": each needs to see every row at once.
 _WHOLE_COLUMN_VALUES = {
@@ -34,14 +34,14 @@ _NULL_EXPECTATIONS = {"expect_column_values_to_not_be_null", "expect_column_valu
 PARTIAL_EXAMPLES = 20
 
 
-def streamable(spec: ExpectationSpec) -> bool:
-    return (spec.type.startswith("expect_column_values_to_") and spec.type not in _WHOLE_COLUMN_VALUES) or (
-        spec.type in _ROW_WISE_OTHERS
+def streamable(rule: ExpectationRule) -> bool:
+    return (rule.type.startswith("expect_column_values_to_") and rule.type not in _WHOLE_COLUMN_VALUES) or (
+        rule.type in _ROW_WISE_OTHERS
     )
 
 
-def columns_of(spec: ExpectationSpec) -> list[str]:
-    kwargs = spec.kwargs
+def columns_of(rule: ExpectationRule) -> list[str]:
+    kwargs = rule.kwargs
     names = [kwargs[k] for k in ("column", "column_A", "column_B") if k in kwargs]
     return [*names, *kwargs.get("column_list", [])]
 
@@ -62,7 +62,7 @@ def plain(value: Any) -> Any:
 
 @dataclass
 class ExpectationOutcome:
-    spec: ExpectationSpec
+    rule: ExpectationRule
     success: bool
     result: dict[str, Any]
     whole_column: bool
@@ -72,7 +72,7 @@ class ExpectationOutcome:
 class ExpectationRunner:
     """One ephemeral GX context per validation; no GX project on disk."""
 
-    def __init__(self, specs: list[ExpectationSpec]) -> None:
+    def __init__(self, rules: list[ExpectationRule]) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -80,35 +80,43 @@ class ExpectationRunner:
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self.source = self.context.data_sources.add_pandas(f"trainpipe-{uuid.uuid4().hex[:8]}")
-        self.streamed = [s for s in specs if streamable(s)]
-        self.whole = [s for s in specs if not streamable(s)]
+        self.streamed = [s for s in rules if streamable(s)]
+        self.whole = [s for s in rules if not streamable(s)]
         self._merged: list[dict[str, Any]] = [
-            {"element_count": 0, "missing_count": 0, "unexpected_count": 0, "partial_unexpected_list": [],
-             "success": True, "error": None}
+            {
+                "element_count": 0,
+                "missing_count": 0,
+                "unexpected_count": 0,
+                "partial_unexpected_list": [],
+                "success": True,
+                "error": None,
+            }
             for _ in self.streamed
         ]
         self._whole_results: list[Any] = []
         # Built once: constructing a GX expectation costs ~20 ms (pydantic deep copies), and a
         # suite is reused by every batch.
         self._suites = {"streamed": self._suite(self.streamed), "whole": self._suite(self.whole)}
-        self._asset = self.source.add_dataframe_asset("snapshot").add_batch_definition_whole_dataframe("batch")
+        self._asset = self.source.add_dataframe_asset("snapshot").add_batch_definition_whole_dataframe(
+            "batch"
+        )
 
-    def _suite(self, specs: list[ExpectationSpec]) -> Any:
+    def _suite(self, rules: list[ExpectationRule]) -> Any:
         from great_expectations.expectations.registry import get_expectation_impl
 
         suite = self.gx.ExpectationSuite(name=f"suite-{uuid.uuid4().hex[:8]}")
-        for spec in specs:
-            suite.add_expectation(get_expectation_impl(spec.type)(**spec.kwargs))
+        for rule in rules:
+            suite.add_expectation(get_expectation_impl(rule.type)(**rule.kwargs))
         return suite
 
     def _validate(self, frame: Any, part: str) -> Any:
         batch = self._asset.get_batch(batch_parameters={"dataframe": frame})
         return batch.validate(self._suites[part], result_format="BASIC")
 
-    def _configuration(self, spec: ExpectationSpec) -> Any:
-        part = "streamed" if spec in self.streamed else "whole"
-        specs = self.streamed if part == "streamed" else self.whole
-        return self._suites[part].expectations[specs.index(spec)].configuration
+    def _configuration(self, rule: ExpectationRule) -> Any:
+        part = "streamed" if rule in self.streamed else "whole"
+        rules = self.streamed if part == "streamed" else self.whole
+        return self._suites[part].expectations[rules.index(rule)].configuration
 
     def add_batch(self, frame: Any) -> None:
         if not self.streamed:
@@ -130,19 +138,29 @@ class ExpectationRunner:
 
     def outcomes(self) -> list[ExpectationOutcome]:
         outcomes = []
-        for spec, merged in zip(self.streamed, self._merged, strict=True):
-            mostly = float(spec.kwargs.get("mostly", 1.0))
-            base = merged["element_count"] - (0 if spec.type in _NULL_EXPECTATIONS else merged["missing_count"])
+        for rule, merged in zip(self.streamed, self._merged, strict=True):
+            mostly = float(rule.kwargs.get("mostly", 1.0))
+            base = merged["element_count"] - (
+                0 if rule.type in _NULL_EXPECTATIONS else merged["missing_count"]
+            )
             share = merged["unexpected_count"] / base if base else 0.0
             # With `mostly` < 1 a batch may fail on its own while the whole snapshot passes.
-            success = merged["error"] is None and (merged["success"] if mostly >= 1.0 else share <= 1.0 - mostly + 1e-12)
-            result = {**{k: v for k, v in merged.items() if k not in ("success", "error")},
-                      "unexpected_percent": round(100 * share, 6)}
-            outcomes.append(ExpectationOutcome(spec, success, result, whole_column=False, error=merged["error"]))
-        for spec, evr in zip(self.whole, self._whole_results, strict=False):
+            success = merged["error"] is None and (
+                merged["success"] if mostly >= 1.0 else share <= 1.0 - mostly + 1e-12
+            )
+            result = {
+                **{k: v for k, v in merged.items() if k not in ("success", "error")},
+                "unexpected_percent": round(100 * share, 6),
+            }
+            outcomes.append(
+                ExpectationOutcome(rule, success, result, whole_column=False, error=merged["error"])
+            )
+        for rule, evr in zip(self.whole, self._whole_results, strict=False):
             info = evr.exception_info or {}
             error = info.get("exception_message") if info.get("raised_exception") else None
-            outcomes.append(ExpectationOutcome(spec, bool(evr.success) and error is None, plain(evr.result), True, error))
+            outcomes.append(
+                ExpectationOutcome(rule, bool(evr.success) and error is None, plain(evr.result), True, error)
+            )
         return outcomes
 
     def data_docs_html(self, outcomes: list[ExpectationOutcome]) -> str | None:
@@ -156,18 +174,29 @@ class ExpectationRunner:
 
         results = [
             ExpectationValidationResult(
-                success=o.success, expectation_config=self._configuration(o.spec), result=o.result,
-                exception_info={"raised_exception": o.error is not None, "exception_message": o.error, "exception_traceback": None},
+                success=o.success,
+                expectation_config=self._configuration(o.rule),
+                result=o.result,
+                exception_info={
+                    "raised_exception": o.error is not None,
+                    "exception_message": o.error,
+                    "exception_traceback": None,
+                },
             )
             for o in outcomes
         ]
         evaluated = len(results)
         passed = sum(o.success for o in outcomes)
         suite_result = ExpectationSuiteValidationResult(
-            success=passed == evaluated, results=results, suite_name="trainpipe",
-            statistics={"evaluated_expectations": evaluated, "successful_expectations": passed,
-                        "unsuccessful_expectations": evaluated - passed,
-                        "success_percent": 100.0 * passed / evaluated if evaluated else 100.0},
+            success=passed == evaluated,
+            results=results,
+            suite_name="trainpipe",
+            statistics={
+                "evaluated_expectations": evaluated,
+                "successful_expectations": passed,
+                "unsuccessful_expectations": evaluated - passed,
+                "success_percent": 100.0 * passed / evaluated if evaluated else 100.0,
+            },
             meta={"great_expectations_version": self.gx.__version__},
         )
         return DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(suite_result))

@@ -32,17 +32,23 @@ def records(data: DataSection, pipeline: str, conn_id: str | None = None) -> lis
     return [json.loads(fs.cat_file(name)) for name in names]
 
 
-def previous(data: DataSection, pipeline: str, partition: str, conn_id: str | None = None) -> dict[str, Any] | None:
+def previous(
+    data: DataSection, pipeline: str, partition: str, conn_id: str | None = None
+) -> dict[str, Any] | None:
     earlier = [r for r in records(data, pipeline, conn_id) if _name(r["partition"]) < _name(partition)]
     return earlier[-1] if earlier else None
 
 
-def by_digest(data: DataSection, pipeline: str, digest: str, conn_id: str | None = None) -> dict[str, Any] | None:
+def by_digest(
+    data: DataSection, pipeline: str, digest: str, conn_id: str | None = None
+) -> dict[str, Any] | None:
     matches = [r for r in records(data, pipeline, conn_id) if r["digest"] == digest]
     return matches[-1] if matches else None
 
 
-def record(data: DataSection, pipeline: str, partition: str, payload: dict[str, Any], conn_id: str | None = None) -> str:
+def record(
+    data: DataSection, pipeline: str, partition: str, payload: dict[str, Any], conn_id: str | None = None
+) -> str:
     uri = join(_folder(data, pipeline), _name(partition))
     fs, path = filesystem(uri, conn_id)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)

@@ -53,15 +53,23 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "pipeline": self.pipeline, "partition": self.partition, "partition_uri": self.manifest.partition_uri,
-            "digest": self.manifest.digest, "rows": self.manifest.rows, "passed": self.passed,
-            "reference": self.reference, "checks": [c.to_dict() for c in self.checks],
+            "pipeline": self.pipeline,
+            "partition": self.partition,
+            "partition_uri": self.manifest.partition_uri,
+            "digest": self.manifest.digest,
+            "rows": self.manifest.rows,
+            "passed": self.passed,
+            "reference": self.reference,
+            "checks": [c.to_dict() for c in self.checks],
             "drift": self.drift_scores,
         }
 
     def failure_table(self) -> str:
         rows = [("check", "column", "observed", "expected", "message")]
-        rows += [(f"{c.kind}:{c.name}", c.column or "-", _short(c.observed), _short(c.expected), c.message) for c in self.failures]
+        rows += [
+            (f"{c.kind}:{c.name}", c.column or "-", _short(c.observed), _short(c.expected), c.message)
+            for c in self.failures
+        ]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)
 
@@ -88,7 +96,7 @@ def _tables(manifest: Manifest, columns: list[str], conn_id: str | None) -> Iter
     for entry in manifest.files:
         # Local files go to Arrow's native reader (threaded I/O); others through fsspec.
         fs, path = filesystem(entry.uri, conn_id)
-        with (open(local_path(entry.uri), "rb") if is_local(entry.uri) else fs.open(path, "rb")) as handle:
+        with open(local_path(entry.uri), "rb") if is_local(entry.uri) else fs.open(path, "rb") as handle:
             if manifest.format == "parquet":
                 yield from _row_groups(handle, columns)
             else:
@@ -119,9 +127,15 @@ def _whole(manifest: Manifest, columns: list[str], conn_id: str | None) -> Any:
     return pa.concat_tables(list(_tables(manifest, columns, conn_id))).to_pandas()
 
 
-def validate_snapshot(config: PipelineConfig, partition: str, manifest: Manifest, *,
-                      reference: dict[str, Any] | None, previous: dict[str, Any] | None,
-                      conn_id: str | None = None) -> ValidationReport:
+def validate_snapshot(
+    config: PipelineConfig,
+    partition: str,
+    manifest: Manifest,
+    *,
+    reference: dict[str, Any] | None,
+    previous: dict[str, Any] | None,
+    conn_id: str | None = None,
+) -> ValidationReport:
     """Run every configured check; `reference` is the drift baseline, `previous` the volume one
     (both validated-snapshot records from history.py, or None)."""
     report = ValidationReport(config.pipeline, partition, manifest, reference=_describe(reference))
@@ -132,8 +146,17 @@ def validate_snapshot(config: PipelineConfig, partition: str, manifest: Manifest
     for spec in config.validation.expectations:
         if spec not in runnable:
             column = next(c for c in columns_of(spec) if c in broken)
-            report.checks.append(Check("expectation", spec.type, column, False, "not run", spec.kwargs,
-                                       f"{spec.type} not run: {broken[column]}"))
+            report.checks.append(
+                Check(
+                    "expectation",
+                    spec.type,
+                    column,
+                    False,
+                    "not run",
+                    spec.kwargs,
+                    f"{spec.type} not run: {broken[column]}",
+                )
+            )
     profiles = (reference or {}).get("profiles", {})
     accumulators = _accumulators(config, manifest, broken, profiles)
     runner = ExpectationRunner(runnable) if runnable else None
@@ -142,7 +165,9 @@ def validate_snapshot(config: PipelineConfig, partition: str, manifest: Manifest
         if runner.whole:
             needed = sorted({c for s in runner.whole for c in columns_of(s)})
             table_level = any(not columns_of(s) for s in runner.whole)
-            runner.run_whole(_whole(manifest, list(manifest.columns) if table_level or not needed else needed, conn_id))
+            runner.run_whole(
+                _whole(manifest, list(manifest.columns) if table_level or not needed else needed, conn_id)
+            )
         outcomes = runner.outcomes()
         report.checks += [_expectation_check(o) for o in outcomes]
         report.data_docs_html = runner.data_docs_html(outcomes)
@@ -156,14 +181,23 @@ def _broken_columns(config: PipelineConfig, manifest: Manifest, checks: list[Che
     """Columns missing or retyped, with the reason. The schema check reports them; expectations and
     drift on them are reported as not run instead of failing on a type error that hides the cause."""
     present = manifest.columns
-    broken = {c.column: c.message for c in checks if c.kind == "schema" and not c.passed and c.column in present}
-    broken.update({c: f"column {c!r} is missing"
-                   for s in config.validation.expectations for c in columns_of(s) if c not in present})
+    broken = {
+        c.column: c.message for c in checks if c.kind == "schema" and not c.passed and c.column in present
+    }
+    broken.update(
+        {
+            c: f"column {c!r} is missing"
+            for s in config.validation.expectations
+            for c in columns_of(s)
+            if c not in present
+        }
+    )
     return broken
 
 
-def _accumulators(config: PipelineConfig, manifest: Manifest, broken: dict[str, str],
-                  profiles: dict[str, Any]) -> dict[str, NumericAccumulator | CategoricalAccumulator]:
+def _accumulators(
+    config: PipelineConfig, manifest: Manifest, broken: dict[str, str], profiles: dict[str, Any]
+) -> dict[str, NumericAccumulator | CategoricalAccumulator]:
     """One profile builder per usable feature, counting at the reference's edges when there are any."""
     present, features, drift = manifest.columns, config.data.features, config.validation.drift
     accumulators: dict[str, NumericAccumulator | CategoricalAccumulator] = {}
@@ -172,16 +206,24 @@ def _accumulators(config: PipelineConfig, manifest: Manifest, broken: dict[str, 
             continue
         if name in features.numeric and _is_numeric(present[name]):
             ref = profiles.get(name)
-            counted = (reference_edges(drift.numeric_method, ref)
-                       if drift is not None and ref and ref.get("kind") == "numeric" and ref["edges"] else None)
+            counted = (
+                reference_edges(drift.numeric_method, ref)
+                if drift is not None and ref and ref.get("kind") == "numeric" and ref["edges"]
+                else None
+            )
             accumulators[name] = NumericAccumulator(manifest.rows, counted)
         elif name in features.categorical:
             accumulators[name] = CategoricalAccumulator()
     return accumulators
 
 
-def _stream(config: PipelineConfig, manifest: Manifest, accumulators: dict[str, Any],
-            runner: ExpectationRunner | None, conn_id: str | None) -> None:
+def _stream(
+    config: PipelineConfig,
+    manifest: Manifest,
+    accumulators: dict[str, Any],
+    runner: ExpectationRunner | None,
+    conn_id: str | None,
+) -> None:
     """The one read: each row group feeds the drift profiles at once; GX gets batches of them.
 
     GX has a fixed cost per run (~0.2 s to plan its metrics), so its batches gather several row
@@ -212,7 +254,7 @@ def _stream(config: PipelineConfig, manifest: Manifest, accumulators: dict[str, 
 
 
 def _expectation_check(outcome: Any) -> Check:
-    column = (columns_of(outcome.spec) or [None])[0]
+    column = (columns_of(outcome.rule) or [None])[0]
     result = outcome.result
     observed = result.get("observed_value", result.get("unexpected_count"))
     if outcome.error:
@@ -223,12 +265,20 @@ def _expectation_check(outcome: Any) -> Check:
         detail += f", e.g. {examples[:5]}" if examples else ""
     else:
         detail = f"observed {observed!r}"
-    return Check("expectation", outcome.spec.type, column, outcome.success, observed, outcome.spec.kwargs,
-                 f"{outcome.spec.type}({column or ''}): {detail}")
+    return Check(
+        "expectation",
+        outcome.rule.type,
+        column,
+        outcome.success,
+        observed,
+        outcome.rule.kwargs,
+        f"{outcome.rule.type}({column or ''}): {detail}",
+    )
 
 
-def _drift_checks(drift: Any, accumulators: dict[str, Any], profiles: dict[str, Any],
-                  report: ValidationReport) -> list[Check]:
+def _drift_checks(
+    drift: Any, accumulators: dict[str, Any], profiles: dict[str, Any], report: ValidationReport
+) -> list[Check]:
     checks = []
     for name, accumulator in accumulators.items():
         ref = profiles.get(name)
@@ -243,24 +293,40 @@ def _drift_checks(drift: Any, accumulators: dict[str, Any], profiles: dict[str, 
             score = categorical_score(method, ref, report.profiles[name])
         score = round(score, 6)
         threshold = drift.feature_thresholds.get(name, drift.threshold)
-        checks.append(Check(
-            "drift", method, name, score <= threshold, score, f"<= {threshold}",
-            f"{name}: {method} {score:.4f} vs {report.reference['partition']} (threshold {threshold})",
-        ))
+        checks.append(
+            Check(
+                "drift",
+                method,
+                name,
+                score <= threshold,
+                score,
+                f"<= {threshold}",
+                f"{name}: {method} {score:.4f} vs {report.reference['partition']} (threshold {threshold})",
+            )
+        )
     return checks
 
 
 def _describe(reference: dict[str, Any] | None) -> dict[str, Any] | None:
     if reference is None:
         return None
-    return {"partition": reference["partition"], "digest": reference["digest"], "rows": reference["rows"],
-            "kind": reference.get("reference_kind", "previous")}
+    return {
+        "partition": reference["partition"],
+        "digest": reference["digest"],
+        "rows": reference["rows"],
+        "kind": reference.get("reference_kind", "previous"),
+    }
 
 
 def history_payload(report: ValidationReport) -> dict[str, Any]:
     manifest = report.manifest
-    return {"digest": manifest.digest, "rows": manifest.rows, "columns": manifest.columns,
-            "profiles": report.profiles, "passed": report.passed}
+    return {
+        "digest": manifest.digest,
+        "rows": manifest.rows,
+        "columns": manifest.columns,
+        "profiles": report.profiles,
+        "passed": report.passed,
+    }
 
 
 def write_report(report: ValidationReport, conn_id: str | None = None) -> dict[str, str]:

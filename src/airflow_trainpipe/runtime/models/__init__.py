@@ -31,9 +31,13 @@ def build_model(name: str, **kwargs: Any) -> torch.nn.Module:
     except KeyError:
         matches = [ep for ep in entry_points(group=MODEL_ENTRY_POINT_GROUP) if ep.name == name]
         if not matches:
-            raise TrainpipeError(f"unknown model {name!r}; available: {', '.join(sorted(available_models()))}") from None
+            raise TrainpipeError(
+                f"unknown model {name!r}; available: {', '.join(sorted(available_models()))}"
+            ) from None
         builder = matches[0].load()
     try:
         return builder(**kwargs)
     except TypeError as exc:
-        raise TrainpipeError(f"model {name!r} rejected its arguments (training.hyperparameters.model_args): {exc}") from exc
+        raise TrainpipeError(
+            f"model {name!r} rejected its arguments (training.hyperparameters.model_args): {exc}"
+        ) from exc

@@ -13,12 +13,19 @@ from tests.conftest import EXAMPLE_CONFIGS
 BACKENDS = ["server", "sqlite"]
 
 
-def define_connection(monkeypatch: pytest.MonkeyPatch, backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def define_connection(
+    monkeypatch: pytest.MonkeyPatch, backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> str:
     """Set AIRFLOW_CONN_MLFLOW_DEFAULT for `backend`; returns its JSON (for subprocesses)."""
     if backend == "server":
         value = request.getfixturevalue("mlflow_server").connection_json()
     else:
-        value = json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'embedded' / 'mlflow.db'}"}})
+        value = json.dumps(
+            {
+                "conn_type": "mlflow",
+                "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'embedded' / 'mlflow.db'}"},
+            }
+        )
         (tmp_path / "embedded").mkdir(exist_ok=True)
     monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", value)
     return value
@@ -27,7 +34,11 @@ def define_connection(monkeypatch: pytest.MonkeyPatch, backend: str, request: py
 def write_config(path: Path, model_name: str, replacements: tuple[tuple[str, str], ...] = ()) -> Path:
     """fraud_detector.yaml registering into `model_name`, bootstrap without min_value."""
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
-    for old, new in (("model_name: fraud_detector", f"model_name: {model_name}"), ("min_value: 0.7", "min_value: 0.5"), *replacements):
+    for old, new in (
+        ("model_name: fraud_detector", f"model_name: {model_name}"),
+        ("min_value: 0.7", "min_value: 0.5"),
+        *replacements,
+    ):
         assert old in text, old
         text = text.replace(old, new)
     path.write_text(text)
@@ -36,5 +47,12 @@ def write_config(path: Path, model_name: str, replacements: tuple[tuple[str, str
 
 def gate_decision(**fields: object) -> GateDecision:
     """A gate decision as the gate task writes it; only what a test is about needs saying."""
-    defaults = {"promote": True, "reason": "test", "metric": "roc_auc", "direction": "maximize", "candidate": 0.8, "champion": None}
+    defaults = {
+        "promote": True,
+        "reason": "test",
+        "metric": "roc_auc",
+        "direction": "maximize",
+        "candidate": 0.8,
+        "champion": None,
+    }
     return GateDecision.model_validate({**defaults, **fields})

@@ -1,4 +1,5 @@
-"""Submit a training job to Kubernetes with the cncf.kubernetes provider's operators and hook.
+"""The side that talks to the cluster: submits a training job with the cncf.kubernetes provider's
+operators and hook (the manifests themselves come from kubernetes_manifests.py, which is pure).
 
 Imported by DistributedTrainOperator.execute only (it pulls in the kubernetes client).
 
@@ -25,7 +26,8 @@ from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_trainpipe.config import PipelineConfig
-from airflow_trainpipe.launchers.kubernetes import (
+from airflow_trainpipe.exceptions import TrainingJobError
+from airflow_trainpipe.launchers.kubernetes_manifests import (
     CONTAINER,
     JOB_NAME_PREFIX,
     RunLabels,
@@ -35,7 +37,6 @@ from airflow_trainpipe.launchers.kubernetes import (
     pod_manifest,
     service_manifest,
 )
-from airflow_trainpipe.exceptions import TrainingJobError
 from airflow_trainpipe.launchers.watcher import JobWatcher
 from airflow_trainpipe.train_spec import TrainSpec
 
@@ -50,7 +51,9 @@ def to_model(data: dict, klass: str) -> Any:
     return ApiClient().deserialize(_Response(json.dumps(data)), klass)
 
 
-def _common(config: PipelineConfig, task_id: str, watcher: JobWatcher, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _common(
+    config: PipelineConfig, task_id: str, watcher: JobWatcher, name: str, labels: dict[str, str]
+) -> dict[str, Any]:
     k8s_cfg = config.training.kubernetes
     timeout = int(k8s_cfg.startup_timeout.total_seconds())
     return {
@@ -80,7 +83,9 @@ def _without_namespace(manifest: dict) -> dict:
     return {**manifest, "metadata": metadata}
 
 
-def pod_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher) -> KubernetesPodOperator:
+def pod_operator(
+    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
+) -> KubernetesPodOperator:
     manifest = pod_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
     if config.training.kubernetes.namespace is None:
         manifest = _without_namespace(manifest)
@@ -92,14 +97,27 @@ def pod_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, tas
     )
 
 
-def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher) -> KubernetesJobOperator:
+def job_operator(
+    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
+) -> KubernetesJobOperator:
     manifest = job_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
     job_spec = manifest["spec"]
     pod_template = {"metadata": job_spec["template"]["metadata"], "spec": job_spec["template"]["spec"]}
     # Fields the operator has no parameter for (successPolicy) come in through full_job_spec; its
     # pod template stays empty, since the operator would concatenate the two templates' lists.
-    extra = {k: v for k, v in job_spec.items() if k not in ("template", "completionMode", "completions", "parallelism",
-                                                             "backoffLimit", "ttlSecondsAfterFinished")}
+    extra = {
+        k: v
+        for k, v in job_spec.items()
+        if k
+        not in (
+            "template",
+            "completionMode",
+            "completions",
+            "parallelism",
+            "backoffLimit",
+            "ttlSecondsAfterFinished",
+        )
+    }
     full_job_spec = to_model({"spec": {**extra, "template": {}}}, "V1Job") if extra else None
     return KubernetesJobOperator(
         pod_template_dict=pod_template,
@@ -111,7 +129,13 @@ def job_operator(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, tas
         ttl_seconds_after_finished=job_spec["ttlSecondsAfterFinished"],
         wait_until_job_complete=True,
         on_finish_action="delete_succeeded_pod",
-        **_common(config, task_id, watcher, manifest["metadata"]["name"].removeprefix(JOB_NAME_PREFIX), manifest["metadata"]["labels"]),
+        **_common(
+            config,
+            task_id,
+            watcher,
+            manifest["metadata"]["name"].removeprefix(JOB_NAME_PREFIX),
+            manifest["metadata"]["labels"],
+        ),
     )
 
 
@@ -131,12 +155,16 @@ def aws_environment(conn_id: str) -> dict[str, str]:
     return env
 
 
-def apply_connection_secret(operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, namespace: str, log: Any) -> str | None:
+def apply_connection_secret(
+    operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, namespace: str, log: Any
+) -> str | None:
     """Put this try's connection credentials into the Secret its pods reference by name."""
     conn_id = config.training.kubernetes.aws_conn_id
     if conn_id is None:
         return None
-    for earlier in operator.client.list_namespaced_secret(namespace=namespace, label_selector=_task_selector(labels)).items:
+    for earlier in operator.client.list_namespaced_secret(
+        namespace=namespace, label_selector=_task_selector(labels)
+    ).items:
         if (earlier.metadata.labels or {}).get("try_number") != str(labels.try_number):
             _delete_secret(operator, namespace, earlier.metadata.name)
     body = connection_secret(config, labels, namespace, aws_environment(conn_id))
@@ -147,7 +175,12 @@ def apply_connection_secret(operator: KubernetesPodOperator, config: PipelineCon
         if exc.status != 409:  # the same try again (a reattached worker): refresh it
             raise
         operator.client.replace_namespaced_secret(name=name, namespace=namespace, body=body)
-    log.info("credentials of Airflow connection %s are in Secret %s/%s for this try's pods", conn_id, namespace, name)
+    log.info(
+        "credentials of Airflow connection %s are in Secret %s/%s for this try's pods",
+        conn_id,
+        namespace,
+        name,
+    )
     return name
 
 
@@ -163,7 +196,9 @@ def _task_selector(labels: RunLabels) -> str:
     return f"dag_id={label_value(labels.dag_id)},task_id={label_value(labels.task_id)},run_id={label_value(labels.run_id)}"
 
 
-def run_pod(operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
+def run_pod(
+    operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any
+) -> None:
     operator.pod_request_obj = operator.build_pod_request_obj(context)  # execute_sync uses it
     namespace = operator.pod_request_obj.metadata.namespace
     secret = apply_connection_secret(operator, config, labels, namespace, log)
@@ -176,7 +211,9 @@ def run_pod(operator: KubernetesPodOperator, config: PipelineConfig, labels: Run
             _delete_secret(operator, namespace, secret)
 
 
-def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any) -> None:
+def run_job(
+    operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any
+) -> None:
     job = operator.build_job_request_obj(context)
     namespace = job.metadata.namespace
     _delete_earlier_tries(operator, namespace, labels, log)
@@ -188,28 +225,47 @@ def run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: Run
             _delete_secret(operator, namespace, secret)
 
 
-def _run_job(operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, job: k8s.V1Job, log: Any) -> None:
+def _run_job(
+    operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, job: k8s.V1Job, log: Any
+) -> None:
     namespace, name = job.metadata.namespace, job.metadata.name
     created = operator.hook.create_job(job=job)
     operator.job = job  # on_kill deletes it
     service = service_manifest(config, labels, namespace, name)
-    service["metadata"]["ownerReferences"] = [{
-        "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": created.metadata.uid,
-        "controller": False, "blockOwnerDeletion": False,
-    }]
+    service["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": name,
+            "uid": created.metadata.uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
     operator.client.create_namespaced_service(namespace=namespace, body=service)
     log.info("created Job %s/%s (%d pods) and its headless Service", namespace, name, job.spec.parallelism)
     job_failed = False
     try:
-        leader = _leader_pod(operator, namespace, name, int(config.training.kubernetes.startup_timeout.total_seconds()))
-        asyncio.run(operator.pod_manager.await_pod_start(
-            pod=leader, schedule_timeout=operator.schedule_timeout_seconds,
-            startup_timeout=operator.startup_timeout_seconds, check_interval=operator.startup_check_interval_seconds,
-        ))
-        operator.pod_manager.fetch_requested_container_logs(
-            pod=leader, containers=CONTAINER, follow_logs=True, log_formatter=operator.log_formatter,
+        leader = _leader_pod(
+            operator, namespace, name, int(config.training.kubernetes.startup_timeout.total_seconds())
         )
-        finished = operator.hook.wait_until_job_complete(job_name=name, namespace=namespace, job_poll_interval=operator.job_poll_interval)
+        asyncio.run(
+            operator.pod_manager.await_pod_start(
+                pod=leader,
+                schedule_timeout=operator.schedule_timeout_seconds,
+                startup_timeout=operator.startup_timeout_seconds,
+                check_interval=operator.startup_check_interval_seconds,
+            )
+        )
+        operator.pod_manager.fetch_requested_container_logs(
+            pod=leader,
+            containers=CONTAINER,
+            follow_logs=True,
+            log_formatter=operator.log_formatter,
+        )
+        finished = operator.hook.wait_until_job_complete(
+            job_name=name, namespace=namespace, job_poll_interval=operator.job_poll_interval
+        )
         if error := operator.hook.is_job_failed(job=finished):
             job_failed = True
             raise TrainingJobError(f"Kubernetes Job {namespace}/{name} failed: {error}")
@@ -233,11 +289,20 @@ def _leader_pod(operator: KubernetesJobOperator, namespace: str, job_name: str, 
         time.sleep(2)
 
 
-def _delete_earlier_tries(operator: KubernetesJobOperator, namespace: str, labels: RunLabels, log: Any) -> None:
+def _delete_earlier_tries(
+    operator: KubernetesJobOperator, namespace: str, labels: RunLabels, log: Any
+) -> None:
     """A worker that died mid-try leaves its Job training; two Jobs must never share a run directory."""
-    for job in operator.job_client.list_namespaced_job(namespace=namespace, label_selector=_task_selector(labels)).items:
+    for job in operator.job_client.list_namespaced_job(
+        namespace=namespace, label_selector=_task_selector(labels)
+    ).items:
         if (job.metadata.labels or {}).get("try_number") != str(labels.try_number):
-            log.warning("deleting Job %s/%s left by try %s", namespace, job.metadata.name, job.metadata.labels.get("try_number"))
+            log.warning(
+                "deleting Job %s/%s left by try %s",
+                namespace,
+                job.metadata.name,
+                job.metadata.labels.get("try_number"),
+            )
             _delete_job(operator, namespace, job.metadata.name)
             _wait_gone(operator, namespace, job.metadata.name)
 
@@ -254,12 +319,16 @@ def _wait_gone(operator: KubernetesJobOperator, namespace: str, name: str, timeo
                 return
             raise
         time.sleep(2)
-    raise TrainingJobError(f"Job {namespace}/{name} of an earlier try is still terminating after {timeout_s:.0f}s")
+    raise TrainingJobError(
+        f"Job {namespace}/{name} of an earlier try is still terminating after {timeout_s:.0f}s"
+    )
 
 
 def _delete_job(operator: KubernetesJobOperator, namespace: str, name: str) -> None:
     try:
-        operator.job_client.delete_namespaced_job(name=name, namespace=namespace, propagation_policy="Foreground")
+        operator.job_client.delete_namespaced_job(
+            name=name, namespace=namespace, propagation_policy="Foreground"
+        )
     except ApiException as exc:
         if exc.status != 404:
             raise

@@ -15,7 +15,9 @@ from airflow_trainpipe.launchers.local import LocalLauncher
 from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
-EVERY_STEPS = 10  # checkpoint interval of the test job: 19 steps per epoch (+ epoch-end checkpoints), 2 epochs
+EVERY_STEPS = (
+    10  # checkpoint interval of the test job: 19 steps per epoch (+ epoch-end checkpoints), 2 epochs
+)
 
 
 @dataclass
@@ -61,22 +63,37 @@ def make_spec(checkpoint_root: Path, files: list[str], run_id: str, zero_stage: 
 _uninterrupted: dict[int, JobRun] = {}
 
 
-def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, files: list[str], zero_stage: int = 1) -> JobRun:
+def uninterrupted_run(
+    tmp_path_factory: pytest.TempPathFactory, files: list[str], zero_stage: int = 1
+) -> JobRun:
     """The reference run of `make_spec(..., files, zero_stage)`, trained once per session: the
     resume tests compare against it and the serving test loads its model. Call it with the
     session's `trainpipe_home` fixture active (every job logs to that one MLflow database)."""
     if zero_stage not in _uninterrupted:
-        run = run_job(make_spec(tmp_path_factory.mktemp(f"uninterrupted_zero{zero_stage}"), files, "uninterrupted", zero_stage))
+        run = run_job(
+            make_spec(
+                tmp_path_factory.mktemp(f"uninterrupted_zero{zero_stage}"), files, "uninterrupted", zero_stage
+            )
+        )
         assert run.code == 0, run.text[-3000:]
         _uninterrupted[zero_stage] = run
     return _uninterrupted[zero_stage]
 
 
-def run_job(spec: TrainSpec, nproc: int = 2, *, pause_at: str | None = None, env: dict[str, str] | None = None,
-            before_kill: Callable[[], None] | None = None, timeout: float | None = None) -> JobRun:
+def run_job(
+    spec: TrainSpec,
+    nproc: int = 2,
+    *,
+    pause_at: str | None = None,
+    env: dict[str, str] | None = None,
+    before_kill: Callable[[], None] | None = None,
+    timeout: float | None = None,
+) -> JobRun:
     """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL (after
     `before_kill` returns, when given), or until `timeout` seconds, when it is killed too."""
-    launcher = LocalLauncher(spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})})
+    launcher = LocalLauncher(
+        spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})}
+    )
     launcher.start()
     run = JobRun(code=-1)
     killer = threading.Timer(timeout, launcher.kill) if timeout else None

@@ -20,21 +20,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from tests.e2e.conftest import Stack
+from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps calling out to Google services, which
 # floods a machine without a network; QUIC and the GPU process are of no use headless.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DAG = "fraud_detector"
 RUN_TIMEOUT = 480  # one DAG run: the training job and two model evaluations on 2 busy cores
 
@@ -55,8 +63,14 @@ def browser() -> Iterator[object]:
 def page(browser, stack: Stack, request: pytest.FixtureRequest) -> Iterator[object]:
     """A logged-in page of a fresh browser context; MLflow's basic auth answered for its origin only."""
     context = browser.new_context(
-        viewport={"width": 1400, "height": 1000}, timezone_id="UTC",
-        http_credentials={"username": stack.mlflow.username, "password": stack.mlflow.password, "origin": stack.mlflow.url})
+        viewport={"width": 1400, "height": 1000},
+        timezone_id="UTC",
+        http_credentials={
+            "username": stack.mlflow.username,
+            "password": stack.mlflow.password,
+            "origin": stack.mlflow.url,
+        },
+    )
     request.node.browser_context = context  # for pytest_runtest_makereport (conftest.py): evidence on failure
     page = context.new_page()
     page.set_default_timeout(60_000)
@@ -97,7 +111,11 @@ def submit(page, stack: Stack, dialog) -> dict:
     trigger = dialog.get_by_role("button", name="Trigger", exact=True)
     expect(trigger).to_be_enabled()
     trigger.click()
-    new = stack.wait_for("the run the form triggered", lambda: [r for r in runs(stack) if r["dag_run_id"] not in before] or None, 60)
+    new = stack.wait_for(
+        "the run the form triggered",
+        lambda: [r for r in runs(stack) if r["dag_run_id"] not in before] or None,
+        60,
+    )
     assert len(new) == 1, new
     return new[0]
 
@@ -123,13 +141,15 @@ def rendered(stack: Stack, run_id: str, task_id: str) -> dict:
 
 
 @pytest.mark.timeout(1500)  # two DAG runs with training, on top of the stack's start when run alone
-def test_trigger_form_defaults_then_overrides_and_the_mlflow_run_link(page, stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trigger_form_defaults_then_overrides_and_the_mlflow_run_link(
+    page, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from playwright.sync_api import expect
 
     stack.wait_for(f"DAG {DAG}", lambda: stack.dag(DAG), 120)
     response = stack.session.patch(f"{stack.url}/api/v2/dags/{DAG}", json={"is_paused": False}, timeout=30)
     assert response.status_code == 200, response.text
-    today = datetime.now(timezone.utc).date()  # the form's logical date is "now"
+    today = datetime.now(UTC).date()  # the form's logical date is "now"
     for offset in (-1, 0, 1):  # the day before is the drift reference; the day after covers midnight
         stack.write_day(today + timedelta(days=offset))
 
@@ -137,35 +157,54 @@ def test_trigger_form_defaults_then_overrides_and_the_mlflow_run_link(page, stac
     dialog = open_trigger_form(page, stack)
     expect(dialog.locator("#element_partition")).to_have_value("")
     defaults = submit(page, stack, dialog)
-    assert defaults["conf"]["partition"] is None and defaults["conf"]["force_registration"] is False, defaults["conf"]
+    assert defaults["conf"]["partition"] is None and defaults["conf"]["force_registration"] is False, (
+        defaults["conf"]
+    )
     first = defaults["dag_run_id"]
     assert stack.wait_for_run(DAG, first, RUN_TIMEOUT) == "success", stack.task_report(DAG, first)
     ds = defaults["logical_date"][:10]
     assert rendered(stack, first, "validate_data")["partition"] == f"ds={ds}"
     assert rendered(stack, first, "train")["partition"] == f"ds={ds}"
     states = stack.task_states(DAG, first)
-    assert states.pop("register") in ("success", "skipped"), states  # skipped: the gate kept a better champion
+    assert states.pop("register") in ("success", "skipped"), (
+        states
+    )  # skipped: the gate kept a better champion
     assert set(states.values()) == {"success"}, states
 
     # 2. Edited hyperparameters (one epoch, capped at 2 steps: a candidate the gate rejects) + Force registration.
     dialog = open_trigger_form(page, stack)
-    edit_json_field(page, dialog.locator("#element_hyperparameters"), {"epochs": ("3,", "1,"), "max_steps": ("null,", "2,")})
+    edit_json_field(
+        page,
+        dialog.locator("#element_hyperparameters"),
+        {"epochs": ("3,", "1,"), "max_steps": ("null,", "2,")},
+    )
     dialog.locator('label[id="switch:element_force_registration"]').click()
     expect(dialog.locator("input[name=element_force_registration]")).to_be_checked()
     forced = submit(page, stack, dialog)
     second = forced["dag_run_id"]
     assert forced["conf"]["force_registration"] is True, forced["conf"]
-    assert (forced["conf"]["hyperparameters"]["epochs"], forced["conf"]["hyperparameters"]["max_steps"]) == (1, 2), forced["conf"]
+    assert (forced["conf"]["hyperparameters"]["epochs"], forced["conf"]["hyperparameters"]["max_steps"]) == (
+        1,
+        2,
+    ), forced["conf"]
     assert stack.wait_for_run(DAG, second, RUN_TIMEOUT) == "success", stack.task_report(DAG, second)
-    assert stack.task_states(DAG, second) == dict.fromkeys(("wait_for_data", "validate_data", "train", "gate", "register"), "success")
+    assert stack.task_states(DAG, second) == dict.fromkeys(
+        ("wait_for_data", "validate_data", "train", "gate", "register"), "success"
+    )
     overrides = json.loads(rendered(stack, second, "train")["hyperparameter_overrides"])
     assert (overrides["epochs"], overrides["max_steps"]) == (1, 2), overrides
     # The training job applied them: it stopped at the edited max_steps (the config trains 3 epochs).
-    trained = stack.get(f"/api/v2/dags/{DAG}/dagRuns/{second}/taskInstances/train/xcomEntries/return_value")["value"]
+    trained = stack.get(f"/api/v2/dags/{DAG}/dagRuns/{second}/taskInstances/train/xcomEntries/return_value")[
+        "value"
+    ]
     assert trained["final_step"] == 2, trained
 
     client = stack.mlflow_client(monkeypatch)
-    [version] = [v for v in client.search_model_versions(f"name = '{DAG}'") if v.tags.get("airflow.dag_run_id") == second]
+    [version] = [
+        v
+        for v in client.search_model_versions(f"name = '{DAG}'")
+        if v.tags.get("airflow.dag_run_id") == second
+    ]
     assert version.tags["trainpipe.gate.forced"] == "true", version.tags
     assert client.get_model_version_by_alias(DAG, "champion").version == version.version
 
@@ -173,7 +212,9 @@ def test_trigger_form_defaults_then_overrides_and_the_mlflow_run_link(page, stac
     page.goto(f"{stack.url}/dags/{DAG}/runs/{quote(second, safe='')}/tasks/train")
     page.get_by_role("link", name="Details", exact=True).click()
     link = page.get_by_role("link", name="MLflow run", exact=True)
-    expected = f"{stack.mlflow.url}/#/experiments/{trained['mlflow_experiment_id']}/runs/{trained['mlflow_run_id']}"
+    expected = (
+        f"{stack.mlflow.url}/#/experiments/{trained['mlflow_experiment_id']}/runs/{trained['mlflow_run_id']}"
+    )
     expect(link).to_have_attribute("href", expected)
     with page.context.expect_page() as opened:
         link.click()

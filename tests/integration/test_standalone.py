@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import BROKEN_FILE, Stack
+from tests.integration.conftest import BROKEN_FILE, Stack
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +28,15 @@ def test_mlflow_nav_plugin_is_loaded(stack: Stack) -> None:
 
 
 def test_broken_config_is_visible_while_good_dags_load(stack: Stack) -> None:
-    stack.wait_for("the pipeline DAGs", lambda: stack.dag("fraud_detector") and stack.dag("house_prices"), 120)
+    stack.wait_for(
+        "the pipeline DAGs", lambda: stack.dag("fraud_detector") and stack.dag("house_prices"), 120
+    )
     broken = stack.get("/api/v2/dags", tags="trainpipe:broken-config")["dags"]
     assert [d["dag_id"] for d in broken] == ["fraud_broken"]
     description = broken[0]["description"]
-    assert description.startswith(f"BROKEN CONFIG configs/{BROKEN_FILE}: training.deepspeed.zero_stage:"), description
+    assert description.startswith(f"BROKEN CONFIG configs/{BROKEN_FILE}: training.deepspeed.zero_stage:"), (
+        description
+    )
     details = stack.get("/api/v2/dags/fraud_broken/details")
     assert BROKEN_FILE in details["doc_md"] and "zero_stage" in details["doc_md"]
     assert stack.get("/api/v2/importErrors")["import_errors"] == []
@@ -40,11 +44,22 @@ def test_broken_config_is_visible_while_good_dags_load(stack: Stack) -> None:
         assert "trainpipe:broken-config" not in [t["name"] for t in stack.dag(dag_id)["tags"]]
 
 
-def test_fraud_detector_runs_and_registers_the_champion(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    response = stack.session.patch(f"{stack.url}/api/v2/dags/fraud_detector", json={"is_paused": False}, timeout=30)
+def test_fraud_detector_runs_and_registers_the_champion(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    response = stack.session.patch(
+        f"{stack.url}/api/v2/dags/fraud_detector", json={"is_paused": False}, timeout=30
+    )
     assert response.status_code == 200, response.text
-    response = stack.session.post(f"{stack.url}/api/v2/dags/fraud_detector/dagRuns", timeout=30, json={
-        "dag_run_id": "e2e_manual_1", "logical_date": LOGICAL_DATE, "conf": {"hyperparameters": {"epochs": 1, "batch_size": 64}}})
+    response = stack.session.post(
+        f"{stack.url}/api/v2/dags/fraud_detector/dagRuns",
+        timeout=30,
+        json={
+            "dag_run_id": "e2e_manual_1",
+            "logical_date": LOGICAL_DATE,
+            "conf": {"hyperparameters": {"epochs": 1, "batch_size": 64}},
+        },
+    )
     assert response.status_code == 200, response.text
     run_id = response.json()["dag_run_id"]
     # One short epoch (~60 steps on 8000 training rows) through the trigger form's overrides: enough
@@ -63,14 +78,24 @@ def test_fraud_detector_runs_and_registers_the_champion(stack: Stack, monkeypatc
     tags = version.tags
     assert tags["airflow.dag_run_id"] == run_id
     assert tags["airflow.dag_id"] == "fraud_detector"
-    for lineage in ("trainpipe.data_digest", "trainpipe.config_hash", "trainpipe.transform_hash", "trainpipe.code_version"):
+    for lineage in (
+        "trainpipe.data_digest",
+        "trainpipe.config_hash",
+        "trainpipe.transform_hash",
+        "trainpipe.code_version",
+    ):
         assert tags.get(lineage), f"model version misses lineage tag {lineage}: {tags}"
     assert tags["trainpipe.data_digest"].startswith("sha256:")
     run = client.get_run(version.run_id)
     assert run.data.tags["trainpipe.data_digest"] == tags["trainpipe.data_digest"]
 
     events = stack.get("/api/v2/assets/events", order_by="-timestamp")["asset_events"]
-    ours = [e for e in events if e.get("name") == "fraud_detector@champion" or e.get("uri") == "x-mlflow-model://fraud_detector/champion"]
+    ours = [
+        e
+        for e in events
+        if e.get("name") == "fraud_detector@champion"
+        or e.get("uri") == "x-mlflow-model://fraud_detector/champion"
+    ]
     assert ours and ours[0]["source_run_id"] == run_id, events
 
 
@@ -81,11 +106,19 @@ def test_yaml_added_changed_and_removed_without_touching_the_loader(stack: Stack
     assert "pipeline: house_prices" in text
     added = stack.configs / "e2e_added.yaml"
     added.write_text(text.replace("pipeline: house_prices", "pipeline: e2e_added"))
-    dag = stack.wait_for("DAG e2e_added to appear", lambda: (d := stack.dag("e2e_added")) and not d["is_stale"] and d, 120)
+    dag = stack.wait_for(
+        "DAG e2e_added to appear", lambda: (d := stack.dag("e2e_added")) and not d["is_stale"] and d, 120
+    )
     assert dag["fileloc"].endswith("trainpipe_pipelines.py")
     added.write_text(added.read_text().replace("description: ", "description: Changed by the e2e test. ", 1))
-    stack.wait_for("the changed description", lambda: stack.dag("e2e_added")["description"].startswith("Changed by the e2e test."), 120)
+    stack.wait_for(
+        "the changed description",
+        lambda: stack.dag("e2e_added")["description"].startswith("Changed by the e2e test."),
+        120,
+    )
     added.unlink()
-    stack.wait_for("DAG e2e_added to go stale", lambda: (d := stack.dag("e2e_added")) is None or d["is_stale"], 120)
+    stack.wait_for(
+        "DAG e2e_added to go stale", lambda: (d := stack.dag("e2e_added")) is None or d["is_stale"], 120
+    )
     assert not stack.dag("house_prices")["is_stale"]
     assert loader.stat().st_mtime_ns == before

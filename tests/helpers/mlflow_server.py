@@ -29,12 +29,22 @@ class MlflowServer:
         import json
 
         host, port = self.url.removeprefix("http://").split(":")
-        return json.dumps({"conn_type": "mlflow", "host": f"http://{host}", "port": int(port),
-                           "login": self.username, "password": self.password})
+        return json.dumps(
+            {
+                "conn_type": "mlflow",
+                "host": f"http://{host}",
+                "port": int(port),
+                "login": self.username,
+                "password": self.password,
+            }
+        )
 
     def client_env(self) -> dict[str, str]:
-        return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": self.username,
-                "MLFLOW_TRACKING_PASSWORD": self.password}
+        return {
+            "MLFLOW_TRACKING_URI": self.url,
+            "MLFLOW_TRACKING_USERNAME": self.username,
+            "MLFLOW_TRACKING_PASSWORD": self.password,
+        }
 
 
 def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
@@ -60,16 +70,34 @@ def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
     mlflow_cli = Path(sys.executable).parent / "mlflow"
     log = open(root / "server.log", "wb")  # noqa: SIM115 - kept open for the server's lifetime
     process = subprocess.Popen(
-        [str(mlflow_cli), "server", "--app-name", "basic-auth", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts"),
-         "--workers", "1"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(mlflow_cli),
+            "server",
+            "--app-name",
+            "basic-auth",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {process.returncode}:\n{(root / 'server.log').read_text()[-3000:]}")
+            raise RuntimeError(
+                f"mlflow server exited with {process.returncode}:\n{(root / 'server.log').read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                 if response.status == 200:
@@ -78,7 +106,9 @@ def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
             pass
         if time.monotonic() > deadline:
             stop_mlflow_server(process)
-            raise RuntimeError(f"mlflow server not healthy after {timeout}s:\n{(root / 'server.log').read_text()[-3000:]}")
+            raise RuntimeError(
+                f"mlflow server not healthy after {timeout}s:\n{(root / 'server.log').read_text()[-3000:]}"
+            )
         time.sleep(0.3)
     return MlflowServer(url=url, username="admin", password=password, root=root, process=process)
 
@@ -114,21 +144,30 @@ def log_candidate_run(
     from airflow_trainpipe.runtime.tracking import artifact_location
 
     if mlflow.get_experiment_by_name(experiment) is None:  # the embedded store keeps artifacts by its db
-        mlflow.create_experiment(experiment, artifact_location=artifact_location(mlflow.get_tracking_uri(), experiment))
+        mlflow.create_experiment(
+            experiment, artifact_location=artifact_location(mlflow.get_tracking_uri(), experiment)
+        )
     mlflow.set_experiment(experiment)
     with mlflow.start_run() as run:
         mlflow.log_metrics({f"candidate_{k}": v for k, v in candidate.items()})
         if champion is not None:
             mlflow.log_metrics({f"champion_{k}": v for k, v in champion.items()})
-        mlflow.set_tags({
-            "trainpipe.champion.model_name": model_name,
-            "trainpipe.champion.alias": "champion",
-            "trainpipe.champion.version": champion_version or "none",
-            "trainpipe.data_digest": "sha256:" + "ab" * 32,
-            **(tags or {}),
-        })
+        mlflow.set_tags(
+            {
+                "trainpipe.champion.model_name": model_name,
+                "trainpipe.champion.alias": "champion",
+                "trainpipe.champion.version": champion_version or "none",
+                "trainpipe.data_digest": "sha256:" + "ab" * 32,
+                **(tags or {}),
+            }
+        )
         model = torch.nn.Linear(3, 1)
         # export_model=False and fixed requirements: 0.3 s instead of ~8 s per model.
-        mlflow.pytorch.log_model(model, name="model", input_example=np.zeros((2, 3), np.float32),
-                                 export_model=False, pip_requirements=["torch"])
+        mlflow.pytorch.log_model(
+            model,
+            name="model",
+            input_example=np.zeros((2, 3), np.float32),
+            export_model=False,
+            pip_requirements=["torch"],
+        )
     return run.info.run_id

@@ -13,7 +13,7 @@ import yaml
 
 from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config, parse_config
-from airflow_trainpipe.launchers.kubernetes import (
+from airflow_trainpipe.launchers.kubernetes_manifests import (
     RunLabels,
     label_value,
     manifests,
@@ -30,13 +30,17 @@ SECRET_VALUES = ("AKIAEXAMPLEKEYVALUE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKE
 
 def _single_node_config() -> str:
     text = (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()
-    text = text.replace("    nodes: 2\n", "    nodes: 1\n").replace("    min_nodes: 1                          # on retry, resume on the nodes that can be had\n", "")
+    text = text.replace("    nodes: 2\n", "    nodes: 1\n").replace(
+        "    min_nodes: 1                          # on retry, resume on the nodes that can be had\n", ""
+    )
     return text
 
 
 def _render(config_text: str, try_number: int = 2) -> list[dict]:
     config = parse_config(config_text)
-    spec = TrainSpec(config=config, run_id=RUN_ID, data_files=["s3://ml-data/house-sales/week=2026-01-05/part-0.csv"])
+    spec = TrainSpec(
+        config=config, run_id=RUN_ID, data_files=["s3://ml-data/house-sales/week=2026-01-05/part-0.csv"]
+    )
     return manifests(config, spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))
 
 
@@ -48,7 +52,11 @@ def job_and_service() -> list[dict]:
 @pytest.fixture(scope="module")
 def static_job() -> list[dict]:
     text = (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()
-    return _render(text.replace("    min_nodes: 1                          # on retry, resume on the nodes that can be had\n", ""))
+    return _render(
+        text.replace(
+            "    min_nodes: 1                          # on retry, resume on the nodes that can be had\n", ""
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +66,20 @@ def pod() -> dict:
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-def test_manifests_validate_strictly(tmp_path: Path, version: str, pod: dict, job_and_service: list[dict], static_job: list[dict]) -> None:
+def test_manifests_validate_strictly(
+    tmp_path: Path, version: str, pod: dict, job_and_service: list[dict], static_job: list[dict]
+) -> None:
     path = tmp_path / "manifests.yaml"
     path.write_text(yaml.safe_dump_all([pod, *job_and_service, *static_job]))
     cli = Path(sys.executable).with_name("kubernetes-validate")
-    done = subprocess.run([str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     passed = [line for line in done.stdout.splitlines() if "passed" in line]
-    assert len(passed) == 5 and all(f"against version {version.rsplit('.', 1)[0]}" in line for line in passed), done.stdout
+    assert len(passed) == 5 and all(
+        f"against version {version.rsplit('.', 1)[0]}" in line for line in passed
+    ), done.stdout
 
 
 def test_the_validator_rejects_a_broken_manifest(tmp_path: Path, pod: dict) -> None:
@@ -76,31 +90,49 @@ def test_the_validator_rejects_a_broken_manifest(tmp_path: Path, pod: dict) -> N
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
     cli = Path(sys.executable).with_name("kubernetes-validate")
-    done = subprocess.run([str(cli), "--strict", "-k", "1.33.0", str(path)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(cli), "--strict", "-k", "1.33.0", str(path)], capture_output=True, text=True, check=False
+    )
     assert done.returncode != 0 and "gpus" in done.stdout + done.stderr
 
 
 def test_pod_resources_volumes_and_scheduling(pod: dict) -> None:
     spec = pod["spec"]
     (container,) = spec["containers"]
-    assert container["name"] == "base" and container["image"] == "registry.example.com/ml/trainpipe-trainer:0.1.0"
-    assert container["resources"] == {"requests": {"cpu": "16", "memory": "64Gi"}, "limits": {"memory": "64Gi", "nvidia.com/gpu": "4"}}
+    assert (
+        container["name"] == "base"
+        and container["image"] == "registry.example.com/ml/trainpipe-trainer:0.1.0"
+    )
+    assert container["resources"] == {
+        "requests": {"cpu": "16", "memory": "64Gi"},
+        "limits": {"memory": "64Gi", "nvidia.com/gpu": "4"},
+    }
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/dev/shm"] == "dshm"
-    assert spec["nodeSelector"] == {"karpenter.sh/capacity-type": "spot", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert spec["nodeSelector"] == {
+        "karpenter.sh/capacity-type": "spot",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+    }
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert spec["priorityClassName"] == "ml-batch"
     assert spec["serviceAccountName"] == "trainpipe-trainer"
     assert spec["imagePullSecrets"] == [{"name": "registry-example-com"}]
     assert spec["restartPolicy"] == "Never"
     assert container["command"][:3] == ["python", "-m", "torch.distributed.run"]
-    assert "--standalone" in container["command"] and container["command"][-4:] == ["-m", "airflow_trainpipe.runtime.train", "--spec", "$(TRAINPIPE_SPEC)"]
+    assert "--standalone" in container["command"] and container["command"][-4:] == [
+        "-m",
+        "airflow_trainpipe.runtime.train",
+        "--spec",
+        "$(TRAINPIPE_SPEC)",
+    ]
     assert container["command"][container["command"].index("--nproc-per-node") + 1] == "4"
 
 
-def test_security_context_is_non_root_without_privilege_escalation(pod: dict, job_and_service: list[dict]) -> None:
+def test_security_context_is_non_root_without_privilege_escalation(
+    pod: dict, job_and_service: list[dict]
+) -> None:
     for spec in (pod["spec"], job_and_service[0]["spec"]["template"]["spec"]):
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] == 1000
@@ -115,9 +147,19 @@ def test_security_context_is_non_root_without_privilege_escalation(pod: dict, jo
 def test_labels_name_dag_task_run_and_try(pod: dict, job_and_service: list[dict]) -> None:
     from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
-    expected = {"dag_id": "house_prices", "task_id": "train", "run_id": make_safe_label_value(RUN_ID), "try_number": "2"}
+    expected = {
+        "dag_id": "house_prices",
+        "task_id": "train",
+        "run_id": make_safe_label_value(RUN_ID),
+        "try_number": "2",
+    }
     job, service = job_and_service
-    for labels in (pod["metadata"]["labels"], job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"], service["metadata"]["labels"]):
+    for labels in (
+        pod["metadata"]["labels"],
+        job["metadata"]["labels"],
+        job["spec"]["template"]["metadata"]["labels"],
+        service["metadata"]["labels"],
+    ):
         assert {k: labels[k] for k in expected} == expected
     assert labels["run_id"] != RUN_ID  # sanitised, the way KubernetesPodOperator labels its pods
 
@@ -132,7 +174,10 @@ def test_label_value_matches_airflows_sanitiser(text: str) -> None:
 def test_job_is_indexed_with_a_headless_service_for_the_rendezvous(static_job: list[dict]) -> None:
     job, service = static_job
     name = job["metadata"]["name"]
-    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == job["spec"]["parallelism"] == 2
+    assert (
+        job["spec"]["completionMode"] == "Indexed"
+        and job["spec"]["completions"] == job["spec"]["parallelism"] == 2
+    )
     template = job["spec"]["template"]["spec"]
     assert template["subdomain"] == service["metadata"]["name"] == name
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
@@ -141,7 +186,10 @@ def test_job_is_indexed_with_a_headless_service_for_the_rendezvous(static_job: l
     assert command[command.index("--master-addr") + 1] == f"{name}-0.{name}"
     assert command[command.index("--node-rank") + 1] == "$(NODE_RANK)"
     env = {e["name"]: e for e in template["containers"][0]["env"]}
-    assert env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert (
+        env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
     assert "successPolicy" not in job["spec"]
 
 
@@ -156,7 +204,10 @@ def test_elastic_job_uses_c10d_rendezvous_and_finishes_with_index_0(job_and_serv
 def test_secrets_are_references_and_no_secret_value_appears(pod: dict, job_and_service: list[dict]) -> None:
     text = yaml.safe_dump_all([pod, *job_and_service])
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
-    assert env["MLFLOW_TRACKING_TOKEN"] == {"name": "MLFLOW_TRACKING_TOKEN", "valueFrom": {"secretKeyRef": {"name": "mlflow-auth", "key": "token"}}}
+    assert env["MLFLOW_TRACKING_TOKEN"] == {
+        "name": "MLFLOW_TRACKING_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "mlflow-auth", "key": "token"}},
+    }
     for value in SECRET_VALUES:
         assert value not in text
     # Whatever the worker's environment holds never reaches a manifest either.
@@ -165,9 +216,13 @@ def test_secrets_are_references_and_no_secret_value_appears(pod: dict, job_and_s
 
 
 def test_worker_environment_secrets_do_not_leak(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in zip(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN"), SECRET_VALUES, strict=True):
+    for name, value in zip(
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN"), SECRET_VALUES, strict=True
+    ):
         monkeypatch.setenv(name, value)
-    text = yaml.safe_dump_all(_render(_single_node_config()) + _render((EXAMPLE_CONFIGS / "house_prices.yaml").read_text()))
+    text = yaml.safe_dump_all(
+        _render(_single_node_config()) + _render((EXAMPLE_CONFIGS / "house_prices.yaml").read_text())
+    )
     for value in SECRET_VALUES:
         assert value not in text
 
@@ -188,14 +243,26 @@ def test_a_new_try_gets_new_names_the_same_try_the_same() -> None:
 
 def test_cpu_job_sets_the_cpu_accelerator_and_no_gpu_limit() -> None:
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
-    text = text.replace("  launcher: local\n", "  launcher: kubernetes\n  image: trainer:1\n  kubernetes: {volumes: [{claim: shared, mount_path: /shared}]}\n")
-    text = text.replace("uri: data/card_transactions", "uri: file:///shared/data").replace("uri: checkpoints", "uri: file:///shared/checkpoints")
+    text = text.replace(
+        "  launcher: local\n",
+        "  launcher: kubernetes\n  image: trainer:1\n  kubernetes: {volumes: [{claim: shared, mount_path: /shared}]}\n",
+    )
+    text = text.replace("uri: data/card_transactions", "uri: file:///shared/data").replace(
+        "uri: checkpoints", "uri: file:///shared/checkpoints"
+    )
     (pod_manifest,) = _render(text)
     container = pod_manifest["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert {"name": "DS_ACCELERATOR", "value": "cpu"} in container["env"]
     assert {"name": "data-0", "mountPath": "/shared", "readOnly": False} in container["volumeMounts"]
-    assert torchrun_command(parse_config(text))[:6] == ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
+    assert torchrun_command(parse_config(text))[:6] == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+    ]
 
 
 def test_render_cli_prints_the_manifests(capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,7 +272,9 @@ def test_render_cli_prints_the_manifests(capsys: pytest.CaptureFixture[str]) -> 
     assert [d["kind"] for d in docs] == ["Job", "Service"]
     env = {e["name"]: e for e in docs[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
     spec = json.loads(env["TRAINPIPE_SPEC"]["value"])
-    assert spec["data_files"] == ["s3://ml-data/house-sales/week=2026-01-05/part-00000.csv"]  # partition template rendered
+    assert spec["data_files"] == [
+        "s3://ml-data/house-sales/week=2026-01-05/part-00000.csv"
+    ]  # partition template rendered
     assert spec["run_id"] == "scheduled__2026-01-05T00:00:00+00:00"
     assert docs[0]["metadata"]["labels"]["try_number"] == "1"
 
@@ -220,34 +289,50 @@ def test_example_config_loads() -> None:
 
 
 def _with_aws_connection() -> str:
-    return _single_node_config().replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n")
+    return _single_node_config().replace(
+        "    shm_size: 16Gi\n", "    shm_size: 16Gi\n    aws_conn_id: trainpipe_aws\n"
+    )
 
 
 def test_an_airflow_connection_becomes_a_per_try_secret_reference() -> None:
-    from airflow_trainpipe.launchers.kubernetes import (
+    from airflow_trainpipe.launchers.kubernetes_manifests import (
         connection_secret,
         connection_secret_name,
     )
 
     (pod_manifest,) = _render(_with_aws_connection())
     labels = RunLabels("house_prices", "train", RUN_ID, 2)
-    assert pod_manifest["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": connection_secret_name(labels)}}]
+    assert pod_manifest["spec"]["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": connection_secret_name(labels)}}
+    ]
     config = parse_config(_with_aws_connection())
     secret = connection_secret(config, labels, "ml-training", {"AWS_SECRET_ACCESS_KEY": SECRET_VALUES[1]})
-    assert secret["metadata"]["name"] == connection_secret_name(labels) and secret["metadata"]["labels"]["try_number"] == "2"
+    assert (
+        secret["metadata"]["name"] == connection_secret_name(labels)
+        and secret["metadata"]["labels"]["try_number"] == "2"
+    )
     assert SECRET_VALUES[1] not in yaml.safe_dump(pod_manifest)
 
 
 def test_aws_environment_comes_from_the_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_trainpipe.launchers.kubernetes_submit import aws_environment
+    from airflow_trainpipe.launchers.kubernetes_cluster import aws_environment
 
-    monkeypatch.setenv("AIRFLOW_CONN_TRAINPIPE_AWS", json.dumps({
-        "conn_type": "aws", "login": SECRET_VALUES[0], "password": SECRET_VALUES[1],
-        "extra": {"region_name": "eu-west-1", "endpoint_url": "http://minio:9000"},
-    }))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TRAINPIPE_AWS",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": SECRET_VALUES[0],
+                "password": SECRET_VALUES[1],
+                "extra": {"region_name": "eu-west-1", "endpoint_url": "http://minio:9000"},
+            }
+        ),
+    )
     assert aws_environment("trainpipe_aws") == {
-        "AWS_ACCESS_KEY_ID": SECRET_VALUES[0], "AWS_SECRET_ACCESS_KEY": SECRET_VALUES[1],
-        "AWS_DEFAULT_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://minio:9000",
+        "AWS_ACCESS_KEY_ID": SECRET_VALUES[0],
+        "AWS_SECRET_ACCESS_KEY": SECRET_VALUES[1],
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": "http://minio:9000",
     }
 
 
@@ -262,18 +347,44 @@ def test_event_watcher_keeps_what_the_task_needs_and_logs_progress_lines() -> No
     store = Store()
     watcher = JobWatcher(store)
     lines = [
-        PREFIX + json.dumps({"event": "start", "total_steps": 20, "resumed_from": 10, "steps_recomputed": 3, "world_size": 8,
-                             "global_batch": 4096, "train_rows": 9000, "holdout_rows": 1000, "mlflow_run_id": "abc"}),
+        PREFIX
+        + json.dumps(
+            {
+                "event": "start",
+                "total_steps": 20,
+                "resumed_from": 10,
+                "steps_recomputed": 3,
+                "world_size": 8,
+                "global_batch": 4096,
+                "train_rows": 9000,
+                "holdout_rows": 1000,
+                "mlflow_run_id": "abc",
+            }
+        ),
         "[rank0] INFO some plain log line",
-        PREFIX + json.dumps({"event": "checkpoint", "step": 20, "uri": "s3://ml-checkpoints/x/step_000000020", "metric": None}),
+        PREFIX
+        + json.dumps(
+            {"event": "checkpoint", "step": 20, "uri": "s3://ml-checkpoints/x/step_000000020", "metric": None}
+        ),
         PREFIX + json.dumps({"event": "error", "rank": 3, "error": "RuntimeError: NCCL timeout"}),
     ]
     shown = [watcher.log_formatter("base", line) for line in lines]
-    assert shown[0].startswith("training started: 20 steps on 8 rank(s)") and "resuming from step 10" in shown[0]
+    assert (
+        shown[0].startswith("training started: 20 steps on 8 rank(s)") and "resuming from step 10" in shown[0]
+    )
     assert shown[1] == lines[1] and list(watcher.tail) == [lines[1]]
     assert shown[2] == "checkpoint complete: step 20 at s3://ml-checkpoints/x/step_000000020"
-    assert store == {"mlflow_run_id": "abc", "checkpoint": {"step": 20, "uri": "s3://ml-checkpoints/x/step_000000020"}}
+    assert store == {
+        "mlflow_run_id": "abc",
+        "checkpoint": {"step": 20, "uri": "s3://ml-checkpoints/x/step_000000020"},
+    }
     assert watcher.errors == ["rank 3: RuntimeError: NCCL timeout"] and watcher.result is None
     assert not watcher.final  # an NCCL timeout may pass: retried
-    watcher.log_formatter("base", PREFIX + json.dumps({"event": "error", "rank": 0, "error": "ChangedDataError: x changed", "retryable": False}))
+    watcher.log_formatter(
+        "base",
+        PREFIX
+        + json.dumps(
+            {"event": "error", "rank": 0, "error": "ChangedDataError: x changed", "retryable": False}
+        ),
+    )
     assert watcher.final  # bad data does not fix itself: the task fails without retries

@@ -23,7 +23,9 @@ HADOLINT = Path(sys.executable).with_name("hadolint")  # the binary shipped by h
 
 def _compose_schema() -> dict:
     # check-jsonschema vendors the compose-spec repository's schema/compose-spec.json.
-    return json.loads(resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json").read_text())
+    return json.loads(
+        resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json").read_text()
+    )
 
 
 def _validate(document: dict) -> list[str]:
@@ -35,8 +37,17 @@ def _validate(document: dict) -> list[str]:
 def test_compose_file_matches_the_compose_spec() -> None:
     document = yaml.safe_load(COMPOSE.read_text())
     assert _validate(document) == []
-    assert {"postgres", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
-            "airflow-init", "mlflow", "minio", "minio-init"} <= set(document["services"])
+    assert {
+        "postgres",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+        "airflow-init",
+        "mlflow",
+        "minio",
+        "minio-init",
+    } <= set(document["services"])
 
 
 def test_the_schema_check_rejects_a_broken_compose_file() -> None:
@@ -67,16 +78,30 @@ def test_compose_credentials_are_overridable_defaults() -> None:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.name for p in DOCKERFILES])
 def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
-    done = subprocess.run([str(HADOLINT), "--no-color", "--config", str(REPO_ROOT / "docker" / ".hadolint.yaml"), str(dockerfile)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            str(HADOLINT),
+            "--no-color",
+            "--config",
+            str(REPO_ROOT / "docker" / ".hadolint.yaml"),
+            str(dockerfile),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_hadolint_rejects_a_bad_dockerfile(tmp_path: Path) -> None:
     bad = tmp_path / "bad.Dockerfile"
     bad.write_text("FROM ubuntu:latest\nRUN cd /tmp && pip install torch\n")
-    done = subprocess.run([str(HADOLINT), "--no-color", "--config", str(REPO_ROOT / "docker" / ".hadolint.yaml"), str(bad)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(HADOLINT), "--no-color", "--config", str(REPO_ROOT / "docker" / ".hadolint.yaml"), str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode != 0 and "DL3007" in done.stdout  # the `latest` tag
 
 

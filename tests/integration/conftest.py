@@ -23,7 +23,9 @@ import requests
 
 from tests.conftest import REPO_ROOT, free_port
 
-PARTITION = date(2026, 1, 3)  # the last of the days written for the REST test; the day before is its drift reference
+PARTITION = date(
+    2026, 1, 3
+)  # the last of the days written for the REST test; the day before is its drift reference
 BROKEN_FILE = "fraud_broken.yaml"
 ADMIN_PASSWORD = "e2e-admin-pw"
 ROWS_PER_DAY = 10_000
@@ -45,7 +47,7 @@ class Stack:
     configs: Path
     airflow_home: Path
     home: Path  # TRAINPIPE_HOME of the Airflow processes
-    mlflow: object  # tests.mlflow_server.MlflowServer
+    mlflow: object  # tests.helpers.mlflow_server.MlflowServer
     username: str = "admin"
     password: str = ADMIN_PASSWORD
 
@@ -79,7 +81,9 @@ class Stack:
         while (value := check()) is None or value is False:
             if time.monotonic() > deadline:
                 log = (self.airflow_home / "standalone.log").read_text(errors="replace")[-4000:]
-                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{report()}\n--- standalone log tail ---\n{log}")
+                raise AssertionError(
+                    f"timed out after {timeout:.0f}s waiting for {what}\n{report()}\n--- standalone log tail ---\n{log}"
+                )
             time.sleep(2)
         return value
 
@@ -90,7 +94,9 @@ class Stack:
             state = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
             return state if state in ("success", "failed") else None
 
-        return self.wait_for(f"dag run {run_id}", finished, timeout, report=lambda: self.task_report(dag_id, run_id))
+        return self.wait_for(
+            f"dag run {run_id}", finished, timeout, report=lambda: self.task_report(dag_id, run_id)
+        )
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         tasks = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
@@ -104,9 +110,15 @@ class Stack:
             if t["state"] in ("failed", "up_for_retry", "deferred", "running") and t["try_number"]:
                 response = self.session.get(
                     f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{t['task_id']}/logs/{t['try_number']}",
-                    headers={"Accept": "application/json"}, timeout=30)
+                    headers={"Accept": "application/json"},
+                    timeout=30,
+                )
                 content = response.json().get("content", []) if response.ok else response.text
-                text = "\n".join(e.get("event", str(e)) if isinstance(e, dict) else str(e) for e in content) if isinstance(content, list) else str(content)
+                text = (
+                    "\n".join(e.get("event", str(e)) if isinstance(e, dict) else str(e) for e in content)
+                    if isinstance(content, list)
+                    else str(content)
+                )
                 lines.append(f"--- log of {t['task_id']} try {t['try_number']} ---\n{text[-4000:]}")
         return "\n".join(lines)
 
@@ -121,7 +133,7 @@ def write_day(home: Path, day: date) -> None:
 @contextmanager
 def running_stack(root: Path) -> Iterator[Stack]:
     """Airflow standalone (as `make up` starts it) + mlflow server, state under `root`."""
-    from tests.mlflow_server import start_mlflow_server, stop_mlflow_server
+    from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
 
     up = load_up()
     dags, home, airflow_home = root / "dags", root / "home", root / "airflow"
@@ -132,12 +144,17 @@ def running_stack(root: Path) -> Iterator[Stack]:
         shutil.copy(REPO_ROOT / "dags" / "configs" / config, dags / "configs")
     fraud = (REPO_ROOT / "dags" / "configs" / "fraud_detector.yaml").read_text()
     (dags / "configs" / BROKEN_FILE).write_text(
-        fraud.replace("pipeline: fraud_detector", "pipeline: fraud_broken").replace("zero_stage: 1", "zero_stage: 7"))
+        fraud.replace("pipeline: fraud_detector", "pipeline: fraud_broken").replace(
+            "zero_stage: 1", "zero_stage: 7"
+        )
+    )
     for day in (date(2026, 1, 1), date(2026, 1, 2), PARTITION):
         write_day(home, day)
     # The simple auth manager keeps the passwords it generates in this file and reuses entries
     # that exist, so the tests know the admin password without scraping the log.
-    (airflow_home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": ADMIN_PASSWORD}))
+    (airflow_home / "simple_auth_manager_passwords.json.generated").write_text(
+        json.dumps({"admin": ADMIN_PASSWORD})
+    )
 
     mlflow = start_mlflow_server(root / "mlflow")
     airflow = None
@@ -153,8 +170,12 @@ def running_stack(root: Path) -> Iterator[Stack]:
         try:
             up.wait_http(f"{url}/api/v2/monitor/health", airflow, "airflow standalone", 240)
         except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n{(airflow_home / 'standalone.log').read_text(errors='replace')[-4000:]}") from None
-        token = requests.post(f"{url}/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=30)
+            raise RuntimeError(
+                f"{exc}\n{(airflow_home / 'standalone.log').read_text(errors='replace')[-4000:]}"
+            ) from None
+        token = requests.post(
+            f"{url}/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=30
+        )
         assert token.status_code == 201, token.text
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"

@@ -1,4 +1,5 @@
-"""Kubernetes manifests of a training job, as plain dicts (no kubernetes import).
+"""Kubernetes manifests of a training job, as plain dicts: pure functions, no kubernetes import and
+no cluster (kubernetes_cluster.py submits them).
 
 One node: a Pod (submitted by KubernetesPodOperator). Several nodes: an Indexed Job whose pods
 find each other through a headless Service; torchrun's rendezvous runs on the index-0 pod's DNS
@@ -68,7 +69,9 @@ def escape_expansion(value: str) -> str:
     return value.replace("$(", "$$(")
 
 
-def torchrun_command(config: PipelineConfig, job_name: str | None = None, service: str | None = None) -> list[str]:
+def torchrun_command(
+    config: PipelineConfig, job_name: str | None = None, service: str | None = None
+) -> list[str]:
     """The container command: torchrun around the same entrypoint the local launcher runs."""
     resources = config.training.resources
     command = ["python", "-m", "torch.distributed.run", "--nproc-per-node", str(resources.nproc_per_node)]
@@ -79,14 +82,31 @@ def torchrun_command(config: PipelineConfig, job_name: str | None = None, servic
         min_nodes = config.training.kubernetes.min_nodes
         if min_nodes is None:
             # Static rendezvous: rank 0 hosts the store; node ranks are the completion indexes.
-            command += ["--nnodes", str(resources.nodes), "--node-rank", "$(NODE_RANK)",
-                        "--master-addr", host, "--master-port", str(RENDEZVOUS_PORT)]
+            command += [
+                "--nnodes",
+                str(resources.nodes),
+                "--node-rank",
+                "$(NODE_RANK)",
+                "--master-addr",
+                host,
+                "--master-port",
+                str(RENDEZVOUS_PORT),
+            ]
         else:
             # Elastic: start with the nodes that arrive (at least min_nodes); the job resumes from
             # its checkpoint on the world size it got (universal checkpoint when it changed).
-            command += ["--nnodes", f"{min_nodes}:{resources.nodes}", "--rdzv-backend", "c10d",
-                        "--rdzv-endpoint", f"{host}:{RENDEZVOUS_PORT}", "--rdzv-id", job_name or "trainpipe",
-                        "--max-restarts", "3"]
+            command += [
+                "--nnodes",
+                f"{min_nodes}:{resources.nodes}",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{host}:{RENDEZVOUS_PORT}",
+                "--rdzv-id",
+                job_name or "trainpipe",
+                "--max-restarts",
+                "3",
+            ]
     return [*command, "-m", "airflow_trainpipe.runtime.train", "--spec", "$(TRAINPIPE_SPEC)"]
 
 
@@ -112,7 +132,9 @@ def _env(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, multi_node:
     return env
 
 
-def pod_spec(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_name: str | None = None) -> dict:
+def pod_spec(
+    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_name: str | None = None
+) -> dict:
     """The PodSpec of every training pod (the Pod itself, or the Job's pod template)."""
     training, k8s = config.training, config.training.kubernetes
     resources = training.resources
@@ -130,7 +152,10 @@ def pod_spec(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "scratch", "mountPath": SCRATCH},
-            *({"name": f"data-{i}", "mountPath": v.mount_path, "readOnly": v.read_only} for i, v in enumerate(k8s.volumes)),
+            *(
+                {"name": f"data-{i}", "mountPath": v.mount_path, "readOnly": v.read_only}
+                for i, v in enumerate(k8s.volumes)
+            ),
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -151,8 +176,13 @@ def pod_spec(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
             {"name": "scratch", "emptyDir": {}},
-            *({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only}}
-              for i, v in enumerate(k8s.volumes)),
+            *(
+                {
+                    "name": f"data-{i}",
+                    "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only},
+                }
+                for i, v in enumerate(k8s.volumes)
+            ),
         ],
         "securityContext": {
             "runAsNonRoot": True,
@@ -173,8 +203,17 @@ def pod_spec(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_
         spec_dict["nodeSelector"] = dict(k8s.node_selector)
     if k8s.tolerations:
         spec_dict["tolerations"] = [
-            {key: value for key, value in (("key", t.key), ("operator", t.operator), ("value", t.value),
-                                           ("effect", t.effect), ("tolerationSeconds", t.toleration_seconds)) if value is not None}
+            {
+                key: value
+                for key, value in (
+                    ("key", t.key),
+                    ("operator", t.operator),
+                    ("value", t.value),
+                    ("effect", t.effect),
+                    ("tolerationSeconds", t.toleration_seconds),
+                )
+                if value is not None
+            }
             for t in k8s.tolerations
         ]
     if k8s.priority_class:
@@ -191,19 +230,29 @@ def connection_secret_name(labels: RunLabels) -> str:
     return f"{labels.workload_name()}-conn"
 
 
-def connection_secret(config: PipelineConfig, labels: RunLabels, namespace: str, values: dict[str, str]) -> dict:
+def connection_secret(
+    config: PipelineConfig, labels: RunLabels, namespace: str, values: dict[str, str]
+) -> dict:
     """Credentials resolved from Airflow connections, for the API only: never rendered or logged."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {k: v for k, v in _metadata(connection_secret_name(labels), namespace, labels, config).items() if k != "annotations"},
+        "metadata": {
+            k: v
+            for k, v in _metadata(connection_secret_name(labels), namespace, labels, config).items()
+            if k != "annotations"
+        },
         "type": "Opaque",
         "stringData": values,
     }
 
 
 def _metadata(name: str, namespace: str, labels: RunLabels, config: PipelineConfig) -> dict:
-    metadata: dict = {"name": name, "namespace": namespace, "labels": {**labels.labels(), "trainpipe/pipeline": label_value(config.pipeline)}}
+    metadata: dict = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**labels.labels(), "trainpipe/pipeline": label_value(config.pipeline)},
+    }
     if config.training.kubernetes.annotations:
         metadata["annotations"] = dict(config.training.kubernetes.annotations)
     return metadata
@@ -245,17 +294,30 @@ def service_manifest(config: PipelineConfig, labels: RunLabels, namespace: str, 
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {key: value for key, value in _metadata(job_name, namespace, labels, config).items() if key != "annotations"},
+        "metadata": {
+            key: value
+            for key, value in _metadata(job_name, namespace, labels, config).items()
+            if key != "annotations"
+        },
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {"batch.kubernetes.io/job-name": job_name},
-            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
+            "ports": [
+                {
+                    "name": "rendezvous",
+                    "port": RENDEZVOUS_PORT,
+                    "targetPort": RENDEZVOUS_PORT,
+                    "protocol": "TCP",
+                }
+            ],
         },
     }
 
 
-def manifests(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, namespace: str | None = None) -> list[dict]:
+def manifests(
+    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, namespace: str | None = None
+) -> list[dict]:
     """What a try submits: [Pod] for one node, [Job, Service] for several."""
     namespace = namespace or config.training.kubernetes.namespace or "default"
     if config.training.resources.nodes == 1:

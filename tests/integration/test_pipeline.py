@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow_dags import dag_test_env
-from tests.mlflow_server import log_candidate_run
-from tests.operators.mlflow_backends import BACKENDS, write_config
+from tests.helpers.airflow_dags import dag_test_env
+from tests.helpers.mlflow_backends import BACKENDS, write_config
+from tests.helpers.mlflow_server import log_candidate_run
 
 DAG_FILE = '''
 from __future__ import annotations
@@ -90,25 +90,50 @@ if __name__ == "__main__":
 class Pipeline:
     """A dags folder, an Airflow home and a TRAINPIPE_HOME in tmp_path; runs DAGs with confs."""
 
-    def __init__(self, tmp_path: Path, migrated_db: Path, train_config: Path, gate_config: Path, files: list[str], connection: str | None):
+    def __init__(
+        self,
+        tmp_path: Path,
+        migrated_db: Path,
+        train_config: Path,
+        gate_config: Path,
+        files: list[str],
+        connection: str | None,
+    ):
         self.env = dag_test_env(tmp_path, migrated_db)
-        text = (DAG_FILE.replace("__TRAIN_CONFIG__", repr(str(train_config))).replace("__GATE_CONFIG__", repr(str(gate_config)))
-                .replace("__FILES__", repr(files)))
+        text = (
+            DAG_FILE.replace("__TRAIN_CONFIG__", repr(str(train_config)))
+            .replace("__GATE_CONFIG__", repr(str(gate_config)))
+            .replace("__FILES__", repr(files))
+        )
         self.dag_file = Path(self.env["AIRFLOW__CORE__DAGS_FOLDER"]) / "pipelines.py"
         self.dag_file.write_text(text)
         self.airflow_home = Path(self.env["AIRFLOW_HOME"])
-        for name in ("AIRFLOW_CONN_MLFLOW_DEFAULT", "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        for name in (
+            "AIRFLOW_CONN_MLFLOW_DEFAULT",
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+        ):
             self.env.pop(name, None)
         if connection:
             self.env["AIRFLOW_CONN_MLFLOW_DEFAULT"] = connection
         self.output = ""
 
     def run(self, *runs: tuple[str, dict]) -> list[str]:
-        done = subprocess.run([sys.executable, str(self.dag_file), json.dumps(list(runs))], env=self.env,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, str(self.dag_file), json.dumps(list(runs))],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         self.output += done.stdout + done.stderr
         assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-        results = [json.loads(line.split("TEST-RUN ", 1)[1]) for line in done.stdout.splitlines() if "TEST-RUN " in line]
+        results = [
+            json.loads(line.split("TEST-RUN ", 1)[1])
+            for line in done.stdout.splitlines()
+            if "TEST-RUN " in line
+        ]
         assert [r["state"] for r in results] == ["success"] * len(runs), self.output[-6000:]
         return [r["run_id"] for r in results]
 
@@ -121,7 +146,9 @@ class Pipeline:
         return {task_id: (state, tries) for task_id, state, tries in rows}
 
     def xcom(self, run_id: str, task_id: str, key: str = "return_value"):
-        rows = self._query("select value from xcom where run_id = ? and task_id = ? and key = ?", run_id, task_id, key)
+        rows = self._query(
+            "select value from xcom where run_id = ? and task_id = ? and key = ?", run_id, task_id, key
+        )
         return json.loads(rows[0][0]) if rows else None
 
 
@@ -135,7 +162,6 @@ def _registry(backend: str, request: pytest.FixtureRequest, tmp_path: Path):
 
 def _client(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]):
     from mlflow import MlflowClient
-
     from mlflow.tracking._tracking_service import utils
 
     for name, value in env.items():
@@ -150,8 +176,13 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                   migrated_airflow_db: Path) -> None:
+def test_pipeline_through_dag_test(
+    backend: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    migrated_airflow_db: Path,
+) -> None:
     """Trained candidates: bootstrap, better (register crashes once), worse. Logged runs standing in
     for training (another registered model): a guardrail breach and a forced promotion."""
     from airflow_trainpipe.synthetic import write_day
@@ -160,18 +191,31 @@ def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest,
     (tmp_path / "home").mkdir()
     client = _client(monkeypatch, client_env)
     name, guarded = f"e2e_{backend}_{uuid.uuid4().hex[:6]}", f"guard_{backend}_{uuid.uuid4().hex[:6]}"
-    replacements = (("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"), ("batch_size: 256", "batch_size: 64"))
+    replacements = (
+        ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"),
+        ("batch_size: 256", "batch_size: 64"),
+    )
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 1200, seed=5)
     champion = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50}
     logged = {
         "bootstrap": log_candidate_run(guarded, champion, None, None, model_name=guarded),
         # better primary metric, but log_loss worse by 0.05 (allowed 0.01)
-        "breach": log_candidate_run(guarded, {"roc_auc": 0.90, "log_loss": 0.35, "recall": 0.50}, champion, "1", model_name=guarded),
+        "breach": log_candidate_run(
+            guarded, {"roc_auc": 0.90, "log_loss": 0.35, "recall": 0.50}, champion, "1", model_name=guarded
+        ),
         # worse, promoted anyway by force (the trigger form's override)
-        "forced": log_candidate_run(guarded, {"roc_auc": 0.70, "log_loss": 0.40, "recall": 0.40}, champion, "1", model_name=guarded),
+        "forced": log_candidate_run(
+            guarded, {"roc_auc": 0.70, "log_loss": 0.40, "recall": 0.40}, champion, "1", model_name=guarded
+        ),
     }
-    pipeline = Pipeline(tmp_path, migrated_airflow_db, write_config(tmp_path / "train.yaml", name, replacements),
-                        write_config(tmp_path / "gate.yaml", guarded), files, connection)
+    pipeline = Pipeline(
+        tmp_path,
+        migrated_airflow_db,
+        write_config(tmp_path / "train.yaml", name, replacements),
+        write_config(tmp_path / "gate.yaml", guarded),
+        files,
+        connection,
+    )
     runs = pipeline.run(
         # 2 steps: barely trained (bootstrap); 30 steps: better; 2 steps again: worse than that
         ("pipeline_train", {"overrides": {"max_steps": 2}}),
@@ -187,8 +231,14 @@ def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest,
         server = request.getfixturevalue("mlflow_server")
         second = pipeline.xcom(runs[1], "train")
         experiment = second["mlflow_experiment_id"]
-        assert pipeline.xcom(runs[1], "train", "_link_MlflowRunLink") == f"{server.url}/#/experiments/{experiment}/runs/{second['mlflow_run_id']}"
-        assert pipeline.xcom(runs[1], "register", "_link_MlflowModelVersionLink") == f"{server.url}/#/models/{name}/versions/2"
+        assert (
+            pipeline.xcom(runs[1], "train", "_link_MlflowRunLink")
+            == f"{server.url}/#/experiments/{experiment}/runs/{second['mlflow_run_id']}"
+        )
+        assert (
+            pipeline.xcom(runs[1], "register", "_link_MlflowModelVersionLink")
+            == f"{server.url}/#/models/{name}/versions/2"
+        )
         _assert_secret_never_leaks(server.password, pipeline, [tmp_path, server.root])
     else:
         assert pipeline.xcom(runs[1], "train", "_link_MlflowRunLink") == ""  # no UI for the embedded store
@@ -200,7 +250,10 @@ def test_pipeline_through_dag_test(backend: str, request: pytest.FixtureRequest,
 def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better: str, worse: str) -> None:
     assert pipeline.tasks(bootstrap)["register"] == ("success", 1)
     first = pipeline.xcom(bootstrap, "train")
-    assert first["evaluation"]["champion"] is None and pipeline.xcom(bootstrap, "gate")["champion_version"] is None
+    assert (
+        first["evaluation"]["champion"] is None
+        and pipeline.xcom(bootstrap, "gate")["champion_version"] is None
+    )
 
     # the better candidate: its run holds the champion's metrics on the same holdout, computed now
     second = pipeline.xcom(better, "train")
@@ -223,7 +276,10 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     assert "keep the champion, skip registration" in pipeline.output
     worse_run = client.get_run(pipeline.xcom(worse, "train")["mlflow_run_id"])
     assert worse_run.data.tags["trainpipe.gate.promote"] == "false"
-    assert {a.path for a in client.list_artifacts(worse_run.info.run_id, "gate")} == {"gate/comparison.png", "gate/decision.json"}
+    assert {a.path for a in client.list_artifacts(worse_run.info.run_id, "gate")} == {
+        "gate/comparison.png",
+        "gate/decision.json",
+    }
 
     versions = client.search_model_versions(f"name = '{name}'")
     assert sorted(int(v.version) for v in versions) == [1, 2]  # the retry added none, the loser none
@@ -231,15 +287,27 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     v2 = client.get_model_version(name, "2")
     assert v2.run_id == second["mlflow_run_id"]
     assert v2.tags["airflow.dag_run_id"] == better and v2.tags["trainpipe.champion_compared"] == f"{name}/1"
-    assert v2.tags["trainpipe.config_hash"].startswith("sha256:") and v2.tags["trainpipe.data_digest"].startswith("sha256:")
-    assert v2.tags["trainpipe.transform_hash"] == second["transform_hash"] == run.data.tags["trainpipe.transform_hash"]
+    assert v2.tags["trainpipe.config_hash"].startswith("sha256:") and v2.tags[
+        "trainpipe.data_digest"
+    ].startswith("sha256:")
+    assert (
+        v2.tags["trainpipe.transform_hash"]
+        == second["transform_hash"]
+        == run.data.tags["trainpipe.transform_hash"]
+    )
 
 
-def _check_guardrail_and_force(pipeline: Pipeline, client, name: str, logged: dict[str, str], bootstrap: str, breach: str, forced: str) -> None:
+def _check_guardrail_and_force(
+    pipeline: Pipeline, client, name: str, logged: dict[str, str], bootstrap: str, breach: str, forced: str
+) -> None:
     assert pipeline.tasks(bootstrap)["register"][0] == "success"
-    assert pipeline.tasks(breach)["register"][0] == "skipped" and pipeline.tasks(breach)["gate"][0] == "success"
+    assert (
+        pipeline.tasks(breach)["register"][0] == "skipped" and pipeline.tasks(breach)["gate"][0] == "success"
+    )
     decision = pipeline.xcom(breach, "gate")
-    assert decision["promote"] is False and decision["reason"].startswith("guardrail log_loss worsens by 0.05")
+    assert decision["promote"] is False and decision["reason"].startswith(
+        "guardrail log_loss worsens by 0.05"
+    )
     assert [g["passed"] for g in decision["guardrails"]] == [False, True]
     assert "guardrail BREACHED" in pipeline.output
     assert pipeline.tasks(forced)["register"][0] == "success"

@@ -22,7 +22,7 @@ RESULT_MARK = "TEST-RESULT "
 
 # Appended to each DAG file: run it once per logical date and print the states (and XComs) the
 # test asserts on, flushed, so each run's output ends at its result line.
-RUNNER = '''
+RUNNER = """
 if __name__ == "__main__":
     import json as _json
     from datetime import datetime as _datetime, timezone as _timezone
@@ -35,7 +35,7 @@ if __name__ == "__main__":
             "tasks": {{k: str(ti.state) for k, ti in _tis.items()}},
             "tries": {{k: ti.try_number for k, ti in _tis.items()}},
         }}), flush=True)
-'''
+"""
 
 
 def dag_test_env(root: Path, migrated_db: Path) -> dict[str, str]:
@@ -61,20 +61,34 @@ class DagTestRun:
     output: str
 
 
-def run_dag_file(env: dict[str, str], name: str, source: str, logical_date: str = "2026-01-02",
-                 timeout: float = 300, on_line: Callable[[str], None] | None = None) -> DagTestRun:
+def run_dag_file(
+    env: dict[str, str],
+    name: str,
+    source: str,
+    logical_date: str = "2026-01-02",
+    timeout: float = 300,
+    on_line: Callable[[str], None] | None = None,
+) -> DagTestRun:
     """Run the DAG once; `on_line` sees each output line as it comes (to act while a task runs)."""
     (run,) = run_dag_file_for_dates(env, name, source, [logical_date], timeout, on_line)
     return run
 
 
-def run_dag_file_for_dates(env: dict[str, str], name: str, source: str, logical_dates: list[str],
-                           timeout: float = 300, on_line: Callable[[str], None] | None = None) -> list[DagTestRun]:
+def run_dag_file_for_dates(
+    env: dict[str, str],
+    name: str,
+    source: str,
+    logical_dates: list[str],
+    timeout: float = 300,
+    on_line: Callable[[str], None] | None = None,
+) -> list[DagTestRun]:
     """One DAG run per logical date, in order, in one process (one interpreter start and DAG parse)."""
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     path = dags / f"{name}.py"
     path.write_text(source + RUNNER.format(logical_dates=logical_dates, mark=RESULT_MARK))
-    process = subprocess.Popen([sys.executable, str(path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     killer = threading.Timer(timeout, process.kill)
     killer.start()
     lines = []
@@ -96,6 +110,8 @@ def run_dag_file_for_dates(env: dict[str, str], name: str, source: str, logical_
             runs.append(DagTestRun(output="".join(segment), **summary))
             segment = []
     if len(runs) != len(logical_dates):
-        raise AssertionError(f"dag.test() of {name} printed {len(runs)} of {len(logical_dates)} results (exit {code}):\n{''.join(lines)[-6000:]}")
+        raise AssertionError(
+            f"dag.test() of {name} printed {len(runs)} of {len(logical_dates)} results (exit {code}):\n{''.join(lines)[-6000:]}"
+        )
     runs[-1].output += "".join(segment)  # what the process printed after the last run
     return runs
