@@ -97,6 +97,7 @@ def _train(args: argparse.Namespace) -> int:
         data_files=files,
         data_digest=digest,
         manifest=manifest,
+        hyperparameters=config.training.hyperparameters,
         tags={"trainpipe.launched_by": "cli"},
     )
     spec = spec.limited_to(args.max_steps) if args.max_steps else spec
@@ -190,6 +191,7 @@ def _render(args: argparse.Namespace) -> int:
         config=config,
         run_id=run_id,
         data_files=files,
+        hyperparameters=config.training.hyperparameters,
         tags={"airflow.dag_id": config.pipeline, "airflow.task_id": args.task},
     )
     docs = manifests(config, spec, RunLabels(config.pipeline, args.task, run_id, args.try_number))
@@ -228,7 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_check(commands)
+    _add_train(commands)
+    _add_make_data(commands)
+    _add_render(commands)
+    schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
+    schema.add_argument("--format", choices=("json", "markdown"), default="json")
+    schema.set_defaults(handler=_schema)
+    return parser
 
+
+def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = commands.add_parser(
         "check", help="validate pipeline config files or folders (exit 1 on any problem)"
     )
@@ -238,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-v", "--verbose", action="store_true", help="also print a line for each valid file")
     check.set_defaults(handler=_check)
 
+
+def _add_train(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = commands.add_parser(
         "train", help="run a pipeline's training job locally under torchrun (no Airflow needed)"
     )
@@ -262,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
     train.set_defaults(handler=_train)
 
+
+def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     make_data = commands.add_parser(
         "make-data",
         help="write synthetic daily partitions of card transactions, optionally with injected problems",
@@ -286,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     make_data.set_defaults(handler=_make_data)
 
+
+def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     render = commands.add_parser(
         "render", help="print the Kubernetes manifests the train task submits (launcher kubernetes)"
     )
@@ -305,11 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", nargs="+", metavar="URI", help="data files (default: a sample file of the partition)"
     )
     render.set_defaults(handler=_render)
-
-    schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
-    schema.add_argument("--format", choices=("json", "markdown"), default="json")
-    schema.set_defaults(handler=_schema)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

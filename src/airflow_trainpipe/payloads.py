@@ -29,7 +29,8 @@ class Payload(BaseModel):
     def to_xcom(self) -> dict[str, Any]:
         """Plain JSON values; NaN and infinities as strings (dumping to Python objects would keep
         them as floats, which XCom's and MLflow's JSON refuse)."""
-        return json.loads(self.model_dump_json())
+        plain: dict[str, Any] = json.loads(self.model_dump_json())
+        return plain
 
 
 def read_payload(model: type[P], raw: Any, source: str) -> P:

@@ -47,10 +47,7 @@ def _relative(delta: float, reference: float) -> float:
 def check_guardrail(
     guardrail: Guardrail, direction: str, candidate: float, champion: float
 ) -> GuardrailCheck:
-    explicit_absolute = "max_regression" in guardrail.model_fields_set
-    max_abs = (
-        guardrail.max_regression if explicit_absolute or guardrail.max_relative_regression is None else None
-    )
+    max_abs = guardrail.absolute_limit
     max_rel = guardrail.max_relative_regression
     if math.isnan(champion):
         regression, relative, passed = math.nan, None, True  # nothing to regress from

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -41,7 +41,7 @@ def local_path(uri: str) -> Path:
     """The filesystem path of a file:// URI."""
     if not is_local(uri):
         raise ValueError(f"{uri} is not a local file:// URI")
-    return Path(urlsplit(uri).path) if uri.startswith("file:") else Path(uri)
+    return Path(unquote(urlsplit(uri).path)) if uri.startswith("file:") else Path(uri)
 
 
 def node_local_dir(uri: str, purpose: str) -> Path:
@@ -62,6 +62,9 @@ def filesystem(uri: str, conn_id: str | None = None) -> tuple[AbstractFileSystem
     """
     from fsspec.core import url_to_fs
 
+    if uri.startswith("file:"):
+        # A file:// URI escapes its path (Path.as_uri: "x y" -> "x%20y"); fsspec would not unescape it.
+        uri = f"file://{local_path(uri)}"
     fs, path = url_to_fs(uri)
     if conn_id:
         from airflow.sdk.io.fs import get_fs

@@ -21,7 +21,11 @@ class Section(BaseModel):
     )
 
 
-def field_problems(problems: list[tuple[tuple[str | int, ...], str]]) -> None:
+FieldProblems = list[tuple[tuple[str | int, ...], str]]
+"""Cross-field problems of one model: (location of the field, what is wrong with it)."""
+
+
+def field_problems(problems: FieldProblems) -> None:
     """Raise cross-field problems so each keeps the location of the field it is about.
 
     A model validator can only fail as a whole; the loader unpacks `ctx["problems"]` into one

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
 
@@ -25,7 +25,8 @@ class FeatureColumns(Section):
     def _distinct(self) -> FeatureColumns:
         if not self.numeric and not self.categorical:
             raise ValueError("declare at least one feature column under `numeric` or `categorical`")
-        problems, seen = [], set()
+        problems: FieldProblems = []
+        seen: set[str] = set()
         for kind, names in (("numeric", self.numeric), ("categorical", self.categorical)):
             for i, name in enumerate(names):
                 if name in seen:
@@ -77,7 +78,9 @@ class WaitSection(Section):
             raise ValueError(
                 "set `marker`, `min_rows` or both: otherwise an empty partition would count as complete"
             )
-        if self.marker is not None and (not self.marker or "/" in self.marker):
+        if self.marker is not None and (
+            self.marker in ("", ".", "..") or "/" in self.marker or "\\" in self.marker
+        ):
             field_problems([(("marker",), f"expected a file name inside the partition, got {self.marker!r}")])
         return self
 

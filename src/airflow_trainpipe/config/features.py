@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.types import ColumnName
 
 
@@ -94,7 +94,7 @@ class CategoricalTransform(Section):
 
     @model_validator(mode="after")
     def _parameters_fit_encoding(self) -> CategoricalTransform:
-        problems: list[tuple[tuple[str | int, ...], str]] = []
+        problems: FieldProblems = []
         if self.encode == "hash":
             if self.buckets is None:
                 problems.append((("buckets",), "encode: hash needs `buckets`"))

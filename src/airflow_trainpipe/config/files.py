@@ -110,8 +110,8 @@ def _open_failure(
 
 def offset_position(data: bytes | str, offset: int) -> tuple[int, int]:
     """Line and column (1-based, in characters) of an offset into `data`."""
-    newline = b"\n" if isinstance(data, bytes) else "\n"
-    start = data.rfind(newline, 0, offset) + 1
-    before = data[start:offset]
-    column = len(before.decode("utf-8", "replace")) if isinstance(before, bytes) else len(before)
-    return data.count(newline, 0, offset) + 1, column + 1
+    if isinstance(data, bytes):
+        start = data.rfind(b"\n", 0, offset) + 1
+        return data.count(b"\n", 0, offset) + 1, len(data[start:offset].decode("utf-8", "replace")) + 1
+    start = data.rfind("\n", 0, offset) + 1
+    return data.count("\n", 0, offset) + 1, offset - start + 1

@@ -22,6 +22,14 @@ class Guardrail(Section):
     max_relative_regression: NonNegativeFloat | None = None
     """Largest relative worsening vs the champion (0.02 = 2%); both limits apply when set."""
 
+    @property
+    def absolute_limit(self) -> float | None:
+        """The absolute limit in force: max_regression when written in the config or when no
+        relative limit is set; a relative limit alone replaces the default 0.0."""
+        if "max_regression" in self.model_fields_set or self.max_relative_regression is None:
+            return self.max_regression
+        return None
+
 
 class NoChampionPolicy(Section):
     """What the first run does, when no model holds the champion alias yet."""

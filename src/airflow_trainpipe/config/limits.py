@@ -73,7 +73,7 @@ class LimitedComposer(Composer):
 
     # Called once per node of every cold parse: the common path is kept to a few comparisons.
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event: Any = self.peek_event()  # type: ignore[attr-defined]  # the Loader it is mixed into has it
         kind = event.__class__
         if kind is AliasEvent:
             self._alias(event)
@@ -115,7 +115,7 @@ class LimitedComposer(Composer):
                 event.start_mark,
             )
         # An undefined alias counts as one node here; the composer then reports it.
-        nodes, height = self._expanded.get(event.anchor, (1, 1))
+        nodes, height = self._expanded.get(event.anchor or "", (1, 1))
         reach = self._depth + height
         self._nodes += nodes
         if reach > MAX_DEPTH or self._nodes > MAX_NODES:

@@ -27,6 +27,9 @@ from airflow_trainpipe.config.secrets import SECRET_KEY
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
 
+if typing.TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
 log = logging.getLogger(__name__)
 
 Loc = tuple[str | int, ...]
@@ -159,7 +162,7 @@ class _Document:
             return self._mapping(node, loc)
         if isinstance(node, yaml.SequenceNode):
             return [self._value(item, (*loc, i)) for i, item in enumerate(node.value)]
-        value, problem = self._scalar(node)
+        value, problem = self._scalar(typing.cast(yaml.ScalarNode, node))  # the only other kind
         if problem is not None:
             self._add(loc, node, f"invalid value: {problem}")
         elif isinstance(value, str):
@@ -299,7 +302,7 @@ def _dotted(loc: Loc) -> str:
     return text
 
 
-def _message(error: dict[str, Any], loc: Loc) -> str:
+def _message(error: ErrorDetails, loc: Loc) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         allowed = _fields_at(loc[:-1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
@@ -74,10 +74,13 @@ class PipelineConfig(Section):
 
     @model_validator(mode="after")
     def _sections_agree(self) -> PipelineConfig:
-        problems: list[tuple[tuple[str | int, ...], str]] = []
+        field_problems([*self._gate_problems(), *self._feature_problems(), *self._data_problems()])
+        return self
+
+    def _gate_problems(self) -> FieldProblems:
+        problems: FieldProblems = []
         metrics = METRICS[self.training.task]
         task = self.training.task
-
         if self.gate.metric not in metrics:
             problems.append(
                 (
@@ -108,7 +111,10 @@ class PipelineConfig(Section):
                 problems.append(
                     (("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail")
                 )
+        return problems
 
+    def _feature_problems(self) -> FieldProblems:
+        problems: FieldProblems = []
         features = self.data.features.all
         for kind, declared in (
             ("numeric", self.data.features.numeric),
@@ -133,6 +139,11 @@ class PipelineConfig(Section):
                             f"{name!r} is not a feature in data.features{did_you_mean(name, features)}",
                         )
                     )
+        return problems
+
+    def _data_problems(self) -> FieldProblems:
+        problems: FieldProblems = []
+        features = self.data.features.all
         contract = self.validation.contract.columns
         if contract:
             needed = [self.data.label, *features, *filter(None, [self.data.holdout.key_column])]
@@ -148,6 +159,4 @@ class PipelineConfig(Section):
             problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
-
-        field_problems(problems)
-        return self
+        return problems

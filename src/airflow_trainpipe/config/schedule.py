@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
 
-from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.types import Duration, PositiveDuration
 
 # Airflow 3 timetable presets accepted in place of a cron expression.
@@ -110,10 +110,11 @@ class ScheduleSection(Section):
 
     @model_validator(mode="after")
     def _one_trigger(self) -> ScheduleSection:
-        problems = []
+        problems: FieldProblems = []
         if (self.cron is None) == (self.asset is None):
             problems.append((("cron",), "set exactly one of `cron` (time-based) or `asset` (data-aware)"))
-        if self.end_date is not None and _as_datetime(self.end_date) <= _as_datetime(self.start_date):
+        end, start = self.end_date, self.start_date
+        if end is not None and aware_datetime(end, self.timezone) <= aware_datetime(start, self.timezone):
             problems.append((("end_date",), f"{self.end_date} is not after start_date {self.start_date}"))
         field_problems(problems)
         return self
@@ -139,7 +140,9 @@ def _is_timezone(name: str) -> bool:
     return True
 
 
-def _as_datetime(value: date | datetime) -> datetime:
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=None)
-    return datetime(value.year, value.month, value.day)
+def aware_datetime(value: date | datetime, tz: str) -> datetime:
+    """A config date or datetime as Airflow reads it: naive ones (and dates, at midnight) are in
+    the schedule's timezone; one with an offset keeps it."""
+    if not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day)
+    return value if value.tzinfo else value.replace(tzinfo=ZoneInfo(tz))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from pydantic import (
     Field,
@@ -16,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.catalog import BUILTIN_MODELS, Task, available_models
 from airflow_trainpipe.config.kubernetes import KubernetesSection
 from airflow_trainpipe.config.suggest import did_you_mean
@@ -119,7 +121,7 @@ class DeepSpeedSection(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> DeepSpeedSection:
-        problems = []
+        problems: FieldProblems = []
         if self.offload_params != "none" and self.zero_stage != 3:
             problems.append((("offload_params",), f"needs zero_stage 3, got zero_stage {self.zero_stage}"))
         if self.offload_optimizer != "none" and self.zero_stage == 0:
@@ -269,7 +271,7 @@ class TrainingSection(Section):
 
     @model_validator(mode="after")
     def _launcher_fits(self) -> TrainingSection:
-        problems = []
+        problems: FieldProblems = []
         if self.launcher == "kubernetes" and not self.image:
             problems.append((("image",), "launcher kubernetes needs `image`, the trainer container image"))
         if self.launcher == "kubernetes":
@@ -299,9 +301,7 @@ class TrainingSection(Section):
         return self
 
 
-def pod_storage_problems(
-    uri: str, kubernetes: KubernetesSection, loc: tuple[str, ...]
-) -> list[tuple[tuple[str | int, ...], str]]:
+def pod_storage_problems(uri: str, kubernetes: KubernetesSection, loc: tuple[str, ...]) -> FieldProblems:
     """Pods do not share the worker's TRAINPIPE_HOME: their storage is s3:// or a mounted volume."""
     if uri.startswith("s3://"):
         return []
@@ -313,7 +313,8 @@ def pod_storage_problems(
                 "use s3://... or file:// on a volume in training.kubernetes.volumes",
             )
         ]
-    path = uri.removeprefix("file://")
+    # Normalised first: file:///data/../etc names /etc, whatever its prefix says.
+    path = posixpath.normpath(unquote(uri.removeprefix("file://")))
     if not any(
         path == v.mount_path.rstrip("/") or path.startswith(v.mount_path.rstrip("/") + "/")
         for v in kubernetes.volumes

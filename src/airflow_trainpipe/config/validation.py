@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from airflow_trainpipe.config.base import Section, field_problems
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.gx_catalog import EXPECTATIONS
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import ColumnName
@@ -35,7 +35,7 @@ class ExpectationRule(Section):
             )
         required, optional = EXPECTATIONS[self.type]
         allowed = (*required, *optional)
-        problems = [
+        problems: FieldProblems = [
             (
                 ("kwargs", key),
                 f"{self.type} takes no argument {key!r}{did_you_mean(key, allowed)}; "

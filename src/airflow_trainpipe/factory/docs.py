@@ -122,7 +122,7 @@ def _gate(config: PipelineConfig) -> str:
     if g.min_relative_improvement:
         text += f" and {g.min_relative_improvement:.1%}"
     for rail in g.guardrails:
-        limits = [f"{rail.max_regression}"] + (
+        limits = ([f"{rail.absolute_limit}"] if rail.absolute_limit is not None else []) + (
             [f"{rail.max_relative_regression:.1%}"] if rail.max_relative_regression is not None else []
         )
         text += f"; `{rail.metric}` may regress <= {' / '.join(limits)}"

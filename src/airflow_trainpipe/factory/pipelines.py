@@ -6,19 +6,18 @@ import gc
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from airflow.sdk import DAG, Asset, CronTriggerTimetable
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.loader import duplicate_pipeline
+from airflow_trainpipe.config.schedule import aware_datetime
 from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.factory import params
 from airflow_trainpipe.factory.broken import broken_config_dag, stand_in_dag_id
-from airflow_trainpipe.factory.configs import ConfigFile, read_config_folder
+from airflow_trainpipe.factory.configs import read_config_folder
 from airflow_trainpipe.factory.docs import pipeline_doc
 from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
@@ -65,40 +64,38 @@ def _collector_paused() -> Iterator[None]:
 
 def _build(folder: Path, display_root: Path | None) -> list[DAG]:
     owners: dict[str, str] = {}
-    failed, dags = [], []
+    failed: list[tuple[str, ConfigError]] = []
+    dags: list[DAG] = []
     for file in read_config_folder(folder, display_root):
-        if file.config is not None and file.config.pipeline in owners:
-            file = _duplicate(file, owners[file.config.pipeline])
-        if file.config is not None:
+        config, error = file.config, file.error
+        if config is not None and config.pipeline in owners:
+            error = _duplicate(file.name, config.pipeline, owners[config.pipeline])
+            config = None
+        if config is not None:
             try:
-                dags.append(pipeline_dag(file.config, file.name))
+                dags.append(pipeline_dag(config, file.name))
             except Exception as exc:  # a config Airflow refuses, or a bug of ours: this pipeline only
                 log.error("building the DAG of pipeline config %s failed", file.name, exc_info=exc)
-                error = ConfigError.unexpected(
-                    file.name, "building its DAG", exc, pipeline=file.config.pipeline
-                )
-                file = ConfigFile(file.path, file.name, error=error)
+                error = ConfigError.unexpected(file.name, "building its DAG", exc, pipeline=config.pipeline)
             else:
-                owners[file.config.pipeline] = file.name
-        if file.error is not None:
-            failed.append(file)
+                owners[config.pipeline] = file.name
+        if error is not None:
+            failed.append((file.name, error))
     # Stand-ins second: a valid pipeline keeps its id even if a broken file claims the same name.
-    for file in failed:
-        log.error("pipeline config %s is invalid; its DAG shows the error:\n%s", file.name, file.error)
-        dag_id = stand_in_dag_id(file.name, file.error.pipeline, owners)
+    for name, error in failed:
+        log.error("pipeline config %s is invalid; its DAG shows the error:\n%s", name, error)
+        dag_id = stand_in_dag_id(name, error.pipeline, owners)
         try:
-            dags.append(broken_config_dag(file.name, file.error, dag_id))
+            dags.append(broken_config_dag(name, error, dag_id))
         except Exception:  # nothing left to show it with: the log has it, the other DAGs load
-            log.exception("the stand-in DAG %s of %s could not be built", dag_id, file.name)
+            log.exception("the stand-in DAG %s of %s could not be built", dag_id, name)
         else:
-            owners[dag_id] = file.name
+            owners[dag_id] = name
     return dags
 
 
-def _duplicate(file: ConfigFile, first: str) -> ConfigFile:
-    return ConfigFile(
-        file.path, file.name, error=ConfigError([duplicate_pipeline(file.name, file.config.pipeline, first)])
-    )
+def _duplicate(name: str, pipeline: str, first: str) -> ConfigError:
+    return ConfigError([duplicate_pipeline(name, pipeline, first)])
 
 
 def model_asset(config: PipelineConfig) -> Asset:
@@ -116,7 +113,7 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
     s = config.schedule
     asset = model_asset(config)
     partition = params.partition_template(config)
-    task_defaults = {
+    task_defaults: dict[str, Any] = {
         "owner": config.owner,
         "retries": s.retries,
         "retry_delay": s.retry_delay,
@@ -127,8 +124,8 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         description=config.description,
         doc_md=pipeline_doc(config, source, asset.name),
         schedule=_schedule(config),
-        start_date=_aware(s.start_date, s.timezone),
-        end_date=_aware(s.end_date, s.timezone) if s.end_date else None,
+        start_date=aware_datetime(s.start_date, s.timezone),
+        end_date=aware_datetime(s.end_date, s.timezone) if s.end_date else None,
         catchup=s.catchup,
         max_active_runs=s.max_active_runs,
         dagrun_timeout=s.dagrun_timeout,
@@ -173,12 +170,8 @@ def _schedule(config: PipelineConfig) -> Any:
     if s.asset is not None:
         # By reference: the producing DAG's asset may carry a URI the config does not repeat.
         return Asset.ref(uri=s.asset) if "://" in s.asset else Asset.ref(name=s.asset)
+    if s.cron is None:  # unreachable: the schedule section requires exactly one of asset and cron
+        raise ValueError(f"pipeline {config.pipeline}: schedule has neither asset nor cron")
     if s.cron in _NOT_CRON:
         return s.cron
     return CronTriggerTimetable(s.cron, timezone=s.timezone)
-
-
-def _aware(value: date | datetime, tz: str) -> datetime:
-    if not isinstance(value, datetime):
-        value = datetime(value.year, value.month, value.day)
-    return value if value.tzinfo else value.replace(tzinfo=ZoneInfo(tz))

@@ -136,6 +136,42 @@ def pod_spec(
     config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_name: str | None = None
 ) -> dict:
     """The PodSpec of every training pod (the Pod itself, or the Job's pod template)."""
+    k8s = config.training.kubernetes
+    multi_node = config.training.resources.nodes > 1
+    pod: dict = {
+        "restartPolicy": "Never",
+        "containers": [_container(config, spec, labels, job_name)],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
+            {"name": "scratch", "emptyDir": {}},
+            *(
+                {
+                    "name": f"data-{i}",
+                    "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only},
+                }
+                for i, v in enumerate(k8s.volumes)
+            ),
+        ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": k8s.run_as_user,
+            "runAsGroup": k8s.run_as_user,
+            "fsGroup": k8s.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # The trainer never calls the Kubernetes API; cloud identity (IRSA, workload identity)
+        # is projected separately from this token.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        **_placement(config),
+    }
+    if multi_node:
+        pod["subdomain"] = job_name  # pods become <job>-<index>.<service>
+    return pod
+
+
+def _container(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, job_name: str | None) -> dict:
     training, k8s = config.training, config.training.kubernetes
     resources = training.resources
     multi_node = resources.nodes > 1
@@ -170,39 +206,19 @@ def pod_spec(
         container["envFrom"] = [{"secretRef": {"name": name}} for name in env_from]
     if multi_node:
         container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}]
-    spec_dict: dict = {
-        "restartPolicy": "Never",
-        "containers": [container],
-        "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
-            {"name": "scratch", "emptyDir": {}},
-            *(
-                {
-                    "name": f"data-{i}",
-                    "persistentVolumeClaim": {"claimName": v.claim, "readOnly": v.read_only},
-                }
-                for i, v in enumerate(k8s.volumes)
-            ),
-        ],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": k8s.run_as_user,
-            "runAsGroup": k8s.run_as_user,
-            "fsGroup": k8s.run_as_user,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        # The trainer never calls the Kubernetes API; cloud identity (IRSA, workload identity)
-        # is projected separately from this token.
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,
-    }
+    return container
+
+
+def _placement(config: PipelineConfig) -> dict:
+    """Where the pods may run and what they may pull: the optional PodSpec fields the config sets."""
+    k8s = config.training.kubernetes
+    placement: dict = {}
     if k8s.service_account:
-        spec_dict["serviceAccountName"] = k8s.service_account
+        placement["serviceAccountName"] = k8s.service_account
     if k8s.node_selector:
-        spec_dict["nodeSelector"] = dict(k8s.node_selector)
+        placement["nodeSelector"] = dict(k8s.node_selector)
     if k8s.tolerations:
-        spec_dict["tolerations"] = [
+        placement["tolerations"] = [
             {
                 key: value
                 for key, value in (
@@ -217,12 +233,10 @@ def pod_spec(
             for t in k8s.tolerations
         ]
     if k8s.priority_class:
-        spec_dict["priorityClassName"] = k8s.priority_class
+        placement["priorityClassName"] = k8s.priority_class
     if k8s.registry_auth:
-        spec_dict["imagePullSecrets"] = [{"name": name} for name in k8s.registry_auth]
-    if multi_node:
-        spec_dict["subdomain"] = job_name  # pods become <job>-<index>.<service>
-    return spec_dict
+        placement["imagePullSecrets"] = [{"name": name} for name in k8s.registry_auth]
+    return placement
 
 
 def connection_secret_name(labels: RunLabels) -> str:

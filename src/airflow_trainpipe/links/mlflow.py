@@ -19,7 +19,7 @@ from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
-    from airflow.sdk.types import TaskInstanceKey
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol, TaskInstanceKey
 
 
 class _PersistedLink(BaseOperatorLink):
@@ -39,7 +39,7 @@ class _PersistedLink(BaseOperatorLink):
         setattr(context["task"], f"_trainpipe_link_{cls.key}", (url, _owner(context["ti"])))
 
 
-def _owner(ti: TaskInstanceKey) -> tuple[str, str, str, int]:
+def _owner(ti: TaskInstanceKey | RuntimeTaskInstanceProtocol) -> tuple[str, str, str, int | None]:
     return ti.dag_id, ti.task_id, ti.run_id, ti.map_index
 
 

@@ -21,7 +21,7 @@ from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import MlflowRunLink
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import Context, XComArg
 
     from airflow_trainpipe.config.training import Hyperparameters
     from airflow_trainpipe.launchers.local import LocalLauncher
@@ -72,10 +72,10 @@ class DistributedTrainOperator(BaseOperator):
         config: PipelineConfig | str,
         run_id: str = "{{ run_id }}",
         partition: str | None = None,
-        validation: dict[str, Any] | None = None,
+        validation: dict[str, Any] | XComArg | None = None,
         data_files: list[str] | str | None = None,
         data_digest: str | None = None,
-        hyperparameter_overrides: dict[str, Any] | None = None,
+        hyperparameter_overrides: dict[str, Any] | str | None = None,
         max_steps: int | None = None,
         nproc: int | None = None,
         env: dict[str, str] | None = None,
@@ -190,7 +190,7 @@ class DistributedTrainOperator(BaseOperator):
         store = context.get("task_state_store")
         try_number = context["ti"].try_number
         spec = self._spec(store)
-        previous = store.get("checkpoint") if store is not None else None
+        previous: Any = store.get("checkpoint") if store is not None else None
         if previous:
             self.log.info(
                 "try %d: the previous try's last complete checkpoint is step %s at %s; resuming from the newest complete one",

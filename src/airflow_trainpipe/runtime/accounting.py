@@ -67,11 +67,13 @@ class StepHighWater:
             self._latest = step
             self._changed.notify()
         if self._uploader is None:
-            self._uploader = threading.Thread(target=self._upload_newest, name="step-high-water", daemon=True)
+            self._uploader = threading.Thread(
+                target=self._upload_newest, args=(self.remote,), name="step-high-water", daemon=True
+            )
             self._uploader.start()
 
-    def _upload_newest(self) -> None:
-        fs, path = filesystem(self.remote)
+    def _upload_newest(self, remote: str) -> None:
+        fs, path = filesystem(remote)
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._latest != self._uploaded)

@@ -118,7 +118,7 @@ class CheckpointManager:
         if self.cfg.every_steps and step % self.cfg.every_steps == 0:
             return True
         minutes = self.cfg.every_minutes
-        return bool(minutes) and time.monotonic() - self._last_save_time >= minutes * 60
+        return minutes is not None and minutes > 0 and time.monotonic() - self._last_save_time >= minutes * 60
 
     def pending_ready(self) -> bool:
         """True when this rank's part of the last save is hashed (and uploaded)."""

@@ -52,9 +52,10 @@ def iter_batches(
     file (a CSV is read whole anyway: type inference needs all of it), not by the snapshot.
     """
     expected = {f.uri: f for f in manifest.files} if manifest is not None else {}
+    digest = manifest.digest if manifest is not None else ""
     for uri in files:
         try:
-            source = _verified_bytes(uri, expected[uri], manifest.digest) if uri in expected else None
+            source = _verified_bytes(uri, expected[uri], digest) if uri in expected else None
             fs, path = filesystem(uri)
             with pa.BufferReader(source) if source is not None else fs.open(path, "rb") as handle:
                 if fmt == "parquet":

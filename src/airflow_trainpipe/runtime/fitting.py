@@ -71,8 +71,9 @@ class TransformFitter:
     def start_second_pass(self) -> None:
         for name in self.clipped_moments:
             clip = self.numeric[name].clip
+            assert clip is not None  # clipped_moments holds the clipped columns only
             low, high = self.sketches[name].quantiles([clip.lower, clip.upper])
-            if low is not None:
+            if low is not None and high is not None:
                 self.bounds[name] = (low, high)
 
     def update_clipped(self, train: pa.Table) -> None:

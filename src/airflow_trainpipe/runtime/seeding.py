@@ -7,6 +7,7 @@ States are kept as tensors and plain numbers: checkpoints load weights-only
 from __future__ import annotations
 
 import random
+import typing
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> dict[str, Any]:
     """This process's generator states: torch (and CUDA), numpy, Python."""
-    name, keys, position, has_gauss, cached = np.random.get_state()
+    name, keys, position, has_gauss, cached = typing.cast(
+        tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True)
+    )
     version, python_state, gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),

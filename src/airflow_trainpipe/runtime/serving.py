@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import torch
+from mlflow.pyfunc import PythonModel
 
 from airflow_trainpipe.runtime.transform import FittedTransform
 
@@ -42,7 +43,7 @@ def to_arrow(rows: Any) -> pa.Table:
     return pa.Table.from_pandas(rows, preserve_index=False)
 
 
-class TransformedNetwork(mlflow.pyfunc.PythonModel):
+class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untyped here
     """Artifacts: `transform` (the fitted transform JSON) and `network` (torch.export .pt2)."""
 
     @classmethod
@@ -137,7 +138,7 @@ def signature(transform: FittedTransform) -> Any:
     from mlflow.types import ColSpec, Schema
     from mlflow.types.schema import AnyType
 
-    inputs = [
+    inputs: list[Any] = [
         ColSpec(
             "string" if fitted.get("source_type") == "string" else AnyType(),
             fitted["name"],

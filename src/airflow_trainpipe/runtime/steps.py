@@ -88,7 +88,8 @@ class PeriodicSync:
         self, step: int, total_steps: int, sampler: ResumableSampler, timing: Timing
     ) -> SyncOutcome | None:
         """Collective on the sync steps; None on the others."""
-        by_steps = bool(self.cfg.checkpoint_every) and step % self.cfg.checkpoint_every == 0
+        every_steps = self.cfg.checkpoint_every
+        by_steps = every_steps is not None and every_steps > 0 and step % every_steps == 0
         if not (step % self.cfg.every == 0 or by_steps or step == total_steps or sampler.epoch_done()):
             return None
         stats = torch.tensor(

@@ -127,7 +127,7 @@ class Tracker:
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import DatasetInput, InputTag
 
-        dataset = MetaDataset(
+        dataset = MetaDataset(  # type: ignore[abstract]  # concrete at run time; mlflow's annotations say otherwise
             source=resolve_dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36]
         )
         context = InputTag(key="mlflow.data.context", value="training")

@@ -54,7 +54,7 @@ class NumericAccumulator:
         # whatever the batch size.
         self.samples.append(values[self.offset :: self.stride].copy())
         self.offset = (self.offset - len(values)) % self.stride
-        if self.at_or_below is not None:
+        if self.at_or_below is not None and self.edges is not None:
             for i, edge in enumerate(self.edges):
                 self.at_or_below[i] += int(np.count_nonzero(values <= edge))
 
@@ -75,7 +75,9 @@ class NumericAccumulator:
         }
 
     def cdf_at_reference(self) -> np.ndarray:
-        return self.at_or_below / max(self.count, 1)
+        if self.at_or_below is None:
+            raise ValueError("no reference edges: this column has no reference profile to compare with")
+        return np.asarray(self.at_or_below / max(self.count, 1))
 
 
 class CategoricalAccumulator:

@@ -8,6 +8,7 @@ a frame holding only the columns they name (table-level ones without a column ge
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -118,14 +119,25 @@ class ExpectationRunner:
         rules = self.streamed if part == "streamed" else self.whole
         return self._suites[part].expectations[rules.index(rule)].configuration
 
+    def _in_rule_order(self, part: str, suite_result: Any) -> list[Any]:
+        # GX lists the results of expectations whose metrics raised first, not in suite order:
+        # pair each result with its expectation by type and arguments.
+        keys = [_config_key(e.configuration) for e in self._suites[part].expectations]
+        ordered: list[Any] = [None] * len(keys)
+        for evr in suite_result.results:
+            key = _config_key(evr.expectation_config)
+            index = next(i for i, k in enumerate(keys) if k == key and ordered[i] is None)
+            ordered[index] = evr
+        return ordered
+
     def add_batch(self, frame: Any) -> None:
         if not self.streamed:
             return
-        suite_result = self._validate(frame, "streamed")
-        for merged, evr in zip(self._merged, suite_result.results, strict=True):
+        results = self._in_rule_order("streamed", self._validate(frame, "streamed"))
+        for merged, evr in zip(self._merged, results, strict=True):
             result = plain(evr.result)
-            if evr.exception_info and evr.exception_info.get("raised_exception"):
-                merged["error"] = merged["error"] or evr.exception_info.get("exception_message")
+            if (error := raised_error(evr.exception_info)) is not None:
+                merged["error"] = merged["error"] or error
             merged["success"] = merged["success"] and bool(evr.success)
             for key in ("element_count", "missing_count", "unexpected_count"):
                 merged[key] += int(result.get(key) or 0)
@@ -134,7 +146,7 @@ class ExpectationRunner:
 
     def run_whole(self, frame: Any) -> None:
         if self.whole:
-            self._whole_results = list(self._validate(frame, "whole").results)
+            self._whole_results = self._in_rule_order("whole", self._validate(frame, "whole"))
 
     def outcomes(self) -> list[ExpectationOutcome]:
         outcomes = []
@@ -156,8 +168,7 @@ class ExpectationRunner:
                 ExpectationOutcome(rule, success, result, whole_column=False, error=merged["error"])
             )
         for rule, evr in zip(self.whole, self._whole_results, strict=False):
-            info = evr.exception_info or {}
-            error = info.get("exception_message") if info.get("raised_exception") else None
+            error = raised_error(evr.exception_info)
             outcomes.append(
                 ExpectationOutcome(rule, bool(evr.success) and error is None, plain(evr.result), True, error)
             )
@@ -200,3 +211,27 @@ class ExpectationRunner:
             meta={"great_expectations_version": self.gx.__version__},
         )
         return DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(suite_result))
+
+
+def _config_key(configuration: Any) -> str:
+    kwargs = {k: v for k, v in configuration.kwargs.items() if k != "batch_id"}  # added per batch
+    return json.dumps([configuration.type, kwargs], sort_keys=True, default=str)
+
+
+def raised_error(info: Any) -> str | None:
+    """The error of one expectation's result, or None. GX puts it at the top of exception_info
+    when the expectation itself raised, and under each metric's id when one of its metrics did."""
+    if not info:
+        return None
+    if _info_field(info, "raised_exception"):
+        return str(_info_field(info, "exception_message"))
+    messages = [
+        str(_info_field(value, "exception_message"))
+        for value in info.values()
+        if not isinstance(value, str | bool) and _info_field(value, "raised_exception")
+    ]
+    return "; ".join(messages) or None
+
+
+def _info_field(info: Any, name: str) -> Any:
+    return info.get(name) if isinstance(info, dict) else getattr(info, name, None)

@@ -231,8 +231,8 @@ def _stream(
     """
     import pyarrow as pa
 
-    streamed = runner is not None and bool(runner.streamed)
-    gx_columns = sorted({c for s in (runner.streamed if streamed else []) for c in columns_of(s)})
+    gx = runner if runner is not None and runner.streamed else None
+    gx_columns = sorted({c for s in (gx.streamed if gx is not None else []) for c in columns_of(s)})
     columns = sorted({*accumulators, *gx_columns})
     if not columns:
         return
@@ -241,20 +241,20 @@ def _stream(
     for table in _tables(manifest, columns, conn_id):
         for name, accumulator in accumulators.items():
             accumulator.add(table[name])
-        if streamed:
+        if gx is not None:
             pending.append(table.select(gx_columns))
             pending_rows += table.num_rows
         del table
-        if pending and pending_rows >= config.validation.batch_rows:
+        if gx is not None and pending and pending_rows >= config.validation.batch_rows:
             # pandas only for the columns GX reads: strings as Python objects cost far more than Arrow
-            runner.add_batch(pa.concat_tables(pending).to_pandas())
+            gx.add_batch(pa.concat_tables(pending).to_pandas())
             pending, pending_rows = [], 0
-    if pending:
-        runner.add_batch(pa.concat_tables(pending).to_pandas())
+    if pending and gx is not None:
+        gx.add_batch(pa.concat_tables(pending).to_pandas())
 
 
 def _expectation_check(outcome: Any) -> Check:
-    column = (columns_of(outcome.rule) or [None])[0]
+    column = next(iter(columns_of(outcome.rule)), None)
     result = outcome.result
     observed = result.get("observed_value", result.get("unexpected_count"))
     if outcome.error:
@@ -280,6 +280,7 @@ def _drift_checks(
     drift: Any, accumulators: dict[str, Any], profiles: dict[str, Any], report: ValidationReport
 ) -> list[Check]:
     checks = []
+    reference_partition = (report.reference or {}).get("partition")
     for name, accumulator in accumulators.items():
         ref = profiles.get(name)
         if ref is None or ref.get("kind") != report.profiles[name]["kind"]:
@@ -301,7 +302,7 @@ def _drift_checks(
                 score <= threshold,
                 score,
                 f"<= {threshold}",
-                f"{name}: {method} {score:.4f} vs {report.reference['partition']} (threshold {threshold})",
+                f"{name}: {method} {score:.4f} vs {reference_partition} (threshold {threshold})",
             )
         )
     return checks

@@ -10,8 +10,9 @@ class TabularMLP(nn.Module):
     def __init__(self, num_numeric: int, cardinalities: list[int], hidden_sizes: list[int], dropout: float):
         super().__init__()
         self.num_numeric = num_numeric
-        self.embeddings = nn.ModuleList(nn.Embedding(c, min(16, (c + 1) // 2 + 1)) for c in cardinalities)
-        width = num_numeric + sum(e.embedding_dim for e in self.embeddings)
+        dims = [min(16, (c + 1) // 2 + 1) for c in cardinalities]
+        self.embeddings = nn.ModuleList(nn.Embedding(c, d) for c, d in zip(cardinalities, dims, strict=True))
+        width = num_numeric + sum(dims)
         layers: list[nn.Module] = []
         for size in hidden_sizes:
             layers += [nn.Linear(width, size), nn.ReLU()]

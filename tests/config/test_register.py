@@ -1,0 +1,72 @@
+"""config.register: the registry target, its aliases and their validation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from airflow_trainpipe.config.register import RegisterSection
+
+
+def _errors(**data: Any) -> list[tuple[tuple[Any, ...], str]]:
+    with pytest.raises(ValidationError) as caught:
+        RegisterSection.model_validate(data)
+    return [(e["loc"], e["msg"]) for e in caught.value.errors(include_url=False)]
+
+
+def test_defaults_promote_to_champion_and_keep_the_previous_one() -> None:
+    section = RegisterSection()
+    assert (section.model_name, section.alias, section.previous_alias) == (
+        None,
+        "champion",
+        "previous_champion",
+    )
+    assert section.tags == {}
+
+
+def test_the_previous_alias_can_be_dropped() -> None:
+    assert RegisterSection.model_validate({"previous_alias": None}).previous_alias is None
+
+
+def test_the_two_aliases_must_differ() -> None:
+    with pytest.raises(ValidationError) as caught:
+        RegisterSection.model_validate({"alias": "prod", "previous_alias": "prod"})
+    [error] = caught.value.errors()
+    assert error["type"] == "cross_field"
+    assert error["ctx"]["problems"] == [(("previous_alias",), "must differ from alias 'prod'")]
+
+
+def test_aliases_differing_in_case_are_distinct() -> None:
+    section = RegisterSection.model_validate({"alias": "Prod", "previous_alias": "prod"})
+    assert (section.alias, section.previous_alias) == ("Prod", "prod")
+
+
+@pytest.mark.parametrize("name", ["fraud", "fraud.v2-eu_1", "0model", "a" * 256])
+def test_registered_model_names_follow_mlflows_characters(name: str) -> None:
+    assert RegisterSection(model_name=name).model_name == name
+
+
+@pytest.mark.parametrize("name", ["", "-fraud", ".hidden", "fraud detector", "a/b", "a" * 257])
+def test_other_model_names_are_rejected(name: str) -> None:
+    [(loc, message)] = _errors(model_name=name)
+    assert loc == ("model_name",) and message.startswith("String should match pattern")
+
+
+@pytest.mark.parametrize(
+    ("field", "alias", "reason"),
+    [
+        ("alias", "latest", "reserved by MLflow"),
+        ("previous_alias", "v3", "reserved by MLflow"),
+        ("alias", "prod champion", "letters, digits, '_' and '-' only"),
+    ],
+)
+def test_aliases_mlflow_refuses_are_rejected(field: str, alias: str, reason: str) -> None:
+    [(loc, message)] = _errors(**{field: alias})
+    assert loc == (field,) and reason in message
+
+
+def test_tag_values_are_strings() -> None:
+    assert _errors(tags={"team": 7}) == [(("tags", "team"), "Input should be a valid string")]
+    assert RegisterSection(tags={"team": "risk"}).tags == {"team": "risk"}
