@@ -109,3 +109,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     server = start_mlflow_server(tmp_path_factory.mktemp("mlflow_server"))
     yield server
     stop_mlflow_server(server.process)
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A kubeconfig whose API server has nothing listening (there is no cluster here)."""
+    from tests.helpers.kubernetes import unreachable_kubeconfig
+
+    return unreachable_kubeconfig(tmp_path, monkeypatch)

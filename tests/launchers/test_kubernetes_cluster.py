@@ -21,9 +21,8 @@ from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, job_mani
 from airflow_trainpipe.launchers.watcher import JobWatcher
 from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.operators.test_train_kubernetes import _context, kubeconfig  # noqa: F401  (fixture)
+from tests.helpers.kubernetes import RUN_ID, task_context
 
-RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
 LABELS = RunLabels("house_prices", "train", RUN_ID, 3)
 ONE_NODE = {"    nodes: 2\n": "    nodes: 1\n", "    min_nodes: 1 ": "    # min_nodes: 1 "}
 STATIC = {"    min_nodes: 1 ": "    # min_nodes: 1 "}
@@ -192,7 +191,7 @@ def test_a_job_try_first_lists_the_jobs_of_all_earlier_tries(elastic: PipelineCo
     operator = _job(elastic)
     # The API server is not there: the first request made is the one that fails.
     with pytest.raises(MaxRetryError) as caught:
-        cluster.run_job(operator, elastic, LABELS, _context(try_number=3), LOG)
+        cluster.run_job(operator, elastic, LABELS, task_context(try_number=3), LOG)
     url = str(caught.value.url)
     assert url.startswith("/apis/batch/v1/namespaces/ml-training/jobs?labelSelector=")
     assert "dag_id%3Dhouse_prices%2Ctask_id%3Dtrain%2Crun_id%3D" in url and "try_number" not in url

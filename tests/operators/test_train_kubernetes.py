@@ -6,12 +6,10 @@ not there."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,36 +17,10 @@ import yaml
 
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.kubernetes import task_context
 
-RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
 DATA = ["s3://ml-data/house-sales/week=2026-01-05/part-0.csv"]
 SINGLE_NODE = "    nodes: 1\n"
-
-
-@pytest.fixture
-def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A kubeconfig whose API server address has nothing listening (there is no cluster here)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "none",
-                "clusters": [{"name": "none", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
-                "users": [{"name": "none", "user": {}}],
-            }
-        )
-    )
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
-        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}),
-    )
-    return str(path)
 
 
 def _config_file(tmp_path: Path, nodes: int) -> str:
@@ -67,16 +39,6 @@ def _operator(tmp_path: Path, nodes: int) -> DistributedTrainOperator:
         return DistributedTrainOperator(
             task_id="train", config=_config_file(tmp_path, nodes), data_files=DATA
         )
-
-
-def _context(try_number: int = 2) -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="house_prices", task_id="train", try_number=try_number, map_index=-1)
-    return {
-        "ti": ti,
-        "run_id": RUN_ID,
-        "dag": SimpleNamespace(dag_id="house_prices"),
-        "task_state_store": None,
-    }
 
 
 def _validate(tmp_path: Path, documents: list[dict]) -> None:
@@ -100,7 +62,7 @@ def test_one_node_is_a_durable_kubernetes_pod_operator(tmp_path: Path) -> None:
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
     operator = _operator(tmp_path, nodes=1)
-    context = _context()
+    context = task_context()
     pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
     assert type(pod_operator) is KubernetesPodOperator
     assert pod_operator.durable is True and pod_operator.reattach_on_restart is True
@@ -146,7 +108,7 @@ def _pruned(value: Any) -> Any:
 
 def test_dry_run_prints_the_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     operator = _operator(tmp_path, nodes=1)
-    operator.kubernetes_operator(_context(), operator._spec(store=None)).dry_run()
+    operator.kubernetes_operator(task_context(), operator._spec(store=None)).dry_run()
     out = capsys.readouterr().out.splitlines()
     # The operator's "Building pod" log line may share stdout; the YAML document follows it.
     pod = yaml.safe_load(
@@ -160,7 +122,7 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
     from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
 
     operator = _operator(tmp_path, nodes=2)
-    context = _context()
+    context = task_context()
     job_operator = operator.kubernetes_operator(context, operator._spec(store=None))
     assert type(job_operator) is KubernetesJobOperator
     job = _serialize(job_operator.build_job_request_obj(context))
@@ -192,7 +154,7 @@ def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(
 
     operator = _operator(tmp_path, nodes=1)
     with pytest.raises(AirflowException, match=r"training on Kubernetes failed \(try 2\)") as caught:
-        operator.execute(_context())
+        operator.execute(task_context())
     assert not isinstance(caught.value, AirflowFailException)  # Airflow retries it
     message = str(caught.value)
     assert (
@@ -208,9 +170,9 @@ def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(
 
 def test_the_example_s_pod_labels_find_earlier_tries(tmp_path: Path) -> None:
     operator = _operator(tmp_path, nodes=1)
-    pod_operator = operator.kubernetes_operator(_context(), operator._spec(store=None))
+    pod_operator = operator.kubernetes_operator(task_context(), operator._spec(store=None))
     assert "try_number" not in pod_operator.labels
-    assert "try_number" not in pod_operator._build_find_pod_label_selector(_context())
+    assert "try_number" not in pod_operator._build_find_pod_label_selector(task_context())
 
 
 def test_connection_credentials_stay_out_of_the_pod_and_the_error(
@@ -233,7 +195,7 @@ def test_connection_credentials_stay_out_of_the_pod_and_the_error(
 
     with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
         operator = DistributedTrainOperator(task_id="train", config=str(config), data_files=DATA)
-    context = _context()
+    context = task_context()
     pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
     pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
     assert pod["spec"]["containers"][0]["envFrom"] == [
