@@ -103,6 +103,16 @@ def test_null_labels_are_refused_with_the_column_named(tmp_path: Path) -> None:
         load_dataset([path.as_uri()], CONFIG.data, CONFIG.features, "binary_classification")
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_infinite_labels_are_refused_with_the_column_named(tmp_path: Path, bad: float) -> None:
+    table = transactions(date(2026, 1, 1), 50, seed=1)
+    labels = pa.array([bad, *map(float, table.column("is_fraud").to_pylist()[1:])], pa.float64())
+    path = tmp_path / "part.parquet"
+    pq.write_table(table.set_column(table.column_names.index("is_fraud"), "is_fraud", labels), path)
+    with pytest.raises(DataError, match="label column 'is_fraud' has 1 NaN or infinite value"):
+        load_dataset([path.as_uri()], CONFIG.data, CONFIG.features, "binary_classification")
+
+
 def test_a_snapshot_too_small_to_split_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "part.parquet"
     pq.write_table(transactions(date(2026, 1, 1), 1, seed=1), path)

@@ -151,9 +151,16 @@ def _split(
 ) -> Iterator[tuple[pa.Table, pa.Table]]:
     split = HoldoutSplit(data)
     for batch in iter_batches(files, data.format, columns, batch_rows, manifest):
-        nulls = batch.column(data.label).null_count
-        if nulls:
-            raise DataError(f"label column {data.label!r} has {nulls} null value(s)")
+        label = batch.column(data.label)
+        if label.null_count:
+            raise DataError(f"label column {data.label!r} has {label.null_count} null value(s)")
+        if pa.types.is_floating(label.type):
+            import pyarrow.compute as pc
+
+            # NaN is not null to Arrow, and would reach the label statistics and the loss.
+            bad = pc.sum(pc.invert(pc.is_finite(label))).as_py() or 0
+            if bad:
+                raise DataError(f"label column {data.label!r} has {bad} NaN or infinite value(s)")
         mask = split.mask(batch)
         yield batch.filter(pa.array(~mask)), batch.filter(pa.array(mask))
 

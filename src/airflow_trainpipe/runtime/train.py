@@ -447,9 +447,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_trainpipe.runtime.train")
     parser.add_argument("--spec", required=True, help="TrainSpec JSON, or @path to a file holding it")
     args = parser.parse_args(argv)
-    text = Path(args.spec[1:]).read_text() if args.spec.startswith("@") else args.spec
-    spec = TrainSpec.from_json(text)
     rank = os.environ.get("RANK", "0")
+    try:
+        text = Path(args.spec[1:]).read_text() if args.spec.startswith("@") else args.spec
+        spec = TrainSpec.from_json(text)
+    except Exception as exc:
+        # A spec this image cannot read (a newer operator, a mismatched image) fails every try
+        # alike: say so, so the task fails at once instead of retrying.
+        emit(
+            "error",
+            rank=int(rank),
+            error=f"unreadable TrainSpec: {type(exc).__name__}: {exc}",
+            retryable=False,
+        )
+        raise
     logging.basicConfig(
         level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

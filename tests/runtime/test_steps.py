@@ -1,0 +1,185 @@
+"""One optimizer step through a real DeepSpeed engine, and the periodic collective's cadence and votes."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from airflow_trainpipe.config.training import CheckpointSection
+from airflow_trainpipe.events import parse
+from airflow_trainpipe.runtime.accounting import Timing
+from airflow_trainpipe.runtime.checkpoint import CheckpointManager, _PendingSave, tag_for
+from airflow_trainpipe.runtime.data import Dataset
+from airflow_trainpipe.runtime.engine import deepspeed
+from airflow_trainpipe.runtime.sampler import ResumableSampler
+from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
+from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
+from tests.conftest import free_port
+
+ROWS, GLOBAL_BATCH = 60, 4  # 15 steps per epoch on one rank
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_rank_world() -> Iterator[None]:
+    """This process is the whole job: a real gloo group of one rank, so collectives run for real."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+# -- StepRunner --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """DeepSpeed (ZeRO off, fp32, no clipping) around a 3-input linear model with plain SGD, 2 micro-batches per step."""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr("deepspeed.comm.comm.cdb", None)  # DeepSpeed's view of the group ends with the test
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    config = {
+        "train_batch_size": 8,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 2,
+        "gradient_clipping": 0.0,  # DeepSpeed's default clips at norm 1
+        "zero_optimization": {"stage": 0},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1 << 62,
+    }
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return deepspeed.initialize(model=model, optimizer=optimizer, config=config)[0]
+
+
+def _dataset(task: str) -> Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 3)).astype(np.float32)
+    y = (rng.random(16) > 0.5).astype(np.float32) if task == "binary_classification" else x.sum(1) + 1
+    label = {"name": "y", "task": task, "mean": 0.0, "std": 1.0}
+    transform = FittedTransform({"format": FORMAT, "columns": [], "label": label})
+    return Dataset(transform, x, y, x[:2], y[:2], None)  # type: ignore[arg-type]  # no raw rows needed
+
+
+def _bce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (F.softplus(z) - y * z).mean()  # -y log sigmoid(z) - (1 - y) log(1 - sigmoid(z))
+
+
+def _mse(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((z - y) ** 2).mean()
+
+
+@pytest.mark.parametrize(("task", "loss"), [("binary_classification", _bce), ("regression", _mse)])
+def test_a_step_returns_the_mean_micro_batch_loss_and_applies_their_mean_gradient(
+    engine: Any, task: str, loss: Any
+) -> None:
+    reference = copy.deepcopy(engine.module)
+    data = _dataset(task)
+    sampler = ResumableSampler(16, 8, 2, 1, 0, seed=3)
+    expected_batches = ResumableSampler(16, 8, 2, 1, 0, seed=3).step_batches()
+    timing = Timing(0, 0.0)
+
+    returned = StepRunner(engine, data, task, torch.device("cpu"), torch.float32).run(sampler, 1, timing)
+
+    x, y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
+    losses = [loss(reference(x[i]).squeeze(1), y[i]) for i in expected_batches]
+    assert returned == pytest.approx(sum(v.item() for v in losses) / 2, rel=1e-6)
+    (sum(losses) / 2).backward()  # DeepSpeed averages the micro-batch gradients over accumulation
+    with torch.no_grad():
+        for weight, before in zip(engine.module.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(weight, before - 0.1 * before.grad)
+    assert engine.global_steps == 1 and sampler.step_in_epoch == 1
+    assert timing.data_wait_s > 0.0
+
+
+# -- PeriodicSync ------------------------------------------------------------------------------
+
+
+def _sync(
+    tmp_path: Path, sync: SyncConfig, checkpoint: CheckpointSection, tracker: Any = None
+) -> PeriodicSync:
+    manager = CheckpointManager(
+        checkpoint, tmp_path.as_uri(), rank=0, local_rank=0, world_size=1, higher_is_better=True
+    )
+    return PeriodicSync(sync, manager, world_size=1, tracker=tracker)
+
+
+def _drive(
+    sync: PeriodicSync, steps: int, total_steps: int, timing: Timing | None = None
+) -> dict[int, SyncOutcome]:
+    """Steps 1..steps of the first epoch, with loss step/100; the outcomes of the sync steps."""
+    sampler = ResumableSampler(ROWS, GLOBAL_BATCH, 1, 1, 0, seed=1)
+    timing = timing or Timing(0, 0.0)
+    outcomes = {}
+    for step in range(1, steps + 1):
+        sampler.step_batches()
+        sync.add(step / 100)
+        if (outcome := sync.after_step(step, total_steps, sampler, timing)) is not None:
+            outcomes[step] = outcome
+    return outcomes
+
+
+def test_the_collective_runs_every_n_steps_on_checkpoint_steps_and_at_the_epoch_end(tmp_path: Path) -> None:
+    sync = _sync(tmp_path, SyncConfig(every=6, checkpoint_every=5), CheckpointSection(every_steps=5))
+    outcomes = _drive(sync, 15, total_steps=30)
+    assert sorted(outcomes) == [5, 6, 10, 12, 15]
+    assert {step: o.train_loss for step, o in outcomes.items()} == pytest.approx(
+        {5: 0.05, 6: 0.06, 10: 0.10, 12: 0.12, 15: 0.15}
+    )
+    # Saves on checkpoint steps, but not at the epoch end (15): the loop saves there, with the metric.
+    assert [step for step, o in outcomes.items() if o.save] == [5, 10]
+    assert not any(o.complete_pending for o in outcomes.values())  # nothing was being saved
+
+
+def test_the_last_step_syncs_even_between_intervals(tmp_path: Path) -> None:
+    sync = _sync(tmp_path, SyncConfig(every=5), CheckpointSection(every_steps=100))
+    outcomes = _drive(sync, 7, total_steps=7)
+    assert sorted(outcomes) == [5, 7] and not outcomes[7].save
+
+
+def test_a_checkpoint_due_by_minutes_waits_for_the_next_sync_step(tmp_path: Path) -> None:
+    sync = _sync(tmp_path, SyncConfig(every=6), CheckpointSection(every_steps=None, every_minutes=1e-6))
+    time.sleep(0.01)  # due on this rank's clock from step 1 on
+    outcomes = _drive(sync, 15, total_steps=30)
+    assert sorted(outcomes) == [6, 12, 15]
+    assert [step for step, o in outcomes.items() if o.save] == [6, 12]
+
+
+def test_a_finished_background_save_is_voted_ready_for_its_marker(tmp_path: Path) -> None:
+    sync = _sync(tmp_path, SyncConfig(every=3), CheckpointSection(every_steps=100))
+    sync.checkpoints._pending = _PendingSave(tag_for(2), 2, None, {})  # hashed and uploaded: no thread left
+    assert _drive(sync, 3, total_steps=30)[3].complete_pending
+
+
+def test_rank_zero_reports_every_steps_loss_and_the_progress_at_each_sync(
+    tmp_path: Path, trainpipe_home: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_trainpipe.runtime.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the session's embedded store; set_tracking_uri is undone
+    tracker = Tracker(
+        experiment="test_steps", run_dir=tmp_path.as_uri(), run_name="sync", run_id=None, tags={}
+    )
+    sync = _sync(tmp_path, SyncConfig(every=10), CheckpointSection(every_steps=100), tracker)
+    _drive(sync, 10, total_steps=30, timing=Timing(0, 0.0, started=time.monotonic() - 5.0))
+    tracker.flush()
+
+    losses = tracker.client.get_metric_history(tracker.run_id, "train_loss")
+    assert sorted((m.step, m.value) for m in losses) == [(s, pytest.approx(s / 100)) for s in range(1, 11)]
+    (rate,) = tracker.client.get_metric_history(tracker.run_id, "samples_per_s")
+    assert rate.step == 10 and rate.value == pytest.approx(10 * GLOBAL_BATCH / 5.0, rel=0.05)
+    events = [e for e in map(parse, capfd.readouterr().out.splitlines()) if e]
+    assert [(e["event"], e["step"]) for e in events] == [("step", s) for s in range(1, 11)] + [
+        ("progress", 10)
+    ]
+    progress = events[-1]
+    assert (progress["total_steps"], progress["epoch"], progress["loss"]) == (30, 0, pytest.approx(0.1))
+    assert progress["samples_per_s"] == pytest.approx(8.0, abs=0.5)
+    assert progress["eta_s"] == pytest.approx((30 - 10) * 5.0 / 10, abs=0.5)  # 20 steps at 0.5 s each
