@@ -46,7 +46,7 @@ def local_path(uri: str) -> Path:
 
 def node_local_dir(uri: str, purpose: str) -> Path:
     """This node's own directory for a URI: the URI's path when local, else a stable spot under
-    TRAINPIPE_HOME (staged checkpoints, the progress mark of an s3:// run)."""
+    TRAINPIPE_HOME (staged checkpoints, the step high-water mark of an s3:// run)."""
     if is_local(uri):
         return local_path(uri)
     import hashlib

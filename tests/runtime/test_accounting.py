@@ -59,7 +59,7 @@ def test_a_remote_run_directory_gets_the_newest_step_for_a_pod_on_another_node(
     remote_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mark = StepHighWater(remote_run)
-    assert mark.path.is_relative_to(tmp_path / "node-a" / "progress")
+    assert mark.path.is_relative_to(tmp_path / "node-a" / "step_high_water")
     for step in range(1, 26):
         mark.record(step)
     mark.flush(timeout=10)

@@ -54,7 +54,7 @@ def test_s3_data_and_async_checkpoints_resume_bit_exact(
     def mark_uploaded() -> None:
         # The step high-water mark reaches the run directory from a background upload; wait for
         # step 25's so the kill lands after it (the documented lag is one upload).
-        key = "checkpoints/fraud_detector/on_s3/progress.json"
+        key = "checkpoints/fraud_detector/on_s3/step_high_water.json"
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
@@ -67,7 +67,7 @@ def test_s3_data_and_async_checkpoints_resume_bit_exact(
             ):
                 pass
             time.sleep(0.1)
-        raise AssertionError("step 25 never reached the run directory's progress.json")
+        raise AssertionError("step 25 never reached the run directory's step_high_water.json")
 
     store = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     assert run_job(spec, pause_at="step:25", before_kill=mark_uploaded, env=store).code != 0

@@ -3,7 +3,7 @@
 The local launcher (torchrun's stdout), the Kubernetes path (the leader pod's log, as the pod
 operator's `log_formatter`) and `trainpipe train` feed it the job's lines one by one. It keeps
 what the task needs: the typed result, the errors and whether a retry can help, the MLflow run
-id, the last lines of plain output; and it writes the run's progress into Airflow's
+id, the last lines of plain output; and it writes the MLflow run id and the newest checkpoint into Airflow's
 `task_state_store` (when given) as it happens, so the next try knows the MLflow run and the
 last checkpoint even if this worker dies.
 """

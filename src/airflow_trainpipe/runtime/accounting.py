@@ -19,7 +19,7 @@ from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
 
 log = logging.getLogger(__name__)
 
-MARK_FILE = "progress.json"
+MARK_FILE = "step_high_water.json"
 
 
 class StepHighWater:
@@ -34,7 +34,7 @@ class StepHighWater:
     """
 
     def __init__(self, run_dir: str):
-        local = node_local_dir(run_dir, "progress")
+        local = node_local_dir(run_dir, "step_high_water")
         local.mkdir(parents=True, exist_ok=True)
         self.path = local / MARK_FILE
         self.remote = None if is_local(run_dir) else join(run_dir, MARK_FILE)

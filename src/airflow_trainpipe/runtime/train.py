@@ -116,8 +116,8 @@ class Trainer:
             self.rank,
             self.hp.seed,
         )
-        progress = StepHighWater(self.run_dir)
-        state, resumed_from, recomputed = self._resume(resume, universal, sampler, progress)
+        high_water = StepHighWater(self.run_dir)
+        state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
         tracker = self._start_tracking(data, global_batch, resumed_from) if self.rank == 0 else None
         total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
@@ -133,7 +133,7 @@ class Trainer:
                 mlflow_run_id=tracker.run_id if tracker else None,
             )
         try:
-            state = self._loop(data, sampler, state, total_steps, tracker, progress)
+            state = self._loop(data, sampler, state, total_steps, tracker, high_water)
             return self._finish(data, state, tracker, resumed_from, recomputed)
         except BaseException:
             if tracker:
@@ -145,7 +145,7 @@ class Trainer:
         resume: CompleteCheckpoint | None,
         universal: bool,
         sampler: ResumableSampler,
-        progress: StepHighWater,
+        high_water: StepHighWater,
     ) -> tuple[dict[str, Any], int, int]:
         """Collective: the loop state of the newest complete checkpoint (or a fresh one), the step
         it resumes from and how many steps earlier attempts ran past it."""
@@ -173,7 +173,7 @@ class Trainer:
         if resume.world_size == self.world_size:
             restore_rng_state(state["rng"][self.rank])
         recomputed = max(
-            0, self._broadcast(progress.high_water() if self.rank == 0 else None) - state["step"]
+            0, self._broadcast(high_water.high_water() if self.rank == 0 else None) - state["step"]
         )
         if self.rank == 0:
             log.warning(
@@ -251,7 +251,7 @@ class Trainer:
         state: dict[str, Any],
         total_steps: int,
         tracker: Tracker | None,
-        progress: StepHighWater,
+        high_water: StepHighWater,
     ) -> dict[str, Any]:
         steps = StepRunner(self.engine, data, self.task, self.device, self.dtype)
         sync = PeriodicSync(
@@ -282,7 +282,7 @@ class Trainer:
                 sync.add(steps.run(sampler, step + 1, timing))
                 step += 1
                 if self.rank == 0:
-                    progress.record(step)  # a local file (and a background upload): no collective
+                    high_water.record(step)  # a local file (and a background upload): no collective
                 fault_point("step", step)
                 if (outcome := sync.after_step(step, total_steps, sampler, timing)) is not None:
                     train_loss = outcome.train_loss
@@ -304,7 +304,7 @@ class Trainer:
             timing=timing.summary(step),
         )
         if self.rank == 0:
-            progress.flush()
+            high_water.flush()
         return state
 
     def _checkpoint_after_sync(
