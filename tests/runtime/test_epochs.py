@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from airflow_trainpipe.events import parse
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.runtime.tracking import Tracker
 
 
 def _scores(metric: str, values: list[float]) -> Callable[[], dict[str, float]]:
@@ -109,14 +111,8 @@ def test_the_evaluation_time_is_counted_as_eval_time() -> None:
 
 
 def test_rank_zero_logs_the_holdout_metrics_and_announces_the_epoch(
-    tmp_path: Path, trainpipe_home: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tracker: Tracker, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_trainpipe.runtime.tracking import Tracker
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the session's embedded store; set_tracking_uri is undone
-    tracker = Tracker(
-        experiment="test_epochs", run_dir=tmp_path.as_uri(), run_name="epochs", run_id=None, tags={}
-    )
     end = EpochEnd(EpochEndConfig("roc_auc", higher_is_better=True), _scores("roc_auc", [0.75]), tracker)
     end.run(_fresh_state(), 2, 57, Timing(0, 0.0))
     history = tracker.client.get_metric_history(tracker.run_id, "holdout_roc_auc")

@@ -6,7 +6,7 @@ import copy
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -24,6 +24,9 @@ from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
 from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
 from tests.conftest import free_port
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.runtime.tracking import Tracker
 
 ROWS, GLOBAL_BATCH = 60, 4  # 15 steps per epoch on one rank
 
@@ -159,14 +162,8 @@ def test_a_finished_background_save_is_voted_ready_for_its_marker(tmp_path: Path
 
 
 def test_rank_zero_reports_every_steps_loss_and_the_progress_at_each_sync(
-    tmp_path: Path, trainpipe_home: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, tracker: Tracker, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_trainpipe.runtime.tracking import Tracker
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the session's embedded store; set_tracking_uri is undone
-    tracker = Tracker(
-        experiment="test_steps", run_dir=tmp_path.as_uri(), run_name="sync", run_id=None, tags={}
-    )
     sync = _sync(tmp_path, SyncConfig(every=10), CheckpointSection(every_steps=100), tracker)
     _drive(sync, 10, total_steps=30, timing=Timing(0, 0.0, started=time.monotonic() - 5.0))
     tracker.flush()
