@@ -1,8 +1,9 @@
 """Training benchmarks of issue 3, measured side by side in one run.
 
 - throughput: our DeepSpeed job (ZeRO-1, checkpoints at the default interval, MLflow, progress)
-  vs the plain DDP loop in ddp_baseline.py, same model, data, global batch, ranks and steps;
-  alternated so both see the same machine state; median of the repeats.
+  vs the plain DDP loop in ddp_baseline.py and the bare DeepSpeed loop in deepspeed_baseline.py
+  (the job's own DeepSpeed config), same model, data, global batch, ranks and steps; alternated
+  so all see the same machine state; median of the repeats.
 - checkpoint overhead: time in checkpoint saves / training-loop time of our job.
 - data-loader wait: time to build the step's batches / training-loop time of our job.
 """
@@ -60,7 +61,7 @@ def _ours(spec: TrainSpec) -> dict:
     return result
 
 
-def _baseline(spec: TrainSpec, steps: int, tmp: Path) -> dict:
+def _baseline(spec: TrainSpec, steps: int, tmp: Path, script: str) -> dict:
     spec_file = tmp / "baseline_spec.json"
     spec_file.write_text(spec.to_json())
     command = [
@@ -70,7 +71,7 @@ def _baseline(spec: TrainSpec, steps: int, tmp: Path) -> dict:
         "--standalone",
         "--nproc-per-node",
         str(NPROC),
-        str(REPO / "benchmarks/ddp_baseline.py"),
+        str(REPO / "benchmarks" / script),
         "--spec",
         f"@{spec_file}",
         "--steps",
@@ -82,16 +83,25 @@ def _baseline(spec: TrainSpec, steps: int, tmp: Path) -> dict:
 
 def _measure(
     tmp: Path, files: list[str], hidden: str, zero_stage: int, max_steps: int | None
-) -> tuple[list[dict], list[dict]]:
-    ours_runs, base_runs = [], []
+) -> tuple[list[dict], list[dict], list[dict]]:
+    ours_runs, ddp_runs, deepspeed_runs = [], [], []
     for i in range(REPEATS):
         result = _ours(
             _spec(tmp, files, f"bench{len(hidden)}-{zero_stage}-{i}", hidden, zero_stage, max_steps)
         )
         timing = result["timing"]
-        ours_runs.append({**timing, "samples_per_s": timing["steps"] * 256 * NPROC / timing["train_s"]})
-        base_runs.append(_baseline(_spec(tmp, files, "baseline", hidden), timing["steps"], tmp))
-    return ours_runs, base_runs
+        steps, baseline_spec = timing["steps"], _spec(tmp, files, "baseline", hidden, zero_stage)
+        ours_runs.append({**timing, "samples_per_s": steps * 256 * NPROC / timing["train_s"]})
+        ddp_runs.append(_baseline(baseline_spec, steps, tmp, "ddp_baseline.py"))
+        deepspeed_runs.append(_baseline(baseline_spec, steps, tmp, "deepspeed_baseline.py"))
+    return ours_runs, ddp_runs, deepspeed_runs
+
+
+def _ratio(ours_runs: list[dict], base_runs: list[dict]) -> float:
+    """Median over repeats of ours / baseline, each pair measured back to back."""
+    return statistics.median(
+        o["samples_per_s"] / b["samples_per_s"] for o, b in zip(ours_runs, base_runs, strict=True)
+    )
 
 
 def bench_training() -> list[str]:
@@ -101,30 +111,34 @@ def bench_training() -> list[str]:
         f"{ROWS:,} synthetic transactions (fraud_detector features), {NPROC} CPU ranks (gloo), global batch {256 * NPROC},",
         "3 epochs (the wide model: 300 steps), fp32. Ours = the real job (checkpoints every 200 steps + one per epoch, MLflow per-step",
         "metrics, progress events); holdout evaluation time is excluded from training time. Baseline =",
-        f"`benchmarks/ddp_baseline.py`, same model, data, global batch, ranks and steps. {REPEATS} alternated repeats, medians.",
+        "`benchmarks/ddp_baseline.py` (plain DDP) and `benchmarks/deepspeed_baseline.py` (a bare DeepSpeed loop with the job's",
+        f"DeepSpeed config, no pipeline), same model, data, global batch, ranks and steps. {REPEATS} alternated repeats, medians.",
         "",
-        "| model | ZeRO | ours samples/s | DDP samples/s | ours / DDP | checkpoint overhead | data-loader wait |",
-        "|---|---|---|---|---|---|---|",
+        "| model | ZeRO | ours samples/s | DDP samples/s | raw DeepSpeed samples/s | ours / DDP | ours / raw DeepSpeed "
+        "| raw DeepSpeed / DDP | checkpoint overhead | data-loader wait |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.environ["TRAINPIPE_HOME"] = str(tmp / "home")
         files = write_day((tmp / "data").as_uri(), date(2026, 1, 1), ROWS, seed=11)
         for hidden, zero_stage, max_steps in CASES:
-            ours_runs, base_runs = _measure(tmp, files, hidden, zero_stage, max_steps)
-            ratio = statistics.median(
-                o["samples_per_s"] / b["samples_per_s"] for o, b in zip(ours_runs, base_runs, strict=True)
-            )
+            ours_runs, ddp_runs, deepspeed_runs = _measure(tmp, files, hidden, zero_stage, max_steps)
             ckpt = statistics.median(o["checkpoint_s"] / o["train_s"] for o in ours_runs)
             wait = statistics.median(o["data_wait_s"] / o["train_s"] for o in ours_runs)
-            ours = statistics.median(o["samples_per_s"] for o in ours_runs)
-            base = statistics.median(b["samples_per_s"] for b in base_runs)
+            ours, ddp, raw = (
+                statistics.median(r["samples_per_s"] for r in runs)
+                for runs in (ours_runs, ddp_runs, deepspeed_runs)
+            )
             lines.append(
-                f"| {hidden} | {zero_stage} | {ours:,.0f} | {base:,.0f} | **{ratio:.3f}** | **{100 * ckpt:.2f}%** | **{100 * wait:.2f}%** |"
+                f"| {hidden} | {zero_stage} | {ours:,.0f} | {ddp:,.0f} | {raw:,.0f} "
+                f"| **{_ratio(ours_runs, ddp_runs):.3f}** | **{_ratio(ours_runs, deepspeed_runs):.3f}** "
+                f"| **{_ratio(deepspeed_runs, ddp_runs):.3f}** | **{100 * ckpt:.2f}%** | **{100 * wait:.2f}%** |"
             )
     lines += [
         "",
-        "Targets: ours / DDP >= 0.95, checkpoint overhead < 2% of training time, data-loader wait < 5% of step time.",
+        "Targets: ours / DDP >= 0.95, ours / raw DeepSpeed >= 0.95, checkpoint overhead < 2% of training time, "
+        "data-loader wait < 5% of step time.",
         "",
     ]
     return lines
