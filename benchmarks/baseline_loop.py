@@ -8,13 +8,15 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from airflow_trainpipe.runtime.data import load_dataset
+from airflow_trainpipe.runtime.blocks import BlockReader
+from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.models import build_model
+from airflow_trainpipe.runtime.prepare import fit
 from airflow_trainpipe.train_spec import TrainSpec
 
 
@@ -26,11 +28,24 @@ def arguments() -> tuple[TrainSpec, int]:
     return TrainSpec.from_json(Path(args.spec[1:]).read_text()), args.steps
 
 
-def data_and_model(spec: TrainSpec) -> tuple[Any, torch.nn.Module]:
+class InMemory:
+    """The job's training rows, encoded by its transform and held whole, as a minimal script would."""
+
+    def __init__(self, spec: TrainSpec):
+        data = spec.config.data
+        prepared = fit(spec.data_files, data, spec.config.features, spec.config.training.task)
+        reader = BlockReader(spec.data_files, prepared.identities, data, data_columns(data))
+        trains = [reader.parts(block)[0] for block in prepared.blocks]
+        self.transform = prepared.transform
+        self.train_x = np.concatenate([self.transform.features(t) for t in trains])
+        self.train_y = np.concatenate([self.transform.labels(t) for t in trains])
+
+
+def data_and_model(spec: TrainSpec) -> tuple[InMemory, torch.nn.Module]:
     """The job's encoded training set and a freshly seeded model (same seed as the job)."""
     hp = spec.hyperparameters
     torch.manual_seed(hp.seed)
-    data = load_dataset(spec.data_files, spec.config.data, spec.config.features, spec.config.training.task)
+    data = InMemory(spec)
     model = build_model(
         spec.config.training.model,
         num_numeric=data.transform.num_dense,
@@ -42,7 +57,7 @@ def data_and_model(spec: TrainSpec) -> tuple[Any, torch.nn.Module]:
 
 
 def timed_loop(
-    spec: TrainSpec, data: Any, steps: int, train_step: Callable[[torch.Tensor, torch.Tensor], None]
+    spec: TrainSpec, data: InMemory, steps: int, train_step: Callable[[torch.Tensor, torch.Tensor], None]
 ) -> None:
     """Run `steps` optimizer steps and print rank 0's `BASELINE {...}` line (loop time only)."""
     hp = spec.hyperparameters

@@ -144,6 +144,8 @@ class TrainResult(Payload):
     epochs_completed: int
     stopped_early: bool
     world_size: int
+    peak_rss_mib: list[float] = []
+    """Each rank's peak resident memory in this attempt, rank 0's through the final evaluation."""
     compute_hours_cpu: float | None = None
     compute_hours_gpu: float | None = None
     timing: TrainTiming

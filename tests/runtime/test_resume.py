@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_trainpipe.runtime.prepare import PREPARED_FILE
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 from airflow_trainpipe.storage import local_path
 from tests.helpers.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
@@ -112,6 +113,7 @@ def test_kill_during_checkpoint_save_resumes_from_the_previous_one(
 ) -> None:
     resumed, run_dir = interrupted.resume(tmp_path)
     _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=20)
+    assert "reusing the fit of an earlier attempt" in resumed.text
     assert f"skipping partial checkpoint {run_dir}/checkpoints/step_000000030" in resumed.text
 
 
@@ -141,9 +143,14 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(
 def test_two_rank_checkpoint_resumes_on_another_world_size(
     interrupted: Interrupted, tmp_path: Path, world_size: int
 ) -> None:
-    resumed, _ = interrupted.resume(tmp_path, nproc=world_size)
+    # Without the run's saved fit, this world size fits again: to the very same transform.
+    resumed, _ = interrupted.resume(
+        tmp_path, nproc=world_size, before=lambda run_dir: (run_dir / PREPARED_FILE).unlink()
+    )
     assert resumed.code == 0, resumed.text[-3000:]
     assert resumed.result["world_size"] == world_size and resumed.result["resumed_from_step"] == 20
+    assert resumed.result["transform_hash"] == interrupted.reference.result["transform_hash"]
+    assert resumed.start["fit_s"] > 0 and "reusing the fit" not in resumed.text
     for step, loss in resumed.losses.items():
         assert loss == pytest.approx(interrupted.reference.losses[step], abs=1e-5), f"step {step}"
     assert resumed.result["final_step"] == interrupted.reference.result["final_step"]

@@ -18,11 +18,9 @@ from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.events import parse
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager, _PendingSave, tag_for
-from airflow_trainpipe.runtime.data import Dataset
 from airflow_trainpipe.runtime.engine import deepspeed
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
-from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
 from tests.conftest import free_port
 
 if TYPE_CHECKING:
@@ -62,13 +60,22 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Any:
     return deepspeed.initialize(model=model, optimizer=optimizer, config=config)[0]
 
 
-def _dataset(task: str) -> Dataset:
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(16, 3)).astype(np.float32)
-    y = (rng.random(16) > 0.5).astype(np.float32) if task == "binary_classification" else x.sum(1) + 1
-    label = {"name": "y", "task": task, "mean": 0.0, "std": 1.0}
-    transform = FittedTransform({"format": FORMAT, "columns": [], "label": label})
-    return Dataset(transform, x, y, x[:2], y[:2], None)  # type: ignore[arg-type]  # no raw rows needed
+class _Rows:
+    """Stream rows held in memory, by position (the real stream's ordering has tests of its own)."""
+
+    def __init__(self, task: str):
+        rng = np.random.default_rng(0)
+        self.x = rng.normal(size=(16, 3)).astype(np.float32)
+        self.y = (
+            (rng.random(16) > 0.5).astype(np.float32)
+            if task == "binary_classification"
+            else self.x.sum(1) + 1
+        )
+
+    def take(
+        self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(self.x[a:b], self.y[a:b]) for a, b in ranges]
 
 
 def _bce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -84,15 +91,15 @@ def test_a_step_returns_the_mean_micro_batch_loss_and_applies_their_mean_gradien
     engine: Any, task: str, loss: Any
 ) -> None:
     reference = copy.deepcopy(engine.module)
-    data = _dataset(task)
+    rows = _Rows(task)
     sampler = ResumableSampler(16, 8, 2, 1, 0, seed=3)
-    expected_batches = ResumableSampler(16, 8, 2, 1, 0, seed=3).step_batches()
     timing = Timing(0, 0.0)
 
-    returned = StepRunner(engine, data, task, torch.device("cpu"), torch.float32).run(sampler, 1, timing)
+    stream: Any = rows
+    returned = StepRunner(engine, stream, task, torch.device("cpu"), torch.float32).run(sampler, 1, timing)
 
-    x, y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
-    losses = [loss(reference(x[i]).squeeze(1), y[i]) for i in expected_batches]
+    x, y = torch.from_numpy(rows.x), torch.from_numpy(rows.y)
+    losses = [loss(reference(x[a:b]).squeeze(1), y[a:b]) for a, b in [(0, 4), (4, 8)]]
     assert returned == pytest.approx(sum(v.item() for v in losses) / 2, rel=1e-6)
     (sum(losses) / 2).backward()  # DeepSpeed averages the micro-batch gradients over accumulation
     with torch.no_grad():
@@ -122,7 +129,7 @@ def _drive(
     timing = timing or Timing(0, 0.0)
     outcomes = {}
     for step in range(1, steps + 1):
-        sampler.step_batches()
+        sampler.step_positions()
         sync.add(step / 100)
         if (outcome := sync.after_step(step, total_steps, sampler, timing)) is not None:
             outcomes[step] = outcome

@@ -173,7 +173,7 @@ def test_the_checkpoint_client_state_carries_step_sampler_and_every_ranks_genera
 ) -> None:
     trainer = Trainer(make_spec(tmp_path, data_files, "client_state"))
     sampler = ResumableSampler(100, 10, 1, 1, 0, seed=4)
-    sampler.step_batches()
+    sampler.step_positions()
     state = {"step": 0, "history": [{"epoch": 0}], "best": 0.5}
     random.seed(8)
     torch.manual_seed(8)

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
-from airflow_trainpipe.runtime.data import fit_transform, holdout_mask, read_table
+from airflow_trainpipe.runtime.data import holdout_mask, read_table
+from airflow_trainpipe.runtime.prepare import fit
 from airflow_trainpipe.runtime.transform import (
     FittedTransform,
     TransformError,
@@ -49,7 +50,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def _fit(config: PipelineConfig, files: list[str]) -> FittedTransform:
-    return fit_transform(files, config.data, config.features, config.training.task)
+    return fit(files, config.data, config.features, config.training.task).transform
 
 
 def _by_name(transform: FittedTransform) -> dict[str, dict]:
@@ -64,13 +65,16 @@ def test_same_config_and_data_give_the_same_hash_and_numbers(files: list[str]) -
     assert FittedTransform.from_json(first.to_json()) == first
 
 
-def test_streaming_in_small_batches_fits_the_same_transform(files: list[str]) -> None:
-    """Quantiles, vocabularies and the split are batch-independent; moments agree to rounding."""
+def test_small_row_groups_fit_the_same_transform(files: list[str], tmp_path: Path) -> None:
+    """Quantiles, vocabularies and the split do not depend on the blocks; moments agree to rounding."""
     config = _config(FEATURES)
-    whole, streamed = (
-        _by_name(_fit(config, files)),
-        _by_name(fit_transform(files, config.data, config.features, config.training.task, batch_rows=97)),
-    )
+    regrouped = []
+    for uri in files:
+        path = tmp_path / uri.rsplit("/", 1)[1]
+        pq.write_table(pq.read_table(uri.removeprefix("file://")), path, row_group_size=97)
+        regrouped.append(path.as_uri())
+    assert pq.ParquetFile(tmp_path / "part-0.parquet").num_row_groups == 21
+    whole, streamed = _by_name(_fit(config, files)), _by_name(_fit(config, regrouped))
     for name, spec in whole.items():
         for key, value in spec.items():
             if key in ("center", "scale") or (
@@ -229,7 +233,7 @@ def test_regression_labels_round_trip(tmp_path: Path) -> None:
     config = _config(FEATURES)
     table = transactions(date(2026, 1, 1), 500, seed=1)
     pq.write_table(table, tmp_path / "p.parquet")
-    transform = fit_transform([(tmp_path / "p.parquet").as_uri()], config.data, config.features, "regression")
+    transform = fit([(tmp_path / "p.parquet").as_uri()], config.data, config.features, "regression").transform
     targets = transform.labels(table)
     assert abs(float(targets.mean())) < 0.2
     assert np.allclose(transform.label_values(targets), table.column("is_fraud").to_numpy(), atol=1e-5)

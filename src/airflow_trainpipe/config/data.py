@@ -106,6 +106,12 @@ class DataSection(Section):
     holdout: HoldoutSection = HoldoutSection()
     """Holdout split."""
 
+    shuffle_buffer_rows: PositiveInt = 262_144
+    """Training rows shuffled together. Each epoch visits the snapshot's blocks (Parquet row groups,
+    CSV files) in a seeded order and fully permutes each run of blocks holding this many rows; a
+    rank holds at most two such runs, encoded, whatever the snapshot's size. A snapshot smaller
+    than this is shuffled as a whole."""
+
     wait: WaitSection = WaitSection()
     """How the pipeline waits for the partition to be complete."""
 

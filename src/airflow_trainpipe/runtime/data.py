@@ -1,16 +1,14 @@
-"""Read a snapshot's files in batches, split off the holdout, fit and apply the transforms.
+"""Read a snapshot's files in batches, check what was validated, and split off the holdout.
 
-The split and the fitted transform are pure functions of the files and the config, so every
-rank, every retry and the champion's evaluation see exactly the same rows and numbers. The raw
-snapshot is never held in memory as a whole: fitting streams over the files (one or two passes)
-and a last pass keeps only the encoded training matrix and the raw holdout rows.
+The split is a pure function of the rows' positions (or keys) and the config, so every rank,
+every retry and the champion's evaluation see exactly the same training and holdout rows. The
+fit stage (runtime.prepare) and the ranks' streams (runtime.stream) build on these.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -18,10 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
-from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.runtime.fitting import TransformFitter
-from airflow_trainpipe.runtime.transform import FittedTransform
 from airflow_trainpipe.snapshot import Manifest, SnapshotFile
 from airflow_trainpipe.storage import filesystem
 
@@ -55,24 +50,24 @@ def iter_batches(
     digest = manifest.digest if manifest is not None else ""
     for uri in files:
         try:
-            source = _verified_bytes(uri, expected[uri], digest) if uri in expected else None
+            source = verified_bytes(uri, expected[uri], digest) if uri in expected else None
             fs, path = filesystem(uri)
             with pa.BufferReader(source) if source is not None else fs.open(path, "rb") as handle:
                 if fmt == "parquet":
                     parquet = pq.ParquetFile(handle)
-                    _require(uri, parquet.schema_arrow.names, columns)
+                    require_columns(uri, parquet.schema_arrow.names, columns)
                     for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
                         yield pa.Table.from_batches([batch]).select(columns)
                     continue
                 table = pacsv.read_csv(handle)
         except (OSError, pa.ArrowInvalid) as exc:
             raise DataError(f"cannot read {uri} as {fmt}: {exc}") from exc
-        _require(uri, table.column_names, columns)
+        require_columns(uri, table.column_names, columns)
         for batch in table.select(columns).to_batches(max_chunksize=batch_rows):
             yield pa.Table.from_batches([batch])
 
 
-def _verified_bytes(uri: str, expected: SnapshotFile, digest: str) -> bytearray:
+def verified_bytes(uri: str, expected: SnapshotFile, digest: str) -> bytearray:
     fs, path = filesystem(uri)
     content, sha = bytearray(), hashlib.sha256()
     with fs.open(path, "rb") as handle:
@@ -88,7 +83,21 @@ def _verified_bytes(uri: str, expected: SnapshotFile, digest: str) -> bytearray:
     return content
 
 
-def _require(uri: str, present: list[str], columns: list[str]) -> None:
+def check_label(table: pa.Table, label: str) -> None:
+    """Labels every row can train on: no nulls, no NaN or infinities."""
+    column = table.column(label)
+    if column.null_count:
+        raise DataError(f"label column {label!r} has {column.null_count} null value(s)")
+    if pa.types.is_floating(column.type):
+        import pyarrow.compute as pc
+
+        # NaN is not null to Arrow, and would reach the label statistics and the loss.
+        bad = pc.sum(pc.invert(pc.is_finite(column))).as_py() or 0
+        if bad:
+            raise DataError(f"label column {label!r} has {bad} NaN or infinite value(s)")
+
+
+def require_columns(uri: str, present: list[str], columns: list[str]) -> None:
     missing = [c for c in columns if c not in present]
     if missing:
         raise DataError(f"{uri} lacks column(s) {', '.join(missing)}")
@@ -118,8 +127,14 @@ class HoldoutSplit:
         ).hexdigest()
 
     def mask(self, table: pa.Table) -> np.ndarray:
-        n, start = table.num_rows, self.offset
-        self.offset += n
+        """The mask of the next rows: `table` follows the rows of the previous call."""
+        start = self.offset
+        self.offset += table.num_rows
+        return self.mask_at(table, start)
+
+    def mask_at(self, table: pa.Table, start: int) -> np.ndarray:
+        """The mask of `table`, whose first row is row `start` of the snapshot."""
+        n = table.num_rows
         if self.data.holdout.key_column:
             import pandas as pd
 
@@ -142,91 +157,9 @@ def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
     return HoldoutSplit(data).mask(table)
 
 
-def _split(
-    files: list[str],
-    data: DataSection,
-    columns: list[str],
-    batch_rows: int = BATCH_ROWS,
-    manifest: Manifest | None = None,
-) -> Iterator[tuple[pa.Table, pa.Table]]:
-    split = HoldoutSplit(data)
-    for batch in iter_batches(files, data.format, columns, batch_rows, manifest):
-        label = batch.column(data.label)
-        if label.null_count:
-            raise DataError(f"label column {data.label!r} has {label.null_count} null value(s)")
-        if pa.types.is_floating(label.type):
-            import pyarrow.compute as pc
-
-            # NaN is not null to Arrow, and would reach the label statistics and the loss.
-            bad = pc.sum(pc.invert(pc.is_finite(label))).as_py() or 0
-            if bad:
-                raise DataError(f"label column {data.label!r} has {bad} NaN or infinite value(s)")
-        mask = split.mask(batch)
-        yield batch.filter(pa.array(~mask)), batch.filter(pa.array(mask))
-
-
-def fit_transform(
-    files: list[str],
-    data: DataSection,
-    features: FeaturesSection,
-    task: str,
-    batch_rows: int = BATCH_ROWS,
-    manifest: Manifest | None = None,
-) -> FittedTransform:
-    """Fit on the training rows of the snapshot only: holdout rows are dropped before fitting."""
-    columns = _columns(data)
-    fitter = TransformFitter(data, features, task)
-    for train, _ in _split(files, data, columns, batch_rows, manifest):
-        fitter.update(train)
-    if fitter.needs_second_pass:
-        fitter.start_second_pass()
-        for train, _ in _split(files, data, columns, batch_rows, manifest):
-            fitter.update_clipped(train)
-    return fitter.result()
-
-
-def _columns(data: DataSection) -> list[str]:
+def data_columns(data: DataSection) -> list[str]:
     return list(
         dict.fromkeys(
             [*data.features.all, data.label, *([data.holdout.key_column] if data.holdout.key_column else [])]
         )
-    )
-
-
-@dataclass
-class Dataset:
-    transform: FittedTransform
-    train_x: np.ndarray
-    train_y: np.ndarray
-    holdout_x: np.ndarray
-    holdout_y: np.ndarray
-    holdout_table: pa.Table
-    """The raw holdout rows: evaluation and the logged model's input example start from them."""
-
-
-def load_dataset(
-    files: list[str],
-    data: DataSection,
-    features: FeaturesSection,
-    task: str,
-    manifest: Manifest | None = None,
-) -> Dataset:
-    """`manifest`: the validated snapshot of `files`; every read of a file is checked against it."""
-    transform = fit_transform(files, data, features, task, manifest=manifest)
-    train_x, train_y, holdout = [], [], []
-    for train, held in _split(files, data, _columns(data), manifest=manifest):
-        train_x.append(transform.features(train))
-        train_y.append(transform.labels(train))
-        holdout.append(held)
-    holdout_table = pa.concat_tables(holdout, promote_options="permissive")
-    train_rows = sum(len(y) for y in train_y)
-    if train_rows == 0 or holdout_table.num_rows == 0:
-        raise DataError(f"holdout split left {train_rows} training and {holdout_table.num_rows} holdout rows")
-    return Dataset(
-        transform,
-        np.concatenate(train_x),
-        np.concatenate(train_y),
-        transform.features(holdout_table),
-        transform.labels(holdout_table),
-        holdout_table,
     )

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_CHAMPION = "none"
+
+HoldoutRows: TypeAlias = pa.Table | Callable[[], Iterable[pa.Table]]
+"""The raw holdout rows: a table, or a function that streams them in batches (read per pass)."""
+
+
+def _tables(holdout: HoldoutRows) -> Iterable[pa.Table]:
+    return [holdout] if isinstance(holdout, pa.Table) else holdout()
 
 
 @dataclass
@@ -61,11 +68,30 @@ class ChampionScore:
         return tags
 
 
-def score(predict: Callable[[Any], np.ndarray], holdout: pa.Table, label: str, task: str) -> dict[str, float]:
+def predictions(
+    predict: Callable[[Any], np.ndarray], holdout: HoldoutRows, label: str, columns: list[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(predictions, raw labels) of a raw-row predictor over the holdout, batch by batch."""
+    outputs, labels = [], []
+    for table in _tables(holdout):
+        rows = (table.select(columns) if columns is not None else table.drop_columns([label])).to_pandas()
+        outputs.append(np.asarray(predict(rows), dtype=np.float64).reshape(-1))
+        labels.append(prepare_numeric(table.column(label), label, log1p=False))
+    return np.concatenate(outputs), np.concatenate(labels)
+
+
+def score(
+    predict: Callable[[Any], np.ndarray], holdout: HoldoutRows, label: str, task: str
+) -> dict[str, float]:
     """Holdout metrics of a raw-row predictor (P(class 1), or values in the label's units)."""
-    rows = holdout.drop_columns([label]).to_pandas()
-    prediction = np.asarray(predict(rows), dtype=np.float64).reshape(-1)
-    return compute_metrics(task, prepare_numeric(holdout.column(label), label, log1p=False), prediction)
+    prediction, labels = predictions(predict, holdout, label)
+    return compute_metrics(task, labels, prediction)
+
+
+def _column_names(holdout: HoldoutRows) -> list[str]:
+    if isinstance(holdout, pa.Table):
+        return holdout.column_names
+    return next(iter(holdout())).column_names
 
 
 def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> Callable[[Any], np.ndarray]:
@@ -74,7 +100,7 @@ def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> C
     return lambda rows: predictor.predict(None, rows)
 
 
-def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> ChampionScore:
+def score_champion(client: Any, config: PipelineConfig, holdout: HoldoutRows) -> ChampionScore:
     name, alias = config.registered_model_name, config.registration.alias
     result = ChampionScore(model_name=name, alias=alias)
     found = current_champion(client, name, alias)
@@ -92,18 +118,16 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
                 "its model takes encoded tensors, not raw rows (logged before feature transforms "
                 "shipped inside the model)"
             )
-        missing = [c.name for c in inputs.inputs if c.required and c.name not in holdout.column_names]
+        present = _column_names(holdout)
+        missing = [c.name for c in inputs.inputs if c.required and c.name not in present]
         if missing:
             raise ValueError(
                 f"it needs column(s) {', '.join(missing)} that this run's data config does not read"
             )
-        known = [
-            c.name for c in inputs.inputs if c.name in holdout.column_names and c.name != config.data.label
-        ]
+        known = [c.name for c in inputs.inputs if c.name in present and c.name != config.data.label]
         predict = lambda rows: model.predict(None, rows)  # noqa: E731
-        result.metrics = score(
-            predict, holdout.select([*known, config.data.label]), config.data.label, config.training.task
-        )
+        prediction, labels = predictions(predict, holdout, config.data.label, known)
+        result.metrics = compute_metrics(config.training.task, labels, prediction)
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
@@ -113,21 +137,22 @@ def score_champion(client: Any, config: PipelineConfig, holdout: pa.Table) -> Ch
 def evaluate_final(
     model: torch.nn.Module,
     transform: FittedTransform,
-    holdout: pa.Table,
+    holdout: HoldoutRows,
     config: PipelineConfig,
     tracker: Tracker,
     step: int,
 ) -> dict[str, Any]:
     """Score candidate and champion, record both on the candidate's run; returns the summary."""
     model.eval()
-    candidate = score(candidate_predictor(model, transform), holdout, config.data.label, config.training.task)
+    prediction, labels = predictions(candidate_predictor(model, transform), holdout, config.data.label)
+    candidate = compute_metrics(config.training.task, labels, prediction)
     champion = score_champion(tracker.client, config, holdout)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
     tracker.log_metrics(metrics, step, flush=True)
     tracker.set_tags(champion.tags())
     summary = {
-        "holdout_rows": holdout.num_rows,
+        "holdout_rows": len(labels),
         "candidate": candidate,
         "champion": champion.metrics,
         "champion_version": champion.version,

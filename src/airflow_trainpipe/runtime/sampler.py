@@ -1,14 +1,12 @@
-"""A deterministic, resumable sampler whose order does not depend on the world size.
+"""Positions in the epoch's stream of training rows, resumable, the same on every world size.
 
-Each epoch is one seeded permutation of the training rows. A global batch is the next
-`global_batch` indices of it, split into micro-batches and then across ranks. The only state is
-(epoch, consumed), counted in samples, so a checkpoint taken on 2 ranks resumes on 1 or 3 with
-the very same global batches, and a same-size resume is bit-exact.
+A global batch is the next `global_batch` positions of the epoch's stream (runtime.stream),
+split into micro-batches and then across ranks. The only state is (epoch, consumed), counted in
+samples, so a checkpoint taken on 2 ranks resumes on 1 or 3 with the very same global batches,
+and a same-size resume is bit-exact.
 """
 
 from __future__ import annotations
-
-import torch
 
 from airflow_trainpipe.exceptions import TrainingJobError
 
@@ -30,7 +28,6 @@ class ResumableSampler:
         self.world_size, self.rank, self.seed = world_size, rank, seed
         self.micro_batch = global_batch // accumulation // world_size
         self.epoch, self.consumed = 0, 0
-        self._permutation: torch.Tensor | None = None
 
     @property
     def steps_per_epoch(self) -> int:
@@ -44,21 +41,19 @@ class ResumableSampler:
         return self.step_in_epoch >= self.steps_per_epoch
 
     def next_epoch(self) -> None:
-        self.epoch, self.consumed, self._permutation = self.epoch + 1, 0, None
+        self.epoch, self.consumed = self.epoch + 1, 0
 
-    def step_batches(self) -> list[torch.Tensor]:
-        """This rank's micro-batches (index tensors) for the next optimizer step."""
-        if self._permutation is None:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            self._permutation = torch.randperm(self.num_rows, generator=generator)
+    def step_positions(self) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+        """The next optimizer step: its global batch's stream positions [start, stop), and this
+        rank's micro-batches within it."""
         start = self.consumed
         micro_global = self.global_batch // self.accumulation
-        batches = []
+        ranges = []
         for k in range(self.accumulation):
             offset = start + k * micro_global + self.rank * self.micro_batch
-            batches.append(self._permutation[offset : offset + self.micro_batch])
+            ranges.append((offset, offset + self.micro_batch))
         self.consumed += self.global_batch
-        return batches
+        return (start, start + self.global_batch), ranges
 
     def state_dict(self) -> dict[str, int]:
         return {
@@ -73,4 +68,4 @@ class ResumableSampler:
             raise TrainingJobError(
                 f"checkpoint sampler {state} does not match global batch {self.global_batch}, seed {self.seed}"
             )
-        self.epoch, self.consumed, self._permutation = state["epoch"], state["consumed"], None
+        self.epoch, self.consumed = state["epoch"], state["consumed"]

@@ -19,26 +19,27 @@ import torch.distributed as dist
 from airflow_trainpipe.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager
-from airflow_trainpipe.runtime.data import Dataset
 from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.runtime.sampler import ResumableSampler
+from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker
 
 
 class StepRunner:
     """Forward, backward and optimizer step of one global batch, this rank's share of it."""
 
-    def __init__(self, engine: Any, data: Dataset, task: str, device: torch.device, dtype: torch.dtype):
-        self.engine, self.device, self.dtype = engine, device, dtype
-        self.train_x, self.train_y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
+    def __init__(self, engine: Any, stream: BlockStream, task: str, device: torch.device, dtype: torch.dtype):
+        self.engine, self.stream, self.device, self.dtype = engine, stream, device, dtype
         self.loss_fn = torch.nn.BCEWithLogitsLoss() if task == "binary_classification" else torch.nn.MSELoss()
 
     def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> float:
         """Optimizer step number `step`; returns this rank's mean micro-batch loss."""
         t0 = time.perf_counter()
+        epoch = sampler.epoch
+        global_range, ranges = sampler.step_positions()
         inputs = [
-            (self.train_x[i].to(self.device, self.dtype), self.train_y[i].to(self.device))
-            for i in sampler.step_batches()
+            (torch.from_numpy(x).to(self.device, self.dtype), torch.from_numpy(y).to(self.device))
+            for x, y in self.stream.take(epoch, global_range, ranges)
         ]
         timing.data_wait_s += time.perf_counter() - t0
         loss_sum = 0.0

@@ -29,8 +29,9 @@ from airflow_trainpipe.events import emit
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.payloads import TrainResult
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
+from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager, CompleteCheckpoint
-from airflow_trainpipe.runtime.data import Dataset, load_dataset
+from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     build_engine,
     compute_dtype,
@@ -44,12 +45,14 @@ from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
 from airflow_trainpipe.runtime.evaluation import evaluate_final
 from airflow_trainpipe.runtime.extensions import clear_stale_build_locks
 from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.models import build_model
+from airflow_trainpipe.runtime.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.safe_load import enforce_weights_only
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed_everything
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
+from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker, flatten
 from airflow_trainpipe.storage import filesystem, join
 from airflow_trainpipe.train_spec import TrainSpec
@@ -73,6 +76,8 @@ class Trainer:
         self.device = torch.device("cuda", self.local_rank) if self.on_gpu else torch.device("cpu")
         if self.on_gpu:
             torch.cuda.set_device(self.device)
+        # The data collectives move host arrays: gloo, beside the training group when that is nccl.
+        self.data_group = dist.new_group(backend="gloo") if self.on_gpu else None
         self.task = self.training.task
         self.gate_metric = self.config.gate.metric
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
@@ -91,8 +96,13 @@ class Trainer:
     def run(self) -> TrainResult | None:
         """Train to the end; rank 0 returns the result, the other ranks None."""
         seed_everything(self.hp.seed)
-        data = load_dataset(
-            self.spec.data_files, self.config.data, self.config.features, self.task, self.spec.manifest
+        prepared = self._prepare()
+        self.prepared = prepared
+        self.reader = BlockReader(
+            self.spec.data_files, prepared.identities, self.config.data, data_columns(self.config.data)
+        )
+        self.holdout = ShardedHoldout(
+            prepared, self.reader, self.task, self.rank, self.world_size, self.data_group
         )
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = (
@@ -107,9 +117,9 @@ class Trainer:
             self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu
         )
         self.dtype = compute_dtype(self.ds_config)
-        self.engine = build_engine(self._build_model(data), self.spec, self.ds_config)
+        self.engine = build_engine(self._build_model(), self.spec, self.ds_config)
         sampler = ResumableSampler(
-            len(data.train_y),
+            prepared.train_rows,
             global_batch,
             self.hp.gradient_accumulation_steps,
             self.world_size,
@@ -118,7 +128,7 @@ class Trainer:
         )
         high_water = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
-        tracker = self._start_tracking(data, global_batch, resumed_from) if self.rank == 0 else None
+        tracker = self._start_tracking(global_batch, resumed_from) if self.rank == 0 else None
         total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
             emit(
@@ -128,13 +138,15 @@ class Trainer:
                 steps_recomputed=recomputed,
                 world_size=self.world_size,
                 global_batch=global_batch,
-                train_rows=len(data.train_y),
-                holdout_rows=len(data.holdout_y),
+                train_rows=prepared.train_rows,
+                holdout_rows=prepared.holdout_rows,
+                blocks=len(prepared.blocks),
+                fit_s=round(prepared.fit_seconds, 3),
                 mlflow_run_id=tracker.run_id if tracker else None,
             )
         try:
-            state = self._loop(data, sampler, state, total_steps, tracker, high_water)
-            return self._finish(data, state, tracker, resumed_from, recomputed)
+            state = self._loop(sampler, state, total_steps, tracker, high_water)
+            return self._finish(state, tracker, resumed_from, recomputed)
         except BaseException:
             if tracker:
                 tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
@@ -185,7 +197,7 @@ class Trainer:
             )
         return state, state["step"], recomputed
 
-    def _start_tracking(self, data: Dataset, global_batch: int, resumed_from: int) -> Tracker:
+    def _start_tracking(self, global_batch: int, resumed_from: int) -> Tracker:
         """Rank 0's MLflow run: params (the effective hyperparameters), lineage tags, the data input."""
         tags = {
             "trainpipe.pipeline": self.config.pipeline,
@@ -219,7 +231,7 @@ class Trainer:
                 "trainpipe.resumed_from_step": str(resumed_from),
                 "trainpipe.config_hash": self.config.content_hash,
                 "trainpipe.code_version": __version__,
-                "trainpipe.transform_hash": data.transform.hash,
+                "trainpipe.transform_hash": self.prepared.transform.hash,
                 "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
             }
         )
@@ -228,11 +240,37 @@ class Trainer:
         )
         return tracker
 
-    def _build_model(self, data: Dataset) -> torch.nn.Module:
+    def _prepare(self) -> PreparedData:
+        """Collective: rank 0 fits once for the run (or reuses the fit of an earlier attempt), and
+        every rank gets that very result, or the error that stopped it."""
+        box: list[Any] = [None]
+        if self.rank == 0:
+            try:
+                box = [
+                    prepare(
+                        self.spec.data_files,
+                        self.config.data,
+                        self.config.features,
+                        self.task,
+                        self.spec.manifest,
+                        self.run_dir,
+                    ).to_json()
+                ]
+            except TrainpipeError as exc:
+                box = [exc]
+                dist.broadcast_object_list(box, src=0, group=self.data_group)
+                raise
+        dist.broadcast_object_list(box, src=0, group=self.data_group)
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return PreparedData.from_json(box[0])
+
+    def _build_model(self) -> torch.nn.Module:
+        transform = self.prepared.transform
         return build_model(
             self.training.model,
-            num_numeric=data.transform.num_dense,
-            cardinalities=data.transform.cardinalities,
+            num_numeric=transform.num_dense,
+            cardinalities=transform.cardinalities,
             task=self.task,
             **self.hp.model_args,
         )
@@ -246,14 +284,17 @@ class Trainer:
 
     def _loop(
         self,
-        data: Dataset,
         sampler: ResumableSampler,
         state: dict[str, Any],
         total_steps: int,
         tracker: Tracker | None,
         high_water: StepHighWater,
     ) -> dict[str, Any]:
-        steps = StepRunner(self.engine, data, self.task, self.device, self.dtype)
+        stream = BlockStream(
+            self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
+            self.rank, self.world_size, self.data_group,
+        )  # fmt: skip
+        steps = StepRunner(self.engine, stream, self.task, self.device, self.dtype)
         sync = PeriodicSync(
             SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
             self.checkpoints,
@@ -262,7 +303,7 @@ class Trainer:
         )
         epoch_end = EpochEnd(
             EpochEndConfig(self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience),
-            lambda: self._evaluate(data),
+            self._evaluate,
             tracker,
         )
         step, stop, train_loss = state["step"], False, state.get("final_train_loss")
@@ -345,15 +386,13 @@ class Trainer:
         dist.all_gather_object(rng, rng_state())
         return {"trainpipe": {**state, "step": step, "sampler": sampler.state_dict(), "rng": rng}}
 
-    def _evaluate(self, data: Dataset) -> dict[str, float]:
-        prediction = data.transform.predictions(predict(self.engine, data.holdout_x, self.device, self.dtype))
-        return compute_metrics(self.task, data.transform.label_values(data.holdout_y), prediction)
+    def _evaluate(self) -> dict[str, float]:
+        return self.holdout.evaluate(self.engine, self.device, self.dtype)
 
     # -- end ----------------------------------------------------------------------------------
 
     def _finish(
         self,
-        data: Dataset,
         state: dict[str, Any],
         tracker: Tracker | None,
         resumed_from: int,
@@ -365,58 +404,75 @@ class Trainer:
             if state["history"] and state["history"][-1]["step"] == state["step"]
             else None
         )
-        metrics = last or {"step": state["step"], **self._evaluate(data)}
+        metrics = last or {"step": state["step"], **self._evaluate()}
         # The job's own predictions on the first holdout rows, computed by the training engine on
         # every rank (ZeRO-3 gathers inside forward): what the logged model must reproduce from
         # the same raw rows.
-        sample = data.transform.predictions(
-            predict(self.engine, data.holdout_x[:PREDICTION_SAMPLE], self.device, self.dtype)
+        transform = self.prepared.transform
+        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
+        sample = transform.predictions(
+            predict(self.engine, transform.features(first_rows), self.device, self.dtype)
         )
         weights = full_state_dict(self.engine, self.training.deepspeed.zero_stage)
+        peak_rss = self._gather_peak_rss()
         if tracker is None:
             return None
-        model = self._build_model(data)
+        model = self._build_model()
         model.load_state_dict(weights)
         model.eval()
         holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
         hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.on_gpu else "cpu"
-        tracker.log_metrics(
-            {**{f"holdout_{k}": v for k, v in holdout.items()}, f"{device}_hours": hours},
-            state["step"],
-            flush=True,
-        )
-        tracker.log_dict(data.transform.document, "transform.json")
-        tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
-        result = TrainResult.model_validate(
-            {
-                "final_step": state["step"],
-                "final_train_loss": state.get("final_train_loss"),
-                "holdout_metrics": holdout,
-                "weights_sha256": weights_sha256(weights),
-                "resumed_from_step": resumed_from,
-                "steps_recomputed": recomputed,
-                "epochs_completed": len(state["history"]),
-                "stopped_early": state.get("stopped_early", False),
-                "world_size": self.world_size,
-                f"compute_hours_{device}": hours,
-                "timing": state["timing"],
-                "mlflow_run_id": tracker.run_id,
-                "mlflow_experiment_id": tracker.experiment_id,
-                "transform_hash": data.transform.hash,
-                # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
-                "evaluation": evaluate_final(
-                    model, data.transform, data.holdout_table, self.config, tracker, state["step"]
-                ),
-                "model_uri": tracker.log_model(
-                    model,
-                    data.transform,
-                    data.holdout_table.select(data.transform.input_names).slice(0, 5).to_pandas(),
-                ),
-            }
-        )
+        self._log_final(tracker, {**holdout, f"{device}_hours": hours}, state["step"], sample)
+        fields: dict[str, Any] = {
+            "final_step": state["step"],
+            "final_train_loss": state.get("final_train_loss"),
+            "holdout_metrics": holdout,
+            "weights_sha256": weights_sha256(weights),
+            "resumed_from_step": resumed_from,
+            "steps_recomputed": recomputed,
+            "epochs_completed": len(state["history"]),
+            "stopped_early": state.get("stopped_early", False),
+            "world_size": self.world_size,
+            f"compute_hours_{device}": hours,
+            "peak_rss_mib": peak_rss,
+            "timing": state["timing"],
+            "mlflow_run_id": tracker.run_id,
+            "mlflow_experiment_id": tracker.experiment_id,
+            "transform_hash": transform.hash,
+            # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
+            "evaluation": evaluate_final(
+                model,
+                transform,
+                lambda: holdout_tables(self.prepared, self.reader),
+                self.config,
+                tracker,
+                state["step"],
+            ),
+            "model_uri": tracker.log_model(
+                model,
+                transform,
+                first_rows.select(transform.input_names).slice(0, 5).to_pandas(),
+            ),
+        }
+        fields["peak_rss_mib"][0] = _peak_rss_mib()  # after the final evaluation: the others only wait
+        result = TrainResult.model_validate(fields)
         self._publish(result, tracker)
         return result
+
+    def _log_final(self, tracker: Tracker, metrics: dict[str, float], step: int, sample: Any) -> None:
+        """The final holdout metrics and hours, the fitted transform, the job's own predictions."""
+        tracker.log_metrics(
+            {k if k.endswith("_hours") else f"holdout_{k}": v for k, v in metrics.items()}, step, flush=True
+        )
+        tracker.log_dict(self.prepared.transform.document, "transform.json")
+        tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
+
+    def _gather_peak_rss(self) -> list[float]:
+        """Collective: every rank's peak resident memory so far."""
+        peak_rss: list[Any] = [None] * self.world_size
+        dist.all_gather_object(peak_rss, _peak_rss_mib(), group=self.data_group)
+        return peak_rss
 
     def _publish(self, result: TrainResult, tracker: Tracker) -> None:
         """The result on the MLflow run, as result.json in the run directory, and as the `result` event."""
@@ -427,6 +483,12 @@ class Trainer:
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         fs.pipe_file(path, json.dumps(payload, indent=1, sort_keys=True).encode())
         emit("result", **payload)
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
 def _die_with_parent() -> None:

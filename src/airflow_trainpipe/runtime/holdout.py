@@ -1,0 +1,98 @@
+"""The holdout, scored in shares: each rank predicts the holdout rows of every W-th block.
+
+Rank 0 gathers the predictions with their labels, puts them back in block order and computes
+the metrics on all of them (exact, not an average of per-rank metrics), then hands the metrics to
+every rank (early stopping decides on them everywhere alike). The holdout is read again at each
+evaluation rather than held: memory is a block and the gathered predictions, not the holdout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.distributed as dist
+
+from airflow_trainpipe.runtime.blocks import BlockReader
+from airflow_trainpipe.runtime.engine import PREDICT_BATCH, predict
+from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.prepare import PreparedData
+
+
+def holdout_tables(prepared: PreparedData, reader: BlockReader) -> Iterator[pa.Table]:
+    """Every holdout row in block order, one block at a time."""
+    for block in prepared.blocks:
+        if block.holdout_rows:
+            yield reader.parts(block)[1]
+
+
+def first_holdout_rows(prepared: PreparedData, reader: BlockReader, rows: int) -> pa.Table:
+    """The first `rows` holdout rows in block order (the logged predictions and input example)."""
+    tables, total = [], 0
+    for table in holdout_tables(prepared, reader):
+        tables.append(table)
+        total += table.num_rows
+        if total >= rows:
+            break
+    return pa.concat_tables(tables, promote_options="permissive").slice(0, rows)
+
+
+class ShardedHoldout:
+    def __init__(
+        self,
+        prepared: PreparedData,
+        reader: BlockReader,
+        task: str,
+        rank: int = 0,
+        world_size: int = 1,
+        group: Any = None,
+    ):
+        self.transform, self.reader, self.task = prepared.transform, reader, task
+        self.rank, self.world_size, self.group = rank, world_size, group
+        blocks = [b for b in prepared.blocks if b.holdout_rows]
+        self.mine = blocks[rank::world_size]
+        # ZeRO-3 gathers parameters inside forward: every rank must run as many forwards as the
+        # busiest one, so the others pad with one-row forwards whose outputs are dropped.
+        self.forwards = max(
+            sum(-(-b.holdout_rows // PREDICT_BATCH) for b in blocks[r::world_size]) for r in range(world_size)
+        )
+        self.width = prepared.transform.num_dense + len(prepared.transform.cardinalities)
+
+    def evaluate(self, engine: Any, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
+        """Collective: the holdout metrics, the same on every rank."""
+        outputs, labels, forwards = [], [], 0
+        for block in self.mine:
+            _, held = self.reader.parts(block)
+            outputs.append(predict(engine, self.transform.features(held), device, dtype))
+            labels.append(self.transform.labels(held))
+            forwards += -(-held.num_rows // PREDICT_BATCH)
+        for _ in range(self.forwards - forwards):
+            predict(engine, np.zeros((1, self.width), np.float32), device, dtype)
+        return self._metrics(outputs, labels)
+
+    def _metrics(self, outputs: list[np.ndarray], labels: list[np.ndarray]) -> dict[str, float]:
+        parts: list[Any] = [None] * self.world_size if self.rank == 0 else []
+        mine = (outputs, labels)
+        if self.world_size == 1:
+            parts = [mine]
+        else:
+            dist.gather_object(mine, parts if self.rank == 0 else None, dst=0, group=self.group)
+        box: list[Any] = [None]
+        if self.rank == 0:
+            # Block i of the holdout blocks is rank i % W's (i // W)-th: back into block order.
+            count = sum(len(p[0]) for p in parts)
+            ordered = [parts[i % self.world_size] for i in range(count)]
+            positions = [i // self.world_size for i in range(count)]
+            output = np.concatenate([o[0][p] for o, p in zip(ordered, positions, strict=True)])
+            target = np.concatenate([o[1][p] for o, p in zip(ordered, positions, strict=True)])
+            box = [
+                compute_metrics(
+                    self.task, self.transform.label_values(target), self.transform.predictions(output)
+                )
+            ]
+        if self.world_size > 1:
+            dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]

@@ -1,0 +1,166 @@
+"""The fit stage: once per run, one pass over the snapshot before any rank trains.
+
+It checks every file's bytes against the validated manifest, splits off the holdout, fits the
+transforms on the training rows, and records the block index (every block's place and its
+training and holdout row counts) that the ranks stream by. Rank 0 runs it and hands the result to
+the others, so the transform cannot depend on the world size; the result is written to the run
+directory, so a retry (on any world size, on another node) reuses it instead of fitting again,
+as long as the data, the config sections it depends on and every file's identity are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.features import FeaturesSection
+from airflow_trainpipe.runtime.blocks import Block, BlockReader, file_identity, scan_blocks
+from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, check_label, data_columns
+from airflow_trainpipe.runtime.fitting import TransformFitter
+from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
+from airflow_trainpipe.snapshot import Manifest
+from airflow_trainpipe.storage import filesystem, join
+
+log = logging.getLogger(__name__)
+
+PREPARED_FILE = "prepared.json"
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    key: str
+    """What the fit depended on (files, data digest, config sections, transform format)."""
+
+    transform: FittedTransform
+    blocks: list[Block]
+    identities: list[str]
+    """Each data file's size and modification stamp when the fit read it."""
+
+    fit_seconds: float
+
+    @property
+    def train_rows(self) -> int:
+        return sum(b.train_rows for b in self.blocks)
+
+    @property
+    def holdout_rows(self) -> int:
+        return sum(b.holdout_rows for b in self.blocks)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "key": self.key,
+                "transform": json.loads(self.transform.to_json()),
+                "blocks": [b.to_list() for b in self.blocks],
+                "identities": self.identities,
+                "fit_seconds": self.fit_seconds,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> PreparedData:
+        doc = json.loads(text)
+        return cls(
+            key=doc["key"],
+            transform=FittedTransform.from_json(json.dumps(doc["transform"])),
+            blocks=[Block.from_list(b) for b in doc["blocks"]],
+            identities=doc["identities"],
+            fit_seconds=doc["fit_seconds"],
+        )
+
+
+def prepared_key(
+    files: list[str], data: DataSection, features: FeaturesSection, task: str, manifest: Manifest | None
+) -> str:
+    document: dict[str, Any] = {
+        "files": files,
+        "digest": manifest.digest if manifest is not None else None,
+        "data": data.model_dump(mode="json", by_alias=True),
+        "features": features.model_dump(mode="json", by_alias=True),
+        "task": task,
+        "transform_format": FORMAT,
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def fit(
+    files: list[str],
+    data: DataSection,
+    features: FeaturesSection,
+    task: str,
+    manifest: Manifest | None = None,
+) -> PreparedData:
+    """Fit on the training rows only: each block's holdout rows are dropped before fitting."""
+    started = time.perf_counter()
+    columns = data_columns(data)
+    # Stamped before the bytes are read: a file replaced during the scan fails the later block reads.
+    identities = [file_identity(uri, data.format) for uri in files]
+    fitter, split = TransformFitter(data, features, task), HoldoutSplit(data)
+    blocks: list[Block] = []
+    position = 0
+    for file_index, group, table in scan_blocks(files, data.format, columns, manifest):
+        check_label(table, data.label)
+        mask = split.mask_at(table, position)
+        train = table.filter(pa.array(~mask))
+        fitter.update(train)
+        blocks.append(Block(file_index, group, position, train.num_rows, table.num_rows - train.num_rows))
+        position += table.num_rows
+    if fitter.needs_second_pass:
+        fitter.start_second_pass()
+        reader = BlockReader(files, identities, data, columns)
+        for block in blocks:
+            fitter.update_clipped(reader.parts(block)[0])
+    train_rows = sum(b.train_rows for b in blocks)
+    holdout_rows = sum(b.holdout_rows for b in blocks)
+    if train_rows == 0 or holdout_rows == 0:
+        raise DataError(f"holdout split left {train_rows} training and {holdout_rows} holdout rows")
+    return PreparedData(
+        key=prepared_key(files, data, features, task, manifest),
+        transform=fitter.result(),
+        blocks=blocks,
+        identities=identities,
+        fit_seconds=time.perf_counter() - started,
+    )
+
+
+def prepare(
+    files: list[str],
+    data: DataSection,
+    features: FeaturesSection,
+    task: str,
+    manifest: Manifest | None,
+    run_dir: str,
+) -> PreparedData:
+    """The run's fit: the one an earlier attempt saved when it still holds, else a new one (saved)."""
+    fs, path = filesystem(join(run_dir, PREPARED_FILE))
+    key = prepared_key(files, data, features, task, manifest)
+    if fs.exists(path):
+        try:
+            saved = PreparedData.from_json(fs.cat_file(path).decode())
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable %s: %s", path, exc)
+        else:
+            if saved.key == key and saved.identities == [file_identity(uri, data.format) for uri in files]:
+                log.info("reusing the fit of an earlier attempt (%s)", path)
+                return saved
+            log.warning("refitting: %s was fitted on other data or config", path)
+    prepared = fit(files, data, features, task, manifest)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    # Written whole to a temporary name, then renamed: an attempt killed mid-write leaves no
+    # half file for the next one to trust (object stores publish a PUT whole anyway).
+    fs.pipe_file(f"{path}.tmp", prepared.to_json().encode())
+    fs.mv(f"{path}.tmp", path)
+    log.info(
+        "fitted the transforms on %d training rows in %d blocks in %.1f s",
+        prepared.train_rows,
+        len(prepared.blocks),
+        prepared.fit_seconds,
+    )
+    return prepared

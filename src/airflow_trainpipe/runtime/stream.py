@@ -1,0 +1,144 @@
+"""The training rows of an epoch as one stream, the same on every world size, read in shares.
+
+Order. Each epoch visits the blocks (Parquet row groups) in a seeded permutation and cuts that
+sequence into chunks of consecutive blocks holding at least `buffer_rows` training rows; each
+chunk's rows are permuted in full with a seed of (seed, epoch, chunk). The stream is the chunks
+one after another, so its order depends on the data, the seed and the buffer only: global batch
+k is stream positions [k*G, (k+1)*G) on 1, 2 or 3 ranks alike, and the sampler's (epoch,
+consumed) is the whole resume state. A snapshot smaller than the buffer is one chunk: a full
+permutation, as before streaming existed.
+
+Reading. Each rank reads and encodes every W-th block of a chunk (its share), and one all-gather
+over a gloo group assembles the encoded chunk on every rank, so the I/O and decoding are divided
+by the world size while each rank still takes its micro-batches at its positions of every global
+batch. Memory holds at most the two chunks a global batch can straddle, whatever the snapshot's
+size.
+
+Statistical quality vs a full permutation: a batch draws its rows from the blocks of one or two
+chunks, not from the whole snapshot. With blocks that are random samples of the data that is
+the same thing; with data sorted within its files (by time, by user), rows of one batch are
+correlated the way one buffer's blocks are, which a larger `data.shuffle_buffer_rows` dilutes.
+Each row is still seen exactly once per epoch, and the chunk composition changes every epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from airflow_trainpipe.runtime.blocks import Block, BlockReader
+from airflow_trainpipe.runtime.prepare import PreparedData
+
+_ORDER_STREAM = 0x0B10C5  # separates the block-order draws from the per-chunk permutations
+
+
+class Chunk:
+    __slots__ = ("end", "start", "x", "y")
+
+    def __init__(self, start: int, x: np.ndarray, y: np.ndarray):
+        self.start, self.end, self.x, self.y = start, start + len(y), x, y
+
+
+class BlockStream:
+    def __init__(
+        self,
+        prepared: PreparedData,
+        reader: BlockReader,
+        seed: int,
+        buffer_rows: int,
+        rank: int = 0,
+        world_size: int = 1,
+        group: Any = None,
+    ):
+        self.transform, self.reader = prepared.transform, reader
+        self.blocks = [b for b in prepared.blocks if b.train_rows]
+        self.seed, self.buffer_rows = seed, buffer_rows
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.width = prepared.transform.num_dense + len(prepared.transform.cardinalities)
+        self.epoch: int | None = None
+        self.chunks: list[list[Block]] = []
+        self.ends = np.zeros(0, np.int64)
+        self.loaded: dict[int, Chunk] = {}
+        self.rows_read = 0  # training rows this rank read and encoded itself
+
+    def start_epoch(self, epoch: int) -> None:
+        order = np.random.default_rng([self.seed, epoch, _ORDER_STREAM]).permutation(len(self.blocks))
+        self.chunks, current, rows = [], [], 0
+        for index in order:
+            current.append(self.blocks[index])
+            rows += self.blocks[index].train_rows
+            if rows >= self.buffer_rows:
+                self.chunks.append(current)
+                current, rows = [], 0
+        if current:
+            self.chunks.append(current)
+        self.ends = np.cumsum([sum(b.train_rows for b in chunk) for chunk in self.chunks])
+        self.epoch, self.loaded = epoch, {}
+
+    def take(
+        self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Collective: the rows at this rank's `ranges` of the global batch at `global_range`."""
+        if epoch != self.epoch:
+            self.start_epoch(epoch)
+        first, last = global_range
+        needed = range(self._chunk_of(first), self._chunk_of(last - 1) + 1)
+        self.loaded = {c: chunk for c, chunk in self.loaded.items() if c in needed}
+        for c in needed:  # every rank loads the same chunks in the same order: they are collectives
+            if c not in self.loaded:
+                self.loaded[c] = self._load(c)
+        return [self._rows(start, stop) for start, stop in ranges]
+
+    def _chunk_of(self, position: int) -> int:
+        return int(np.searchsorted(self.ends, position, side="right"))
+
+    def _rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        xs, ys = [], []
+        for chunk in sorted(self.loaded.values(), key=lambda c: c.start):
+            lo, hi = max(start, chunk.start), min(stop, chunk.end)
+            if lo < hi:
+                xs.append(chunk.x[lo - chunk.start : hi - chunk.start])
+                ys.append(chunk.y[lo - chunk.start : hi - chunk.start])
+        return (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
+
+    def _load(self, c: int) -> Chunk:
+        blocks = self.chunks[c]
+        mine = [self._encode(block) for block in blocks[self.rank :: self.world_size]]
+        parts = self._gather(mine, blocks)
+        # parts[r] holds rank r's blocks in order: block i of the chunk is rank i % W's (i // W)-th.
+        ordered = [parts[i % self.world_size][i // self.world_size] for i in range(len(blocks))]
+        rows = np.concatenate(ordered) if ordered else np.zeros((0, self.width + 1), np.float32)
+        permutation = np.random.default_rng([self.seed, self.epoch or 0, c]).permutation(len(rows))
+        rows = rows[permutation]
+        start = int(self.ends[c - 1]) if c else 0
+        return Chunk(start, np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, -1]))
+
+    def _encode(self, block: Block) -> np.ndarray:
+        train, _ = self.reader.parts(block)
+        self.rows_read += train.num_rows
+        rows = np.empty((train.num_rows, self.width + 1), np.float32)
+        rows[:, :-1] = self.transform.features(train)
+        rows[:, -1] = self.transform.labels(train)
+        return rows
+
+    def _gather(self, mine: list[np.ndarray], blocks: list[Block]) -> list[list[np.ndarray]]:
+        """Every rank's encoded blocks; sizes come from the block index, so one all-gather suffices."""
+        if self.world_size == 1:
+            return [mine]
+        sizes = [[b.train_rows for b in blocks[r :: self.world_size]] for r in range(self.world_size)]
+        longest = max(sum(s) for s in sizes)
+        local = torch.zeros((longest, self.width + 1), dtype=torch.float32)
+        if mine:
+            joined = torch.from_numpy(np.concatenate(mine))
+            local[: len(joined)] = joined
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(gathered, local, group=self.group)
+        parts = []
+        for r, tensor in enumerate(gathered):
+            bounds = np.cumsum([0, *sizes[r]])
+            array = tensor.numpy()
+            parts.append([array[bounds[i] : bounds[i + 1]] for i in range(len(sizes[r]))])
+        return parts

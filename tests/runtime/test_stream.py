@@ -1,0 +1,166 @@
+"""The epoch's stream of training rows: every row once per epoch, the same global batches on 1, 2
+and 3 real gloo ranks, each rank reading only its share of the blocks, memory bounded by chunks."""
+
+from __future__ import annotations
+
+import multiprocessing
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.runtime.blocks import BlockReader
+from airflow_trainpipe.runtime.data import data_columns
+from airflow_trainpipe.runtime.prepare import PreparedData, fit
+from airflow_trainpipe.runtime.sampler import ResumableSampler
+from airflow_trainpipe.runtime.stream import BlockStream
+from airflow_trainpipe.synthetic import transactions
+from tests.conftest import EXAMPLE_CONFIGS
+
+CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")
+GLOBAL_BATCH, ACCUMULATION, BUFFER, SEED = 48, 2, 200, 11
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], PreparedData]:
+    """1500 rows in two files of 100-row row groups: 15 blocks, chunks of three blocks."""
+    root = tmp_path_factory.mktemp("stream")
+    table = transactions(date(2026, 1, 1), 1500, seed=4)
+    files = []
+    for part, (start, rows) in enumerate([(0, 800), (800, 700)]):
+        pq.write_table(table.slice(start, rows), root / f"part-{part}.parquet", row_group_size=100)
+        files.append((root / f"part-{part}.parquet").as_uri())
+    return files, fit(files, CONFIG.data, CONFIG.features, "binary_classification")
+
+
+def _stream(files: list[str], prepared: PreparedData, rank: int = 0, world_size: int = 1) -> BlockStream:
+    reader = BlockReader(files, prepared.identities, CONFIG.data, data_columns(CONFIG.data))
+    return BlockStream(prepared, reader, SEED, BUFFER, rank, world_size)
+
+
+def _steps(
+    stream: BlockStream, rank: int, world_size: int, epochs: int = 2, state: dict[str, int] | None = None
+) -> list[np.ndarray]:
+    """This rank's rows of every step, micro-batches concatenated, x and y side by side."""
+    sampler = ResumableSampler(
+        sum(b.train_rows for b in stream.blocks),
+        GLOBAL_BATCH,
+        ACCUMULATION,
+        world_size,
+        rank,
+        SEED,
+    )
+    if state:
+        sampler.load_state_dict(state)
+    rows = []
+    while sampler.epoch < epochs:
+        while not sampler.epoch_done():
+            epoch = sampler.epoch
+            batches = stream.take(epoch, *sampler.step_positions())
+            assert len(stream.loaded) <= 2
+            rows.append(np.concatenate([np.column_stack([x, y]) for x, y in batches]))
+        sampler.next_epoch()
+    return rows
+
+
+def test_each_epoch_takes_every_training_row_once_in_a_new_order(
+    snapshot: tuple[list[str], PreparedData],
+) -> None:
+    files, prepared = snapshot
+    stream = _stream(files, prepared)
+    assert len(stream.blocks) == 15
+    stream.start_epoch(0)
+    assert [len(chunk) for chunk in stream.chunks] == [3, 3, 3, 3, 3]
+    steps = _steps(stream, 0, 1)
+    per_epoch = prepared.train_rows // GLOBAL_BATCH
+    epochs = [np.concatenate(steps[:per_epoch]), np.concatenate(steps[per_epoch:])]
+    reader = stream.reader
+    everything = np.concatenate(
+        [
+            np.column_stack([prepared.transform.features(t), prepared.transform.labels(t)])
+            for t in (reader.parts(b)[0] for b in prepared.blocks)
+        ]
+    )
+    for rows in epochs:
+        assert len(rows) == per_epoch * GLOBAL_BATCH
+        # No row twice: the dropped tail is the only difference from all training rows.
+        assert (
+            len(np.unique(rows, axis=0))
+            == len(rows)
+            == len(np.unique(everything, axis=0)) - (prepared.train_rows % GLOBAL_BATCH)
+        )
+        assert set(map(bytes, rows)) <= set(map(bytes, everything))
+    assert not np.array_equal(epochs[0][:GLOBAL_BATCH], epochs[1][:GLOBAL_BATCH])
+
+
+def test_a_resumed_stream_continues_with_the_same_rows(snapshot: tuple[list[str], PreparedData]) -> None:
+    files, prepared = snapshot
+    straight = _steps(_stream(files, prepared), 0, 1)
+    per_epoch = prepared.train_rows // GLOBAL_BATCH
+    state = {"epoch": 0, "consumed": 7 * GLOBAL_BATCH, "global_batch": GLOBAL_BATCH, "seed": SEED}
+    resumed = _steps(_stream(files, prepared), 0, 1, state=state)
+    assert len(resumed) == 2 * per_epoch - 7
+    assert all(np.array_equal(a, b) for a, b in zip(resumed, straight[7:], strict=True))
+
+
+def _rank_worker(
+    store: str, rank: int, world_size: int, prepared_file: str, files: list[str], out: str
+) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    prepared = PreparedData.from_json(Path(prepared_file).read_text())
+    stream = _stream(files, prepared, rank, world_size)
+    steps = _steps(stream, rank, world_size)
+    np.savez(out, *steps, rows_read=np.array(stream.rows_read))
+    dist.destroy_process_group()
+
+
+def _run_ranks(tmp_path: Path, files: list[str], prepared: PreparedData, world_size: int) -> list[dict]:
+    (tmp_path / "prepared.json").write_text(prepared.to_json())
+    context = multiprocessing.get_context("spawn")
+    outs = [tmp_path / f"rank{r}.npz" for r in range(world_size)]
+    workers = [
+        context.Process(
+            target=_rank_worker,
+            args=(
+                str(tmp_path / "store"),
+                r,
+                world_size,
+                str(tmp_path / "prepared.json"),
+                files,
+                str(outs[r]),
+            ),
+        )
+        for r in range(world_size)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    return [dict(np.load(out)) for out in outs]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_read_their_share_and_assemble_the_one_rank_batches(
+    snapshot: tuple[list[str], PreparedData], tmp_path: Path, world_size: int
+) -> None:
+    files, prepared = snapshot
+    alone = _stream(files, prepared)
+    expected = _steps(alone, 0, 1)
+    ranks = _run_ranks(tmp_path, files, prepared, world_size)
+    micro = GLOBAL_BATCH // ACCUMULATION // world_size
+    for step, rows in enumerate(expected):
+        # Micro-batch k of the global batch is rank 0's k-th, then rank 1's, ...
+        parts = [ranks[r][f"arr_{step}"] for r in range(world_size)]
+        assembled = np.concatenate(
+            [p[k * micro : (k + 1) * micro] for k in range(ACCUMULATION) for p in parts]
+        )
+        assert np.array_equal(assembled, rows), f"step {step}"
+    read = [int(r["rows_read"]) for r in ranks]
+    assert sum(read) == alone.rows_read  # every block read once per epoch, by one rank
+    assert max(read) < alone.rows_read * 0.75
