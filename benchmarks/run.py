@@ -91,11 +91,12 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
-SECTIONS = ("config", "parsing", "training", "validation")
+SECTIONS = ("config", "parsing", "training", "validation", "scale")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
     from dag_parsing_bench import bench_dag_parsing  # benchmarks/ is on sys.path when run as a script
+    from scale_bench import bench_scale
     from train_bench import bench_training
     from validation_bench import bench_validation
 
@@ -104,6 +105,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "parsing": bench_dag_parsing,
         "training": bench_training,
         "validation": bench_validation,
+        "scale": bench_scale,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
@@ -165,6 +167,7 @@ def _section_name(heading: str) -> str:
         ("config", "config parsing"),
         ("parsing", "dag parsing"),
         ("validation", "data validation"),
+        ("scale", "scale:"),
     ):
         if marker in lowered:
             return name
