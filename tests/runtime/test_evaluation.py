@@ -83,7 +83,7 @@ def _holdout() -> pa.Table:
 def _champion(client, name: str, transform: FittedTransform) -> torch.nn.Module:
     """Register a small model the way the training job logs it: a pyfunc on raw rows."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(transform.num_dense + len(transform.cardinalities), 1))
+    model = torch.nn.Sequential(torch.nn.Linear(transform.width, 1))
     experiment = client.create_experiment(
         "e", artifact_location=artifact_location(mlflow.get_tracking_uri(), "e")
     )

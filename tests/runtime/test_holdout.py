@@ -4,7 +4,6 @@ ranks, with every rank running as many forwards as the busiest (ZeRO-3 needs tha
 from __future__ import annotations
 
 import json
-import multiprocessing
 from datetime import date
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.prepare import PreparedData, fit
 from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.ranks import run_ranks
 
 CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")
 TASK = "binary_classification"
@@ -62,7 +62,7 @@ def test_one_rank_scores_every_holdout_row_in_block_order(
     files, prepared = snapshot
     monkeypatch.setattr(engine_module, "PREDICT_BATCH", 64)
     scorer = _scorer(files, prepared)
-    network = CountingNetwork(scorer.width)
+    network = CountingNetwork(scorer.transform.width)
     metrics = scorer.evaluate(network, torch.device("cpu"), torch.float32)
     held = pa.concat_tables(list(holdout_tables(prepared, scorer.reader)))
     assert held.num_rows == prepared.holdout_rows
@@ -85,7 +85,7 @@ def _rank_worker(
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     prepared = PreparedData.from_json(Path(prepared_file).read_text())
     scorer = _scorer(files, prepared, rank, world_size)
-    network = CountingNetwork(scorer.width)
+    network = CountingNetwork(scorer.transform.width)
     metrics = scorer.evaluate(network, torch.device("cpu"), torch.float32)
     Path(out).write_text(
         json.dumps({"metrics": metrics, "forwards": network.forwards, "blocks": len(scorer.mine)})
@@ -100,29 +100,8 @@ def test_ranks_score_their_share_and_agree_on_the_metrics_of_all_rows(
     files, prepared = snapshot
     monkeypatch.setattr(engine_module, "PREDICT_BATCH", 64)
     alone = _scorer(files, prepared)
-    expected = alone.evaluate(CountingNetwork(alone.width), torch.device("cpu"), torch.float32)
-    (tmp_path / "prepared.json").write_text(prepared.to_json())
-    context = multiprocessing.get_context("spawn")
-    outs = [tmp_path / f"rank{r}.json" for r in range(world_size)]
-    workers = [
-        context.Process(
-            target=_rank_worker,
-            args=(
-                str(tmp_path / "store"),
-                r,
-                world_size,
-                str(tmp_path / "prepared.json"),
-                files,
-                str(outs[r]),
-            ),
-        )
-        for r in range(world_size)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-        assert worker.exitcode == 0
+    expected = alone.evaluate(CountingNetwork(alone.transform.width), torch.device("cpu"), torch.float32)
+    outs = run_ranks(tmp_path, _rank_worker, files, prepared, world_size, ".json")
     results = [json.loads(out.read_text()) for out in outs]
     for result in results:
         assert result["metrics"] == expected  # exact: rank 0 scored all rows in block order

@@ -3,7 +3,6 @@ and 3 real gloo ranks, each rank reading only its share of the blocks, memory bo
 
 from __future__ import annotations
 
-import multiprocessing
 from datetime import date
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.ranks import run_ranks
 
 CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")
 GLOBAL_BATCH, ACCUMULATION, BUFFER, SEED = 48, 2, 200, 11
@@ -119,32 +119,6 @@ def _rank_worker(
     dist.destroy_process_group()
 
 
-def _run_ranks(tmp_path: Path, files: list[str], prepared: PreparedData, world_size: int) -> list[dict]:
-    (tmp_path / "prepared.json").write_text(prepared.to_json())
-    context = multiprocessing.get_context("spawn")
-    outs = [tmp_path / f"rank{r}.npz" for r in range(world_size)]
-    workers = [
-        context.Process(
-            target=_rank_worker,
-            args=(
-                str(tmp_path / "store"),
-                r,
-                world_size,
-                str(tmp_path / "prepared.json"),
-                files,
-                str(outs[r]),
-            ),
-        )
-        for r in range(world_size)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-        assert worker.exitcode == 0
-    return [dict(np.load(out)) for out in outs]
-
-
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ranks_read_their_share_and_assemble_the_one_rank_batches(
     snapshot: tuple[list[str], PreparedData], tmp_path: Path, world_size: int
@@ -152,7 +126,8 @@ def test_ranks_read_their_share_and_assemble_the_one_rank_batches(
     files, prepared = snapshot
     alone = _stream(files, prepared)
     expected = _steps(alone, 0, 1)
-    ranks = _run_ranks(tmp_path, files, prepared, world_size)
+    outs = run_ranks(tmp_path, _rank_worker, files, prepared, world_size, ".npz")
+    ranks = [dict(np.load(out)) for out in outs]
     micro = GLOBAL_BATCH // ACCUMULATION // world_size
     for step, rows in enumerate(expected):
         # Micro-batch k of the global batch is rank 0's k-th, then rank 1's, ...

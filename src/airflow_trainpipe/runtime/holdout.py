@@ -59,7 +59,6 @@ class ShardedHoldout:
         self.forwards = max(
             sum(-(-b.holdout_rows // PREDICT_BATCH) for b in blocks[r::world_size]) for r in range(world_size)
         )
-        self.width = prepared.transform.num_dense + len(prepared.transform.cardinalities)
 
     def evaluate(self, engine: Any, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
         """Collective: the holdout metrics, the same on every rank."""
@@ -70,7 +69,7 @@ class ShardedHoldout:
             labels.append(self.transform.labels(held))
             forwards += -(-held.num_rows // PREDICT_BATCH)
         for _ in range(self.forwards - forwards):
-            predict(engine, np.zeros((1, self.width), np.float32), device, dtype)
+            predict(engine, np.zeros((1, self.transform.width), np.float32), device, dtype)
         return self._metrics(outputs, labels)
 
     def _metrics(self, outputs: list[np.ndarray], labels: list[np.ndarray]) -> dict[str, float]:
@@ -83,11 +82,9 @@ class ShardedHoldout:
         box: list[Any] = [None]
         if self.rank == 0:
             # Block i of the holdout blocks is rank i % W's (i // W)-th: back into block order.
-            count = sum(len(p[0]) for p in parts)
-            ordered = [parts[i % self.world_size] for i in range(count)]
-            positions = [i // self.world_size for i in range(count)]
-            output = np.concatenate([o[0][p] for o, p in zip(ordered, positions, strict=True)])
-            target = np.concatenate([o[1][p] for o, p in zip(ordered, positions, strict=True)])
+            count, w = sum(len(p[0]) for p in parts), self.world_size
+            output = np.concatenate([parts[i % w][0][i // w] for i in range(count)])
+            target = np.concatenate([parts[i % w][1][i // w] for i in range(count)])
             box = [
                 compute_metrics(
                     self.task, self.transform.label_values(target), self.transform.predictions(output)

@@ -108,7 +108,7 @@ def log_raw_row_model(
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as tmp:
         transform_path, network_path = Path(tmp, "transform.json"), Path(tmp, "network.pt2")
         transform_path.write_text(transform.to_json())
-        export_network(model, transform.num_dense + len(transform.cardinalities), network_path)
+        export_network(model, transform.width, network_path)
         return mlflow.pyfunc.log_model(
             name=name,
             python_model=TransformedNetwork(),

@@ -57,7 +57,7 @@ class BlockStream:
         self.blocks = [b for b in prepared.blocks if b.train_rows]
         self.seed, self.buffer_rows = seed, buffer_rows
         self.rank, self.world_size, self.group = rank, world_size, group
-        self.width = prepared.transform.num_dense + len(prepared.transform.cardinalities)
+        self.width = prepared.transform.width
         self.epoch: int | None = None
         self.chunks: list[list[Block]] = []
         self.ends = np.zeros(0, np.int64)

@@ -423,7 +423,7 @@ class Trainer:
         holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
         hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.on_gpu else "cpu"
-        self._log_final(tracker, {**holdout, f"{device}_hours": hours}, state["step"], sample)
+        self._log_final(tracker, holdout, {f"{device}_hours": hours}, state["step"], sample)
         fields: dict[str, Any] = {
             "final_step": state["step"],
             "final_train_loss": state.get("final_train_loss"),
@@ -460,11 +460,11 @@ class Trainer:
         self._publish(result, tracker)
         return result
 
-    def _log_final(self, tracker: Tracker, metrics: dict[str, float], step: int, sample: Any) -> None:
-        """The final holdout metrics and hours, the fitted transform, the job's own predictions."""
-        tracker.log_metrics(
-            {k if k.endswith("_hours") else f"holdout_{k}": v for k, v in metrics.items()}, step, flush=True
-        )
+    def _log_final(
+        self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any
+    ) -> None:
+        """The final holdout metrics and device hours, the fitted transform, the job's own predictions."""
+        tracker.log_metrics({**{f"holdout_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True)
         tracker.log_dict(self.prepared.transform.document, "transform.json")
         tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
 

@@ -111,6 +111,11 @@ class FittedTransform:
         return width
 
     @property
+    def width(self) -> int:
+        """Columns of `features()`: the dense inputs, then one code per embedded column."""
+        return self.num_dense + len(self.cardinalities)
+
+    @property
     def cardinalities(self) -> list[int]:
         return [
             len(s["categories"]) + 1 if s["encode"] == "index" else s["buckets"] + 1
@@ -125,7 +130,7 @@ class FittedTransform:
     # -- applying ------------------------------------------------------------------------------
 
     def features(self, table: pa.Table) -> np.ndarray:
-        """float32 (rows, num_dense + len(cardinalities)) model inputs of raw rows."""
+        """float32 (rows, width) model inputs of raw rows."""
         rows = table.num_rows
         dense: list[np.ndarray] = []
         codes: list[np.ndarray] = []

@@ -1,0 +1,34 @@
+"""Real gloo worlds of spawned processes, for the runtime's collectives (stream, holdout)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
+
+from airflow_trainpipe.runtime.prepare import PreparedData
+
+Worker = Callable[[str, int, int, str, list[str], str], None]
+"""worker(store, rank, world_size, prepared_file, files, out): joins the group at `store`
+(`init_method=f"file://{store}"`), works on `files` with the fit in `prepared_file`, writes `out`."""
+
+
+def run_ranks(
+    tmp_path: Path, worker: Worker, files: list[str], prepared: PreparedData, world_size: int, suffix: str
+) -> list[Path]:
+    """Run `worker` as ranks 0..world_size-1 of one world; returns each rank's `out` file."""
+    prepared_file = tmp_path / "prepared.json"
+    prepared_file.write_text(prepared.to_json())
+    context = multiprocessing.get_context("spawn")
+    outs = [tmp_path / f"rank{r}{suffix}" for r in range(world_size)]
+    store = str(tmp_path / "store")
+    processes = [
+        context.Process(target=worker, args=(store, r, world_size, str(prepared_file), files, str(outs[r])))
+        for r in range(world_size)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    return outs
