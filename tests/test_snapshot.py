@@ -14,12 +14,17 @@ from airflow_trainpipe.digest import content_digest
 from airflow_trainpipe.snapshot import (
     PartitionError,
     SnapshotError,
+    cli_window,
+    is_current,
     load_manifest,
+    missing_partitions,
     partition_ready,
     partition_uri,
     resolve_snapshot,
+    resolve_window,
 )
 from airflow_trainpipe.synthetic import Problem, write_day
+from airflow_trainpipe.window import WindowError
 
 DAY = date(2026, 1, 2)
 PARTITION = "ds=2026-01-02"
@@ -156,3 +161,70 @@ def test_a_stored_manifest_must_hash_to_its_digest(tmp_path: Path) -> None:
     stored.write_text(stored.read_text().replace(manifest.files[0].sha256, "0" * 64))
     with pytest.raises(SnapshotError, match=f"does not hash to its digest {manifest.digest}: it was altered"):
         load_manifest(_data(tmp_path), manifest.digest)
+
+
+def _windowed(root: Path, partitions: int, minimum: int | None = None) -> DataSection:
+    return DataSection.model_validate(
+        {
+            "uri": root.as_uri(),
+            "label": "is_fraud",
+            "features": {"numeric": ["amount"]},
+            "window": {"partitions": partitions, "min_partitions": minimum},
+        }
+    )
+
+
+def test_a_window_is_one_snapshot_of_its_partitions_oldest_first(tmp_path: Path) -> None:
+    days = [date(2026, 2, d) for d in (26, 27, 28)] + [date(2026, 3, 1)]
+    written = {day: write_day(tmp_path.as_uri(), day, 50, seed=3, files=2) for day in days}
+    data = _windowed(tmp_path, 4)
+    window = cli_window(data, "2026-03-01")
+    assert window == ["ds=2026-02-26", "ds=2026-02-27", "ds=2026-02-28", "ds=2026-03-01"]
+
+    manifest = resolve_window(data, window)
+    assert manifest.file_uris == [uri for day in days for uri in written[day]]
+    assert manifest.digest == content_digest(manifest.file_uris)
+    assert (manifest.rows, manifest.window, manifest.missing) == (200, window, [])
+    assert load_manifest(data, manifest.digest) == manifest  # stored like any snapshot
+    assert manifest.window_tags() == {
+        "trainpipe.data_window": "ds=2026-02-26 .. ds=2026-03-01",
+        "trainpipe.data_partitions": "4",
+        "trainpipe.data_missing": "-",
+    }
+
+
+def test_missing_partitions_below_the_minimum_are_named(tmp_path: Path) -> None:
+    for day in (1, 2, 4, 6):
+        write_day(tmp_path.as_uri(), date(2026, 3, day), 20, seed=1)
+    (tmp_path / "ds=2026-03-05").mkdir()  # an empty folder is as missing as no folder
+    window = cli_window(_windowed(tmp_path, 6), "2026-03-06")
+
+    assert missing_partitions(_windowed(tmp_path, 6, minimum=4), window) == ["ds=2026-03-03", "ds=2026-03-05"]
+    kept = resolve_window(_windowed(tmp_path, 6, minimum=4), window)
+    assert kept.window == ["ds=2026-03-01", "ds=2026-03-02", "ds=2026-03-04", "ds=2026-03-06"]
+    assert kept.window_tags()["trainpipe.data_missing"] == "ds=2026-03-03, ds=2026-03-05"
+    with pytest.raises(WindowError) as caught:
+        resolve_window(_windowed(tmp_path, 6), window)
+    message = str(caught.value)
+    assert "has 4, fewer than data.window.min_partitions (6)" in message
+    assert message.endswith("missing: ds=2026-03-03, ds=2026-03-05")
+    assert not caught.value.retryable  # waiting will not bring back last week's data
+
+
+def test_a_window_whose_partitions_disagree_on_the_schema_names_the_partition(tmp_path: Path) -> None:
+    write_day(tmp_path.as_uri(), date(2026, 3, 1), 20, seed=1)
+    old = tmp_path / "ds=2026-02-28"
+    old.mkdir()
+    pa.parquet.write_table(pa.table({"amount": [1.0], "is_fraud": [0]}), old / "part-00000.parquet")
+    with pytest.raises(SnapshotError, match="partition ds=2026-02-28 of the window does not have the schema"):
+        resolve_window(_windowed(tmp_path, 2), ["ds=2026-02-28", "ds=2026-03-01"])
+
+
+def test_a_manifest_is_current_until_its_partition_changes(tmp_path: Path) -> None:
+    files = write_day(tmp_path.as_uri(), DAY, 30, seed=1, files=2)
+    manifest = resolve_snapshot(_data(tmp_path), PARTITION)
+    assert is_current(manifest)
+    Path(files[1].removeprefix("file://")).write_bytes(b"longer or shorter than before")
+    assert not is_current(manifest)
+    Path(files[1].removeprefix("file://")).unlink()
+    assert not is_current(manifest)

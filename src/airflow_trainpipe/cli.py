@@ -71,7 +71,7 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.watcher import JobWatcher
-    from airflow_trainpipe.snapshot import load_manifest, render_partition, resolve_snapshot
+    from airflow_trainpipe.snapshot import cli_window, load_manifest, resolve_window
     from airflow_trainpipe.train_spec import TrainSpec
 
     try:
@@ -83,7 +83,7 @@ def _train(args: argparse.Namespace) -> int:
             manifest = load_manifest(config.data, args.snapshot)
             files, digest = manifest.file_uris, manifest.digest
         else:
-            manifest = resolve_snapshot(config.data, render_partition(config.data.partition, args.ds))
+            manifest = resolve_window(config.data, cli_window(config.data, args.ds))
             files, digest = manifest.file_uris, manifest.digest
     except ConfigError as exc:
         print(exc, file=sys.stderr)

@@ -53,6 +53,11 @@ class Manifest(BaseModel):
     columns: dict[str, str]
     """Column name -> Arrow type name, in file order."""
     digest: str
+    window: list[str] = []
+    """The partitions of a `data.window` snapshot that exist, oldest first, as its files are
+    ordered; empty for a one-partition snapshot (then `partition_uri` is the one)."""
+    missing: list[str] = []
+    """The window's partitions that did not exist when it was frozen."""
 
     @property
     def file_uris(self) -> list[str]:
@@ -61,6 +66,19 @@ class Manifest(BaseModel):
     @property
     def short_digest(self) -> str:
         return self.digest.removeprefix("sha256:")[:12]
+
+    def window_tags(self) -> dict[str, str]:
+        """Lineage tags of a window snapshot (none for one partition): what it spans, what it lacked."""
+        if not self.window:
+            return {}
+        missing = ", ".join(self.missing) or "-"
+        if len(missing) > 2000:  # MLflow caps a tag value; the manifest keeps the whole list
+            missing = f"{len(self.missing)} partitions, {self.missing[0]} .. {self.missing[-1]}"
+        return {
+            "trainpipe.data_window": f"{self.window[0]} .. {self.window[-1]}",
+            "trainpipe.data_partitions": str(len(self.window)),
+            "trainpipe.data_missing": missing,
+        }
 
 
 class PartitionError(TrainpipeError):
@@ -168,6 +186,72 @@ def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = No
     return manifest
 
 
+def window_snapshot(
+    data: DataSection, parts: list[tuple[str, Manifest]], missing: list[str], conn_id: str | None = None
+) -> Manifest:
+    """One snapshot over a window's partitions, given oldest first with their manifests: the files
+    in that order under one digest, so the window is one data version like a single partition."""
+    (_, newest), files = parts[-1], [f for _, manifest in parts for f in manifest.files]
+    for partition, manifest in parts:
+        if manifest.columns != newest.columns or manifest.format != newest.format:
+            changed = sorted(set(manifest.columns.items()) ^ set(newest.columns.items()))
+            raise SnapshotError(
+                f"partition {partition} of the window does not have the schema of the newest, "
+                f"{parts[-1][0]} (differing columns: {', '.join(f'{n}: {t}' for n, t in changed)}); "
+                "a window's partitions must agree"
+            )
+    window = Manifest(
+        partition_uri=newest.partition_uri,
+        format=newest.format,
+        files=files,
+        rows=sum(f.rows for f in files),
+        columns=newest.columns,
+        digest=combine([f.sha256 for f in files]),
+        window=[partition for partition, _ in parts],
+        missing=missing,
+    )
+    store_manifest(data, window, conn_id)
+    return window
+
+
+def missing_partitions(data: DataSection, partitions: list[str], conn_id: str | None = None) -> list[str]:
+    """The window's partitions that hold no data files (a listing each, no reads), after checking
+    that enough exist: fewer than `data.window.min_partitions` fails naming every missing one.
+    The newest is left to `resolve_snapshot` (it is the one the run waited for)."""
+    from airflow_trainpipe.window import WindowError
+
+    missing = [
+        p for p in partitions[:-1] if not list_data_files(partition_uri(data, p), data.format, conn_id)
+    ]
+    required = data.window.required if data.window is not None else 1
+    if len(partitions) - len(missing) < required:
+        raise WindowError(
+            f"the window of {len(partitions)} partitions ending at {partitions[-1]} under "
+            f"{resolve(data.uri)} has {len(partitions) - len(missing)}, fewer than "
+            f"data.window.min_partitions ({required}); missing: {', '.join(missing)}"
+        )
+    return missing
+
+
+def resolve_window(data: DataSection, partitions: list[str], conn_id: str | None = None) -> Manifest:
+    """Freeze a window's partitions into one snapshot as they are now, unvalidated (the train
+    task without a validate task, the CLI); one partition is its own snapshot."""
+    if len(partitions) == 1:
+        return resolve_snapshot(data, partitions[0], conn_id)
+    missing = missing_partitions(data, partitions, conn_id)
+    parts = [(p, resolve_snapshot(data, p, conn_id)) for p in partitions if p not in missing]
+    return window_snapshot(data, parts, missing, conn_id)
+
+
+def is_current(manifest: Manifest, conn_id: str | None = None) -> bool:
+    """Whether a partition still holds exactly the manifest's files at their sizes: a listing and
+    a stat per file, not a re-hash (training re-hashes every byte it reads anyway)."""
+    if list_data_files(manifest.partition_uri, manifest.format, conn_id) != manifest.file_uris:
+        return False
+    fs, _ = filesystem(manifest.partition_uri, conn_id)
+    return all(fs.size(filesystem(f.uri)[1]) == f.size for f in manifest.files)
+
+
 def manifest_uri(data: DataSection, digest: str) -> str:
     return join(resolve(data.uri), STATE_DIR, "snapshots", f"{digest.removeprefix('sha256:')}.json")
 
@@ -218,20 +302,29 @@ def partition_ready(
 
 def render_partition(template: str, ds: str) -> str:
     """Render `data.partition` outside Airflow (the CLI), with the Airflow names it commonly uses."""
-    from datetime import datetime, timedelta
+    return _render(template, _date_names(ds))
 
+
+def cli_window(data: DataSection, ds: str) -> list[str]:
+    """The partitions a CLI run on `ds` reads, oldest first, as the DAG's run of that date would."""
+    from airflow_trainpipe.window import run_window
+
+    return run_window(data, _date_names(ds), render_partition(data.partition, ds), _render)
+
+
+def _date_names(ds: str) -> dict[str, Any]:
+    from datetime import datetime
+
+    from airflow_trainpipe.window import date_context
+
+    return date_context(datetime.fromisoformat(ds).replace(tzinfo=UTC))
+
+
+def _render(template: str, context: Any) -> str:
     import jinja2
 
-    start = datetime.fromisoformat(ds).replace(tzinfo=UTC)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters.update({"ds": lambda d: d.strftime("%Y-%m-%d"), "ds_nodash": lambda d: d.strftime("%Y%m%d")})
-    context = {
-        "ds": ds,
-        "ds_nodash": ds.replace("-", ""),
-        "logical_date": start,
-        "data_interval_start": start,
-        "data_interval_end": start + timedelta(days=1),
-    }
     try:
         return env.from_string(template).render(**context)
     except jinja2.UndefinedError as exc:

@@ -151,3 +151,45 @@ def test_the_format_is_parquet_or_csv() -> None:
     assert DataSection.model_validate(_data(format="csv")).format == "csv"
     [(loc, message)] = _rejected(DataSection, _data(format="json"))
     assert loc == ("format",) and message == "Input should be 'parquet' or 'csv'"
+
+
+def test_a_window_minimum_above_its_size_is_located(tmp_path) -> None:
+    problem = _window_problem(tmp_path, "    window: {partitions: 30, min_partitions: 31}\n")
+    assert "data.window.min_partitions" in problem and "31 is more than the window's 30" in problem
+
+
+def test_a_window_over_an_undated_partition_is_refused(tmp_path) -> None:
+    problem = _window_problem(tmp_path, "    window: {partitions: 30}\n", partition="latest")
+    assert "data.window" in problem and "renders the same path for every date" in problem
+
+
+def test_a_window_parses_with_its_defaults(tmp_path) -> None:
+    from datetime import timedelta
+
+    from airflow_trainpipe.config import load_config
+
+    config = load_config(_with_data_lines(tmp_path, "  window: {partitions: 30, min_partitions: 27}\n"))
+    window = config.data.window
+    assert (window.partitions, window.required, window.every) == (30, 27, timedelta(days=1))
+
+
+def _with_data_lines(tmp_path, lines: str, partition: str = "ds={{ ds }}"):
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    text = text.replace("  format: parquet\n", "  format: parquet\n" + lines)
+    text = text.replace('partition: "ds={{ ds }}"', f"partition: {partition!r}")
+    path = tmp_path / "windowed.yaml"
+    path.write_text(text)
+    return path
+
+
+def _window_problem(tmp_path, lines: str, partition: str = "ds={{ ds }}") -> str:
+    from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.exceptions import ConfigError
+
+    path = _with_data_lines(tmp_path, lines.replace("    ", "  "), partition)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(path) in str(caught.value)
+    return str(caught.value)

@@ -42,7 +42,7 @@ def test_invalid_hyperparameter_override_fails_without_retry(tmp_path: Path) -> 
         hyperparameter_overrides={"learning_rate": -1},
     )
     with pytest.raises(AirflowFailException, match=r"invalid hyperparameter_overrides.*learning_rate"):
-        operator._spec(store=None)
+        operator._spec(store=None, context={})
 
 
 def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
     with pytest.raises(
         AirflowException, match=f"no \\*.parquet files under {tmp_path.as_uri()}/ds=2026-01-01"
     ) as caught:
-        operator._spec(store=None)
+        operator._spec(store=None, context={})
     assert not isinstance(caught.value, AirflowFailException)
 
 

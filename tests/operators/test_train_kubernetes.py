@@ -63,7 +63,7 @@ def test_one_node_is_a_durable_kubernetes_pod_operator(tmp_path: Path) -> None:
 
     operator = _operator(tmp_path, nodes=1)
     context = task_context()
-    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None, context={}))
     assert type(pod_operator) is KubernetesPodOperator
     assert pod_operator.durable is True and pod_operator.reattach_on_restart is True
     assert pod_operator.namespace == "ml-training" and pod_operator.kubernetes_conn_id == "kubernetes_default"
@@ -108,7 +108,7 @@ def _pruned(value: Any) -> Any:
 
 def test_dry_run_prints_the_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     operator = _operator(tmp_path, nodes=1)
-    operator.kubernetes_operator(task_context(), operator._spec(store=None)).dry_run()
+    operator.kubernetes_operator(task_context(), operator._spec(store=None, context={})).dry_run()
     out = capsys.readouterr().out.splitlines()
     # The operator's "Building pod" log line may share stdout; the YAML document follows it.
     pod = yaml.safe_load(
@@ -123,7 +123,7 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
 
     operator = _operator(tmp_path, nodes=2)
     context = task_context()
-    job_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    job_operator = operator.kubernetes_operator(context, operator._spec(store=None, context={}))
     assert type(job_operator) is KubernetesJobOperator
     job = _serialize(job_operator.build_job_request_obj(context))
     name = job["metadata"]["name"]
@@ -170,7 +170,7 @@ def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(
 
 def test_the_example_s_pod_labels_find_earlier_tries(tmp_path: Path) -> None:
     operator = _operator(tmp_path, nodes=1)
-    pod_operator = operator.kubernetes_operator(task_context(), operator._spec(store=None))
+    pod_operator = operator.kubernetes_operator(task_context(), operator._spec(store=None, context={}))
     assert "try_number" not in pod_operator.labels
     assert "try_number" not in pod_operator._build_find_pod_label_selector(task_context())
 
@@ -196,7 +196,7 @@ def test_connection_credentials_stay_out_of_the_pod_and_the_error(
     with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
         operator = DistributedTrainOperator(task_id="train", config=str(config), data_files=DATA)
     context = task_context()
-    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None))
+    pod_operator = operator.kubernetes_operator(context, operator._spec(store=None, context={}))
     pod = _serialize(pod_operator.build_pod_request_obj(context, dry_run=True))
     assert pod["spec"]["containers"][0]["envFrom"] == [
         {"secretRef": {"name": pod["metadata"]["name"] + "-conn"}}

@@ -136,3 +136,89 @@ def test_a_partition_that_leaves_data_uri_fails_every_task_at_once(
     assert run.output.count("partition '../outside/ds=2026-01-01' (under data.uri") >= 3
     assert not (tmp_path / "outside" / "_trainpipe").exists()
     assert not (tmp_path / "outside" / "ds=2026-01-01" / "_trainpipe").exists()
+
+
+WINDOW_DAG = """
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, task
+
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.operators.validate import DataValidateOperator
+
+
+@task
+def lineage(result):
+    from airflow_trainpipe.hooks.mlflow import MlflowHook
+
+    tags = MlflowHook().get_conn().get_run(result["mlflow_run_id"]).data.tags
+    print("LINEAGE " + " | ".join(f"{{k}}={{v}}" for k, v in sorted(tags.items()) if k.startswith("trainpipe.data")))
+
+
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    validate = DataValidateOperator(task_id="validate_data", config={config!r})
+    train = DistributedTrainOperator(task_id="train", config={config!r}, validation=validate.output, max_steps=3,
+                                     nproc=1, retries=0)
+    lineage(train.output)
+"""
+
+
+def _window_config(tmp_path: Path, data: Path, minimum: int) -> Path:
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    for old, new in (
+        ("uri: data/card_transactions", f"uri: {data.as_uri()}"),
+        ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"),
+        ("min_rows: 1000", "min_rows: 100"),
+        ("  format: parquet\n", f"  format: parquet\n  window: {{partitions: 30, min_partitions: {minimum}}}\n"),
+    ):
+        text = text.replace(old, new)
+    path = tmp_path / f"window_{minimum}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partition_once(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    days = [date(2026, 1, d) for d in range(1, 32) if d != 15]  # the 15th never arrived
+    for day in days:
+        write_day(data.as_uri(), day, 600, seed=4)
+    config = _window_config(tmp_path, data, minimum=29)
+    source = WINDOW_DAG.format(dag_id="windowed", config=str(config))
+
+    first, second = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-01-30", "2026-01-31"], 600)
+    for run in (first, second):
+        assert (run.state, set(run.tasks.values())) == ("success", {"success"}), run.output[-6000:]
+    # The first run validates the 28 earlier partitions it has no record of, oldest first, then its own.
+    assert "window: 28 earlier partition(s), 0 reused their validation records, 28 validated now" in first.output
+    assert "window ds=2026-01-01 .. ds=2026-01-30: snapshot sha256:" in first.output
+    assert "of 29 partition(s) (1 missing: ds=2026-01-15), 29 file(s), 17400 rows" in first.output
+    # The next day validates only its own partition: the other 28 reuse their records.
+    assert "window: 28 earlier partition(s), 28 reused their validation records, 0 validated now" in second.output
+    assert second.output.count("has no current validation record") == 0
+    (lineage,) = [line for line in second.output.splitlines() if "LINEAGE " in line]
+    digest = next(s for s in _snapshots(data) if s["window"] and s["window"][0] == "ds=2026-01-02")["digest"]
+    assert lineage.split("LINEAGE ", 1)[1] == (
+        f"trainpipe.data_digest={digest} | trainpipe.data_missing=ds=2026-01-15 | "
+        "trainpipe.data_partitions=29 | trainpipe.data_window=ds=2026-01-02 .. ds=2026-01-31"
+    )
+    assert "snapshot " + digest + ": 29 file(s), 17400 rows" in second.output  # what train read
+
+    # One more partition lost: below the minimum, the run stops before training, naming both.
+    write_day(data.as_uri(), date(2026, 2, 1), 600, seed=4)
+    for path in (data / "ds=2026-01-20").glob("*.parquet"):
+        path.unlink()
+    (short,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-01"])
+    assert short.tasks == {"validate_data": "failed", "train": "upstream_failed", "lineage": "upstream_failed"}
+    assert short.tries["validate_data"] == 1, short.output[-6000:]
+    assert (
+        "the window of 30 partitions ending at ds=2026-02-01 under "
+        f"{data.as_uri()} has 28, fewer than data.window.min_partitions (29); "
+        "missing: ds=2026-01-15, ds=2026-01-20"
+    ) in short.output
+
+
+def _snapshots(data: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (data / "_trainpipe" / "snapshots").glob("*.json")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, Literal
 
@@ -85,6 +85,38 @@ class WaitSection(Section):
         return self
 
 
+class WindowSection(Section):
+    """Train on the last `partitions` partitions ending at the run's, not on the run's alone."""
+
+    partitions: int = Field(ge=1, le=3660)
+    """Partitions in the window, the run's included: 30 with a daily `partition` is 30 days."""
+
+    every: PositiveDuration = timedelta(days=1)
+    """Time between two partitions: each earlier one is `data.partition` rendered with the run's
+    dates (`ds`, `logical_date`, `data_interval_*`, a dated `partition_key`) moved back this much."""
+
+    min_partitions: PositiveInt | None = None
+    """Partitions that must exist for the run to train (the run's own always must); default: all.
+    A run short of it fails naming the missing partitions."""
+
+    @model_validator(mode="after")
+    def _minimum_fits(self) -> WindowSection:
+        if self.min_partitions is not None and self.min_partitions > self.partitions:
+            field_problems(
+                [
+                    (
+                        ("min_partitions",),
+                        f"{self.min_partitions} is more than the window's {self.partitions} partition(s)",
+                    )
+                ]
+            )
+        return self
+
+    @property
+    def required(self) -> int:
+        return self.partitions if self.min_partitions is None else self.min_partitions
+
+
 class DataSection(Section):
     """The data a run trains on: `<uri>/<partition>/` holds one snapshot."""
 
@@ -115,6 +147,11 @@ class DataSection(Section):
     wait: WaitSection = WaitSection()
     """How the pipeline waits for the partition to be complete."""
 
+    window: WindowSection | None = None
+    """Train on a rolling window of partitions (one snapshot over all of them); null: the run's
+    partition alone. Only the run's partition is waited for and validated against its
+    predecessor; earlier ones reuse their validation records (validated then, if they have none)."""
+
     @field_validator("partition")
     @classmethod
     def _valid_template(cls, value: str) -> str:
@@ -130,6 +167,21 @@ class DataSection(Section):
             field_problems([(("label",), f"label column {self.label!r} is also listed as a feature")])
         return self
 
+    @model_validator(mode="after")
+    def _window_needs_dated_partitions(self) -> DataSection:
+        if self.window is not None and _renders_one_path(self.partition, self.window.every):
+            field_problems(
+                [
+                    (
+                        ("window",),
+                        f"partition {self.partition!r} renders the same path for every date, so a "
+                        "window would read one partition many times; template it with the date "
+                        "(`ds={{ ds }}`)",
+                    )
+                ]
+            )
+        return self
+
 
 @cache
 def _template_syntax_error(template: str) -> str | None:
@@ -142,6 +194,23 @@ def _template_syntax_error(template: str) -> str | None:
     except jinja2.TemplateSyntaxError as exc:
         return exc.message or str(exc)
     return None
+
+
+@cache
+def _renders_one_path(template: str, every: timedelta) -> bool:
+    """Whether the template renders alike for two runs `every` apart. A template the check
+    cannot render alone (it reads `params` or `dag_run`) is left to the run."""
+    import jinja2
+
+    from airflow_trainpipe.window import date_context
+
+    later = datetime(2026, 1, 31, tzinfo=UTC)
+    compiled = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template)
+    try:
+        rendered = {compiled.render(date_context(t, partition_key=True)) for t in (later, later - every)}
+    except Exception:  # any failure to render here is the run's to report
+        return False
+    return len(rendered) == 1
 
 
 @cache

@@ -29,6 +29,9 @@ LINEAGE_RUN_TAGS = (
     "trainpipe.code_version",
     "trainpipe.world_size",
     "trainpipe.transform_hash",
+    "trainpipe.data_window",
+    "trainpipe.data_partitions",
+    "trainpipe.data_missing",
 )
 
 

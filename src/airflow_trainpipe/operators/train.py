@@ -99,10 +99,10 @@ class DistributedTrainOperator(BaseOperator):
 
     # -- what to run ----------------------------------------------------------------------------
 
-    def _spec(self, store: Any) -> TrainSpec:
+    def _spec(self, store: Any, context: Context) -> TrainSpec:
         from airflow_trainpipe.train_spec import TrainSpec
 
-        manifest = self._manifest()
+        manifest = self._manifest(context)
         if manifest is not None:
             self.log.info(
                 "snapshot %s: %d file(s), %d rows", manifest.digest, len(manifest.files), manifest.rows
@@ -123,14 +123,16 @@ class DistributedTrainOperator(BaseOperator):
         files = self.data_files
         return [files] if isinstance(files, str) else list(files or [])  # a template may render one path
 
-    def _manifest(self) -> Manifest | None:
-        """The snapshot the job must read: the validated one, or the partition's as it is now.
+    def _manifest(self, context: Context) -> Manifest | None:
+        """The snapshot the job must read: the validated one, or the partition's (the window's)
+        as it is now.
 
         Files given without a digest (a hand-written task) train unverified, as given.
         """
         from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.payloads import ValidationSummary, read_payload
-        from airflow_trainpipe.snapshot import load_manifest, resolve_snapshot
+        from airflow_trainpipe.snapshot import load_manifest, resolve_window
+        from airflow_trainpipe.window import run_window
 
         files, digest = self._given_files(), self.data_digest
         with (
@@ -139,7 +141,8 @@ class DistributedTrainOperator(BaseOperator):
             if self.validation is not None:
                 return read_payload(ValidationSummary, self.validation, "validation").manifest
             if not files:
-                return resolve_snapshot(self.config.data, self.partition)
+                window = run_window(self.config.data, context, self.partition, self.render_template)
+                return resolve_window(self.config.data, window)
             if digest is None:
                 return None
             manifest = load_manifest(self.config.data, digest)
@@ -189,7 +192,7 @@ class DistributedTrainOperator(BaseOperator):
 
         store = context.get("task_state_store")
         try_number = context["ti"].try_number
-        spec = self._spec(store)
+        spec = self._spec(store, context)
         previous: Any = store.get("checkpoint") if store is not None else None
         if previous:
             self.log.info(

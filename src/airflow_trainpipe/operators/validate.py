@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -56,10 +57,14 @@ class DataValidateOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.exceptions import as_airflow_errors
-        from airflow_trainpipe.snapshot import resolve_snapshot
+        from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
+        from airflow_trainpipe.window import run_window
 
+        data = self.config.data
         with as_airflow_errors():  # a bad partition fails at once; a late file or a store hiccup is retried
-            manifest = resolve_snapshot(self.config.data, self.partition, self.conn_id)
+            window = run_window(data, context, self.partition, self.render_template)
+            missing = missing_partitions(data, window, self.conn_id)
+            manifest = resolve_snapshot(data, self.partition, self.conn_id)
         self.log.info(
             "snapshot %s: %d file(s), %d rows, %d columns",
             manifest.digest,
@@ -67,7 +72,8 @@ class DataValidateOperator(BaseOperator):
             manifest.rows,
             len(manifest.columns),
         )
-        summary, report = self._validate(manifest)
+        earlier = self._earlier([p for p in window[:-1] if p not in missing])
+        summary, report = self._validate(manifest, self.partition)
         if not summary.passed:
             self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
             if self.config.validation.fail_on == "error":
@@ -76,19 +82,76 @@ class DataValidateOperator(BaseOperator):
                     f"({report.failure_summary()}); nothing is trained on it. Report: {summary.report_uri}"
                 )
             self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
+        if len(window) > 1:
+            with as_airflow_errors():
+                spanned = window_snapshot(data, [*earlier, (self.partition, manifest)], missing, self.conn_id)
+            self.log.info(
+                "window %s .. %s: snapshot %s of %d partition(s) (%d missing: %s), %d file(s), %d rows",
+                window[0],
+                window[-1],
+                spanned.digest,
+                len(spanned.window),
+                len(missing),
+                ", ".join(missing) or "-",
+                len(spanned.files),
+                spanned.rows,
+            )
+            summary = summary.model_copy(update={"manifest": spanned})
         return summary.to_xcom()
 
-    def _validate(self, manifest: Manifest) -> tuple[ValidationSummary, ValidationReport]:
+    def _earlier(self, partitions: list[str]) -> list[tuple[str, Manifest]]:
+        """The window's earlier partitions, oldest first, each with its validated manifest: the
+        one its validation record names while the partition still holds those files, else
+        validated now (oldest first, so each is checked against its predecessor, as on its day)."""
+        from airflow_trainpipe.exceptions import as_airflow_errors
+        from airflow_trainpipe.snapshot import SnapshotError, is_current, load_manifest, resolve_snapshot
+        from airflow_trainpipe.validation import history
+
+        data, fail_on = self.config.data, self.config.validation.fail_on
+        earlier: list[tuple[str, Manifest]] = []
+        validated_now = 0
+        for partition in partitions:
+            record = history.at(data, self.config.pipeline, partition, self.conn_id)
+            if record is not None and (record.get("passed", True) or fail_on == "never"):
+                try:
+                    kept = load_manifest(data, record["digest"], self.conn_id)
+                except SnapshotError:
+                    kept = None
+                if kept is not None and is_current(kept, self.conn_id):
+                    earlier.append((partition, kept))
+                    continue
+            with as_airflow_errors():
+                manifest = resolve_snapshot(data, partition, self.conn_id)
+            self.log.info(
+                "window partition %s has no current validation record: validating it now", partition
+            )
+            summary, report = self._validate(manifest, partition)
+            validated_now += 1
+            if not summary.passed and fail_on == "error":
+                raise AirflowFailException(
+                    f"partition {partition} of the window failed validation ({report.failure_summary()}); "
+                    f"nothing is trained on the window. Report: {summary.report_uri}"
+                )
+            earlier.append((partition, manifest))
+        self.log.info(
+            "window: %d earlier partition(s), %d reused their validation records, %d validated now",
+            len(partitions),
+            len(partitions) - validated_now,
+            validated_now,
+        )
+        return earlier
+
+    def _validate(self, manifest: Manifest, partition: str) -> tuple[ValidationSummary, ValidationReport]:
         """Run the checks, write the report, record a usable snapshot in the history."""
         from airflow_trainpipe.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
         from airflow_trainpipe.validation import history
         from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
 
         config, data = self.config, self.config.data
-        previous = history.previous(data, config.pipeline, self.partition, self.conn_id)
+        previous = history.previous(data, config.pipeline, partition, self.conn_id)
         report = validate_snapshot(
             config,
-            self.partition,
+            partition,
             manifest,
             reference=self._reference(previous),
             previous=previous,
@@ -107,7 +170,7 @@ class DataValidateOperator(BaseOperator):
         if report.passed:
             self.log.info("all %d check(s) passed", len(report.checks))
         if report.passed or config.validation.fail_on == "never":
-            history.record(data, config.pipeline, self.partition, history_payload(report), self.conn_id)
+            history.record(data, config.pipeline, partition, history_payload(report), self.conn_id)
         return ValidationSummary(
             passed=report.passed,
             manifest=manifest,
@@ -122,23 +185,35 @@ class DataValidateOperator(BaseOperator):
         drift = self.config.validation.drift
         if drift is None or drift.reference == "previous":
             return previous
-        from airflow_trainpipe.validation import history
-
-        digest = self._champion_data_digest()
-        record = (
-            history.by_digest(self.config.data, self.config.pipeline, digest, self.conn_id)
-            if digest
-            else None
-        )
+        record, why_not = self._champion_record
         if record is None:
             self.log.warning(
                 "drift reference 'champion': %s; comparing with the previous validated snapshot instead",
-                "no champion yet"
-                if digest is None
-                else f"the champion's snapshot {digest} was never validated here",
+                why_not,
             )
             return previous
         return {**record, "reference_kind": "champion"}
+
+    @cached_property
+    def _champion_record(self) -> tuple[dict[str, Any] | None, str]:
+        """The validation record of the champion's data, once per task (a window validates many
+        partitions), and why there is none. A window's snapshot has no record of its own: its
+        newest partition's, the one validated on the champion's day, stands for it."""
+        from airflow_trainpipe.snapshot import SnapshotError, load_manifest
+        from airflow_trainpipe.validation import history
+
+        data, pipeline = self.config.data, self.config.pipeline
+        digest = self._champion_data_digest()
+        if digest is None:
+            return None, "no champion yet"
+        record = history.by_digest(data, pipeline, digest, self.conn_id)
+        if record is None:
+            try:
+                window = load_manifest(data, digest, self.conn_id).window
+            except SnapshotError:
+                window = []
+            record = history.at(data, pipeline, window[-1], self.conn_id) if window else None
+        return record, f"the champion's snapshot {digest} was never validated here"
 
     def _champion_data_digest(self) -> str | None:
         """The data digest the current champion was trained on (a lineage tag of its version).

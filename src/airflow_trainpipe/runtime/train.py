@@ -54,7 +54,7 @@ from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
 from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker, flatten
-from airflow_trainpipe.storage import filesystem, join
+from airflow_trainpipe.storage import filesystem, join, resolve
 from airflow_trainpipe.train_spec import TrainSpec
 
 log = logging.getLogger("airflow_trainpipe.train")
@@ -233,11 +233,12 @@ class Trainer:
                 "trainpipe.code_version": __version__,
                 "trainpipe.transform_hash": self.prepared.transform.hash,
                 "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
+                **(self.spec.manifest.window_tags() if self.spec.manifest is not None else {}),
             }
         )
-        tracker.log_data_input(
-            f"{self.config.pipeline}-snapshot", self.spec.data_files[0].rsplit("/", 1)[0], digest
-        )
+        windowed = self.spec.manifest is not None and self.spec.manifest.window
+        source = resolve(self.config.data.uri) if windowed else self.spec.data_files[0].rsplit("/", 1)[0]
+        tracker.log_data_input(f"{self.config.pipeline}-snapshot", source, digest)
         return tracker
 
     def _prepare(self) -> PreparedData:

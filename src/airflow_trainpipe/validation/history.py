@@ -39,6 +39,15 @@ def previous(
     return earlier[-1] if earlier else None
 
 
+def at(data: DataSection, pipeline: str, partition: str, conn_id: str | None = None) -> dict[str, Any] | None:
+    """The record of exactly this partition, if it was ever validated and kept."""
+    fs, path = filesystem(join(_folder(data, pipeline), _name(partition)), conn_id)
+    try:
+        return dict(json.loads(fs.cat_file(path)))
+    except FileNotFoundError:
+        return None
+
+
 def by_digest(
     data: DataSection, pipeline: str, digest: str, conn_id: str | None = None
 ) -> dict[str, Any] | None:
