@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +88,97 @@ def test_mape_is_undefined_when_every_true_value_is_zero() -> None:
 
 def test_integer_labels_and_lists_are_accepted_as_numbers() -> None:
     assert compute_metrics("regression", [1, 2, 3], [1, 2, 5])["mae"] == pytest.approx(2 / 3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_metric_equals_sklearn_s_with_ties_imbalance_and_constant_labels(seed: int) -> None:
+    # The metrics are computed without sklearn (its scorers copy the holdout many times over);
+    # sklearn stays the reference they are held to.
+    from sklearn import metrics as skm
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 3000))
+    labels = (rng.random(n) < rng.uniform(0.005, 0.95)).astype(int)
+    scores = np.round(rng.random(n), int(rng.integers(1, 4)))  # coarse scores: many ties
+    if seed % 4 == 0:
+        scores[:] = 0.5
+    expected = {
+        "roc_auc": skm.roc_auc_score(labels, scores),
+        "pr_auc": skm.average_precision_score(labels, scores),
+        "log_loss": skm.log_loss(labels, np.clip(scores, 1e-7, 1 - 1e-7), labels=[0, 1]),
+        "brier": skm.brier_score_loss(labels, scores),
+        "accuracy": skm.accuracy_score(labels, scores >= 0.5),
+        "precision": skm.precision_score(labels, scores >= 0.5, zero_division=0),
+        "recall": skm.recall_score(labels, scores >= 0.5, zero_division=0),
+        "f1": skm.f1_score(labels, scores >= 0.5, zero_division=0),
+    }
+    assert compute_metrics(BINARY, labels, scores) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+    values = rng.normal(size=n) * 5 + (0 if seed % 3 else 1e6)  # a large mean: no cancellation
+    if seed % 5 == 0:
+        values[:] = 3.0
+    predicted = values + rng.normal(size=n)
+    nonzero = np.abs(values) > 1e-12
+    assert compute_metrics("regression", values, predicted) == pytest.approx(
+        {
+            "rmse": np.sqrt(skm.mean_squared_error(values, predicted)),
+            "mae": skm.mean_absolute_error(values, predicted),
+            "mape": skm.mean_absolute_percentage_error(values[nonzero], predicted[nonzero]),
+            "r2": skm.r2_score(values, predicted),
+        },
+        rel=1e-9,
+    )
+
+
+def _metrics_rank(store: str, rank: int, world_size: int, shards: str, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    data = np.load(shards)
+    share = {key: data[key][data["owner"] == rank] for key in ("labels", "scores", "values", "predicted")}
+    result = {
+        "binary": compute_metrics(BINARY, share["labels"], share["scores"], world_size=world_size),
+        "regression": compute_metrics(
+            "regression", share["values"], share["predicted"], world_size=world_size
+        ),
+    }
+    Path(out).write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_ranks_holding_shares_get_the_metrics_of_all_rows(tmp_path: Path) -> None:
+    import json
+    import multiprocessing
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    labels = (rng.random(n) < 0.1).astype(int)
+    scores = np.round(rng.random(n), 2)  # ties within and across ranks
+    values = rng.normal(size=n) * 4 + 1e5
+    predicted = values + rng.normal(size=n)
+    owner = rng.choice([0, 2], size=n)  # rank 1 holds no rows at all
+    np.savez(
+        tmp_path / "shards.npz", labels=labels, scores=scores, values=values, predicted=predicted, owner=owner
+    )
+    context = multiprocessing.get_context("spawn")
+    outs = [tmp_path / f"rank{r}.json" for r in range(3)]
+    ranks = [
+        context.Process(
+            target=_metrics_rank,
+            args=(str(tmp_path / "store"), r, 3, str(tmp_path / "shards.npz"), str(outs[r])),
+        )
+        for r in range(3)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+        assert process.exitcode == 0
+    results = [json.loads(out.read_text()) for out in outs]
+    assert results[1] == results[0] == results[2]
+    assert results[0]["binary"] == pytest.approx(compute_metrics(BINARY, labels, scores), rel=1e-12)
+    assert results[0]["regression"] == pytest.approx(
+        compute_metrics("regression", values, predicted), rel=1e-9
+    )

@@ -77,7 +77,9 @@ def predictions(
         rows = (table.select(columns) if columns is not None else table.drop_columns([label])).to_pandas()
         outputs.append(np.asarray(predict(rows), dtype=np.float64).reshape(-1))
         labels.append(prepare_numeric(table.column(label), label, log1p=False))
-    return np.concatenate(outputs), np.concatenate(labels)
+    prediction = np.concatenate(outputs)
+    outputs.clear()  # one array and its parts at a time, not both at once
+    return prediction, np.concatenate(labels)
 
 
 def score(

@@ -1,8 +1,8 @@
 """The holdout, scored in shares: each rank predicts the holdout rows of every W-th block.
 
-Rank 0 gathers the predictions with their labels, puts them back in block order and computes
-the metrics on all of them (exact, not an average of per-rank metrics), then hands the metrics to
-every rank (early stopping decides on them everywhere alike). The holdout is read again at each
+The metrics are those of all the holdout's rows (exact, not an average of per-rank metrics),
+computed together from each rank's sums and counts (metrics.py), so every rank gets the same
+values (early stopping decides on them everywhere alike) and no rank gathers the predictions. The holdout is read again at each
 evaluation rather than held: memory is a block and the gathered predictions, not the holdout.
 """
 
@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import torch
-import torch.distributed as dist
 
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.engine import PREDICT_BATCH, predict
@@ -73,23 +72,14 @@ class ShardedHoldout:
         return self._metrics(outputs, labels)
 
     def _metrics(self, outputs: list[np.ndarray], labels: list[np.ndarray]) -> dict[str, float]:
-        parts: list[Any] = [None] * self.world_size if self.rank == 0 else []
-        mine = (outputs, labels)
-        if self.world_size == 1:
-            parts = [mine]
-        else:
-            dist.gather_object(mine, parts if self.rank == 0 else None, dst=0, group=self.group)
-        box: list[Any] = [None]
-        if self.rank == 0:
-            # Block i of the holdout blocks is rank i % W's (i // W)-th: back into block order.
-            count, w = sum(len(p[0]) for p in parts), self.world_size
-            output = np.concatenate([parts[i % w][0][i // w] for i in range(count)])
-            target = np.concatenate([parts[i % w][1][i // w] for i in range(count)])
-            box = [
-                compute_metrics(
-                    self.task, self.transform.label_values(target), self.transform.predictions(output)
-                )
-            ]
-        if self.world_size > 1:
-            dist.broadcast_object_list(box, src=0, group=self.group)
-        return box[0]
+        # The metrics are sums and counts over rows (metrics.py): each rank contributes its own,
+        # in any order, and every rank gets the same values; nothing is gathered to one rank.
+        output = np.concatenate(outputs) if outputs else np.empty(0, np.float32)
+        target = np.concatenate(labels) if labels else np.empty(0, np.float32)
+        return compute_metrics(
+            self.task,
+            self.transform.label_values(target),
+            self.transform.predictions(output),
+            group=self.group,
+            world_size=self.world_size,
+        )
