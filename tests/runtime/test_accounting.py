@@ -44,9 +44,17 @@ def test_a_local_run_directory_holds_the_newest_step_at_once_without_an_uploader
     for step in (1, 2, 17):
         mark.record(step)
     assert json.loads((tmp_path / MARK_FILE).read_text()) == {"step": 17}
-    assert sorted(p.name for p in tmp_path.iterdir()) == [MARK_FILE]  # the temporary file was renamed
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARK_FILE]  # written in place, no temporary file
     assert StepHighWater(tmp_path.as_uri()).high_water() == 17  # what the next attempt reads
     assert _uploaders() == threads_before
+
+
+def test_a_new_attempt_overwrites_a_longer_mark_whole(tmp_path: Path) -> None:
+    (tmp_path / MARK_FILE).write_text('{"step": 3, "written_by": "an older format, longer than a mark"}')
+    mark = StepHighWater(tmp_path.as_uri())
+    assert mark.high_water() == 3
+    mark.record(4)
+    assert json.loads((tmp_path / MARK_FILE).read_text()) == {"step": 4}
 
 
 @pytest.mark.parametrize("text", ["", '{"step": 1', '{"steps": 4}', '{"step": "four"}'])

@@ -20,6 +20,7 @@ from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
 log = logging.getLogger(__name__)
 
 MARK_FILE = "step_high_water.json"
+_MARK_WIDTH = 40  # bytes: every write covers the whole file (JSON allows the trailing spaces)
 
 
 class StepHighWater:
@@ -42,6 +43,7 @@ class StepHighWater:
         self._uploaded: int | None = None
         self._changed = threading.Condition()
         self._uploader: threading.Thread | None = None
+        self._fd: int | None = None
 
     def high_water(self) -> int:
         steps = [self._read_local()]
@@ -58,9 +60,16 @@ class StepHighWater:
             return 0
 
     def record(self, step: int) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": step}))
-        os.replace(tmp, self.path)
+        # One pwrite of a fixed width into the open file, every step: a temporary file and a
+        # rename cost ~0.3 ms, 3% of a small model's step, and the other ranks wait for rank 0 at
+        # the next all-reduce. A killed process cannot tear a write it made, and a reader that
+        # somehow meets a torn one reads no mark (0), as before the first step.
+        first = self._fd is None
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.pwrite(self._fd, json.dumps({"step": step}).ljust(_MARK_WIDTH).encode(), 0)
+        if first:  # whatever was longer before (another writer's mark) ends with this one
+            os.ftruncate(self._fd, _MARK_WIDTH)
         if self.remote is None:
             return
         with self._changed:
