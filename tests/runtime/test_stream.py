@@ -139,3 +139,44 @@ def test_ranks_read_their_share_and_assemble_the_one_rank_batches(
     read = [int(r["rows_read"]) for r in ranks]
     assert sum(read) == alone.rows_read  # every block read once per epoch, by one rank
     assert max(read) < alone.rows_read * 0.75
+
+
+def test_the_next_chunk_is_read_in_the_background_and_its_errors_reach_the_training_thread(
+    snapshot: tuple[list[str], PreparedData], tmp_path: Path
+) -> None:
+    import shutil
+    import threading
+
+    from airflow_trainpipe.runtime.blocks import file_identity
+    from airflow_trainpipe.runtime.data import ChangedDataError
+
+    files, prepared = snapshot
+    copies = []
+    for uri in files:  # the module's files stay intact for the other tests
+        shutil.copy(uri.removeprefix("file://"), tmp_path / uri.rsplit("/", 1)[1])
+        copies.append((tmp_path / uri.rsplit("/", 1)[1]).as_uri())
+    stream = _stream(copies, prepared)
+    stream.reader.identities = [file_identity(uri, "parquet") for uri in copies]
+    readers: list[str] = []
+    rewritten = threading.Event()
+    encode = stream._encode
+
+    def recording(block):  # the prefetch thread reads only once the files were rewritten
+        readers.append(threading.current_thread().name)
+        if readers[-1] != "MainThread":
+            rewritten.wait(30)
+        return encode(block)
+
+    stream._encode = recording  # type: ignore[method-assign]
+    stream.start_epoch(0)
+    stream.take(0, (0, GLOBAL_BATCH), [(0, GLOBAL_BATCH)])
+    assert readers[: len(stream.chunks[0])] == ["MainThread"] * len(stream.chunks[0])
+    for uri in copies:
+        path = uri.removeprefix("file://")
+        pq.write_table(pq.read_table(path).slice(0, 10), path)
+    rewritten.set()
+    end = int(stream.ends[0])
+    with pytest.raises(ChangedDataError, match="changed since the fit stage read it"):
+        stream.take(0, (end, end + GLOBAL_BATCH), [(end, end + GLOBAL_BATCH)])
+    stream.close()
+    assert readers[len(stream.chunks[0]) :] == ["block-prefetch_0"]  # the read that failed

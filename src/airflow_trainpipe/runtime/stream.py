@@ -11,8 +11,13 @@ permutation, as before streaming existed.
 Reading. Each rank reads and encodes every W-th block of a chunk (its share), and one all-gather
 over a gloo group assembles the encoded chunk on every rank, so the I/O and decoding are divided
 by the world size while each rank still takes its micro-batches at its positions of every global
-batch. Memory holds at most the two chunks a global batch can straddle, whatever the snapshot's
-size.
+batch. Memory holds at most the two chunks a global batch can straddle, plus this rank's share of
+the next chunk, whatever the snapshot's size.
+
+Prefetch. Once a chunk is assembled, a background thread reads and encodes this rank's share of
+the epoch's next chunk while the steps run, so the next load is only its all-gather (which stays
+on the training thread: collectives must be issued in the same order on every rank). What is
+encoded does not depend on when, so the stream is the same with or without it.
 
 Statistical quality vs a full permutation: a batch draws its rows from the blocks of one or two
 chunks, not from the whole snapshot. With blocks that are random samples of the data that is
@@ -23,6 +28,7 @@ Each row is still seen exactly once per epoch, and the chunk composition changes
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -63,6 +69,8 @@ class BlockStream:
         self.ends = np.zeros(0, np.int64)
         self.loaded: dict[int, Chunk] = {}
         self.rows_read = 0  # training rows this rank read and encoded itself
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch")
+        self._prefetched: tuple[tuple[int, int], Future[list[np.ndarray]]] | None = None
 
     def start_epoch(self, epoch: int) -> None:
         order = np.random.default_rng([self.seed, epoch, _ORDER_STREAM]).permutation(len(self.blocks))
@@ -76,7 +84,7 @@ class BlockStream:
         if current:
             self.chunks.append(current)
         self.ends = np.cumsum([sum(b.train_rows for b in chunk) for chunk in self.chunks])
-        self.epoch, self.loaded = epoch, {}
+        self.epoch, self.loaded, self._prefetched = epoch, {}, None
 
     def take(
         self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
@@ -104,10 +112,15 @@ class BlockStream:
                 ys.append(chunk.y[lo - chunk.start : hi - chunk.start])
         return (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
 
+    def close(self) -> None:
+        self._prefetcher.shutdown(wait=True, cancel_futures=True)
+
     def _load(self, c: int) -> Chunk:
         blocks = self.chunks[c]
-        mine = [self._encode(block) for block in blocks[self.rank :: self.world_size]]
-        parts = self._gather(mine, blocks)
+        parts = self._gather(self._my_share(c), blocks)
+        if c + 1 < len(self.chunks):
+            future = self._prefetcher.submit(self._encode_share, self.chunks[c + 1])
+            self._prefetched = ((self.epoch or 0, c + 1), future)
         # parts[r] holds rank r's blocks in order: block i of the chunk is rank i % W's (i // W)-th.
         ordered = [parts[i % self.world_size][i // self.world_size] for i in range(len(blocks))]
         rows = np.concatenate(ordered) if ordered else np.zeros((0, self.width + 1), np.float32)
@@ -115,6 +128,17 @@ class BlockStream:
         rows = rows[permutation]
         start = int(self.ends[c - 1]) if c else 0
         return Chunk(start, np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, -1]))
+
+    def _my_share(self, c: int) -> list[np.ndarray]:
+        """This rank's blocks of chunk `c`, encoded: prefetched, or read now (the first chunk, a
+        resumed position). A prefetch that failed raises its error here, on the training thread."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == (self.epoch or 0, c):
+            return prefetched[1].result()
+        return self._encode_share(self.chunks[c])
+
+    def _encode_share(self, blocks: list[Block]) -> list[np.ndarray]:
+        return [self._encode(block) for block in blocks[self.rank :: self.world_size]]
 
     def _encode(self, block: Block) -> np.ndarray:
         train, _ = self.reader.parts(block)

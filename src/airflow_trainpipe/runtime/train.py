@@ -335,6 +335,7 @@ class Trainer:
             sampler.next_epoch()
             state["final_train_loss"] = train_loss
             self._save(state, sampler, step, timing, metric=value)
+        stream.close()
         with timing.measure("checkpoint_s"):
             self.checkpoints.complete_pending()
         state.update(
