@@ -69,7 +69,13 @@ def _schedule(config: PipelineConfig) -> str:
 def _data(config: PipelineConfig) -> str:
     d = config.data
     return (
-        f"`{d.uri}/{d.partition}` ({d.format}); label `{d.label}`; "
+        f"`{d.uri}/{d.partition}` ({d.format})"
+        + (
+            f", a window of the last {d.window.partitions} (at least {d.window.required} present)"
+            if d.window is not None
+            else ""
+        )
+        + f"; label `{d.label}`; "
         f"{len(d.features.numeric)} numeric + {len(d.features.categorical)} categorical features; "
         f"holdout {d.holdout.fraction:.0%}"
         + (f" by `{d.holdout.key_column}`" if d.holdout.key_column else "")

@@ -36,7 +36,12 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
             # worse than a mistyped one; the form itself sends a string or null.
             title="Data partition",
             description=f"Sub-path of {config.data.uri} to train on, e.g. a backfill day. "
-            f"Empty: the run's own partition ({config.data.partition}).",
+            f"Empty: the run's own partition ({config.data.partition})."
+            + (
+                f" The window of {config.data.window.partitions} partitions ends there."
+                if config.data.window is not None
+                else ""
+            ),
         ),
         HYPERPARAMETERS: _param(
             {name: getattr(current, name) for name in tunable_hyperparameters()},
