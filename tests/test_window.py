@@ -68,7 +68,7 @@ def test_a_trigger_form_partition_moves_the_window_to_its_date() -> None:
 
 
 def test_a_partition_no_date_renders_to_has_no_window() -> None:
-    with pytest.raises(WindowError, match="'latest' is not what data.partition renders for any date"):
+    with pytest.raises(WindowError, match=r"'latest' is not what data\.partition renders for any date"):
         window_partitions(date_context(RUN), "latest", 2, DAY, _render("ds={{ ds }}"))
 
 

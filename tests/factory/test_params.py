@@ -52,12 +52,16 @@ def test_form_defaults_are_valid(dags: list) -> None:
         dag.params.validate()
 
 
-def test_a_windowed_pipeline_says_where_its_window_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_windowed_pipeline_says_where_its_window_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAINPIPE_CONFIG_CACHE", str(tmp_path / "cache"))
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "fraud_detector.yaml").write_text(
-        text.replace("  format: parquet\n", "  format: parquet\n  window: {partitions: 30, min_partitions: 27}\n")
+        text.replace(
+            "  format: parquet\n", "  format: parquet\n  window: {partitions: 30, min_partitions: 27}\n"
+        )
     )
     (dag,) = build_pipeline_dags(tmp_path / "configs", tmp_path)
     assert dag.params.get_param("partition").description.endswith("The window of 30 partitions ends there.")

@@ -169,7 +169,10 @@ def _window_config(tmp_path: Path, data: Path, minimum: int) -> Path:
         ("uri: data/card_transactions", f"uri: {data.as_uri()}"),
         ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"),
         ("min_rows: 1000", "min_rows: 100"),
-        ("  format: parquet\n", f"  format: parquet\n  window: {{partitions: 30, min_partitions: {minimum}}}\n"),
+        (
+            "  format: parquet\n",
+            f"  format: parquet\n  window: {{partitions: 30, min_partitions: {minimum}}}\n",
+        ),
     ):
         text = text.replace(old, new)
     path = tmp_path / f"window_{minimum}.yaml"
@@ -192,11 +195,16 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     for run in (first, second):
         assert (run.state, set(run.tasks.values())) == ("success", {"success"}), run.output[-6000:]
     # The first run validates the 28 earlier partitions it has no record of, oldest first, then its own.
-    assert "window: 28 earlier partition(s), 0 reused their validation records, 28 validated now" in first.output
+    assert (
+        "window: 28 earlier partition(s), 0 reused their validation records, 28 validated now" in first.output
+    )
     assert "window ds=2026-01-01 .. ds=2026-01-30: snapshot sha256:" in first.output
     assert "of 29 partition(s) (1 missing: ds=2026-01-15), 29 file(s), 17400 rows" in first.output
     # The next day validates only its own partition: the other 28 reuse their records.
-    assert "window: 28 earlier partition(s), 28 reused their validation records, 0 validated now" in second.output
+    assert (
+        "window: 28 earlier partition(s), 28 reused their validation records, 0 validated now"
+        in second.output
+    )
     assert second.output.count("has no current validation record") == 0
     (lineage,) = [line for line in second.output.splitlines() if "LINEAGE " in line]
     digest = next(s for s in _snapshots(data) if s["window"] and s["window"][0] == "ds=2026-01-02")["digest"]
@@ -211,7 +219,11 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     for path in (data / "ds=2026-01-20").glob("*.parquet"):
         path.unlink()
     (short,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-01"])
-    assert short.tasks == {"validate_data": "failed", "train": "upstream_failed", "lineage": "upstream_failed"}
+    assert short.tasks == {
+        "validate_data": "failed",
+        "train": "upstream_failed",
+        "lineage": "upstream_failed",
+    }
     assert short.tries["validate_data"] == 1, short.output[-6000:]
     assert (
         "the window of 30 partitions ending at ds=2026-02-01 under "
