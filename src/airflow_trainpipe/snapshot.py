@@ -168,10 +168,9 @@ def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = No
         if columns is None:
             columns = schema
         elif schema != columns:
-            changed = sorted(set(schema.items()) ^ set(columns.items()))
             raise SnapshotError(
                 f"{file_uri} does not have the schema of {files[0]} (differing columns: "
-                f"{', '.join(f'{n}: {t}' for n, t in changed)}); a snapshot's files must agree"
+                f"{_differing(schema, columns)}); a snapshot's files must agree"
             )
         entries.append(SnapshotFile(uri=file_uri, size=fs.size(path), sha256=sha256_of(fs, path), rows=rows))
     manifest = Manifest(
@@ -186,6 +185,10 @@ def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = No
     return manifest
 
 
+def _differing(columns: dict[str, str], other: dict[str, str]) -> str:
+    return ", ".join(f"{n}: {t}" for n, t in sorted(set(columns.items()) ^ set(other.items())))
+
+
 def window_snapshot(
     data: DataSection, parts: list[tuple[str, Manifest]], missing: list[str], conn_id: str | None = None
 ) -> Manifest:
@@ -194,10 +197,9 @@ def window_snapshot(
     (_, newest), files = parts[-1], [f for _, manifest in parts for f in manifest.files]
     for partition, manifest in parts:
         if manifest.columns != newest.columns or manifest.format != newest.format:
-            changed = sorted(set(manifest.columns.items()) ^ set(newest.columns.items()))
             raise SnapshotError(
                 f"partition {partition} of the window does not have the schema of the newest, "
-                f"{parts[-1][0]} (differing columns: {', '.join(f'{n}: {t}' for n, t in changed)}); "
+                f"{parts[-1][0]} (differing columns: {_differing(manifest.columns, newest.columns)}); "
                 "a window's partitions must agree"
             )
     window = Manifest(
@@ -309,7 +311,8 @@ def cli_window(data: DataSection, ds: str) -> list[str]:
     """The partitions a CLI run on `ds` reads, oldest first, as the DAG's run of that date would."""
     from airflow_trainpipe.window import run_window
 
-    return run_window(data, _date_names(ds), render_partition(data.partition, ds), _render)
+    names = _date_names(ds)
+    return run_window(data, names, _render(data.partition, names), _render)
 
 
 def _date_names(ds: str) -> dict[str, Any]:

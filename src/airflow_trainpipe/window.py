@@ -81,9 +81,7 @@ def anchored(context: Mapping[str, Any], partition: str, render: Callable[[Mappi
             day = datetime.strptime(text.replace("-", ""), "%Y%m%d").replace(tzinfo=UTC)
         except ValueError:
             continue
-        candidate = {**context, **date_context(day)}
-        if context.get("partition_key"):
-            candidate["partition_key"] = candidate["ds"]
+        candidate = {**context, **date_context(day, partition_key=bool(context.get("partition_key")))}
         if render(candidate) == partition:
             return candidate
     raise WindowError(
