@@ -36,9 +36,11 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Prepa
     return files, fit(files, CONFIG.data, CONFIG.features, "binary_classification")
 
 
-def _stream(files: list[str], prepared: PreparedData, rank: int = 0, world_size: int = 1) -> BlockStream:
+def _stream(
+    files: list[str], prepared: PreparedData, rank: int = 0, world_size: int = 1, epochs: int | None = 2
+) -> BlockStream:
     reader = BlockReader(files, prepared.identities, CONFIG.data, data_columns(CONFIG.data))
-    return BlockStream(prepared, reader, SEED, BUFFER, rank, world_size)
+    return BlockStream(prepared, reader, SEED, BUFFER, rank, world_size, epochs=epochs)
 
 
 def _steps(
@@ -180,3 +182,29 @@ def test_the_next_chunk_is_read_in_the_background_and_its_errors_reach_the_train
         stream.take(0, (end, end + GLOBAL_BATCH), [(end, end + GLOBAL_BATCH)])
     stream.close()
     assert readers[len(stream.chunks[0]) :] == ["block-prefetch_0"]  # the read that failed
+
+
+@pytest.mark.parametrize(("epochs", "read_on_the_training_thread"), [(2, 3), (None, 6)])
+def test_the_next_epochs_first_chunk_is_read_while_the_last_one_trains(
+    snapshot: tuple[list[str], PreparedData], epochs: int | None, read_on_the_training_thread: int
+) -> None:
+    """Knowing the epochs, only the run's very first chunk (3 blocks) is read on the training
+    thread; without, the first chunk of every epoch is. The rows are the same either way."""
+    import threading
+
+    files, prepared = snapshot
+    stream = _stream(files, prepared, epochs=epochs)
+    readers: list[str] = []
+    encode = stream._encode
+
+    def recording(block):
+        readers.append(threading.current_thread().name)
+        return encode(block)
+
+    stream._encode = recording  # type: ignore[method-assign]
+    steps = _steps(stream, 0, 1)
+    stream.close()
+    assert readers.count("MainThread") == read_on_the_training_thread
+    assert len(readers) == 2 * len(stream.blocks)  # nothing read twice, nothing beyond the last epoch
+    reference = _steps(_stream(files, prepared, epochs=1), 0, 1)
+    assert all(np.array_equal(a, b) for a, b in zip(steps, reference, strict=True))

@@ -11,13 +11,17 @@ permutation, as before streaming existed.
 Reading. Each rank reads and encodes every W-th block of a chunk (its share), and one all-gather
 over a gloo group assembles the encoded chunk on every rank, so the I/O and decoding are divided
 by the world size while each rank still takes its micro-batches at its positions of every global
-batch. Memory holds at most the two chunks a global batch can straddle, plus this rank's share of
-the next chunk, whatever the snapshot's size.
+batch. The chunk's permutation is applied to an index, not to the rows: loading a chunk copies
+nothing after the all-gather, and each micro-batch copies out its own rows. Memory holds at most
+the two chunks a global batch can straddle, plus this rank's share of the next chunk, whatever
+the snapshot's size.
 
 Prefetch. Once a chunk is assembled, a background thread reads and encodes this rank's share of
-the epoch's next chunk while the steps run, so the next load is only its all-gather (which stays
-on the training thread: collectives must be issued in the same order on every rank). What is
-encoded does not depend on when, so the stream is the same with or without it.
+the next chunk while the steps run: the epoch's next one or, after its last, the first of the
+next epoch (a layout depends only on the seed and the epoch). The next load is then only its
+all-gather, which stays on the training thread: collectives must be issued in the same order on
+every rank. What is encoded does not depend on when, so the stream is the same with or without
+it.
 
 Statistical quality vs a full permutation: a batch draws its rows from the blocks of one or two
 chunks, not from the whole snapshot. With blocks that are random samples of the data that is
@@ -42,10 +46,18 @@ _ORDER_STREAM = 0x0B10C5  # separates the block-order draws from the per-chunk p
 
 
 class Chunk:
-    __slots__ = ("end", "start", "x", "y")
+    """One chunk's rows as gathered (every rank's share side by side, x and label columns
+    together) and, per stream position, the row that holds it: permuting the index instead of
+    the rows keeps the load at a few integer operations per row, and each micro-batch copies out
+    only its own rows."""
 
-    def __init__(self, start: int, x: np.ndarray, y: np.ndarray):
-        self.start, self.end, self.x, self.y = start, start + len(y), x, y
+    __slots__ = ("end", "index", "rows", "start")
+
+    def __init__(self, start: int, rows: np.ndarray, index: np.ndarray):
+        self.start, self.end, self.rows, self.index = start, start + len(index), rows, index
+
+    def positions(self, start: int, stop: int) -> np.ndarray:
+        return self.index[start - self.start : stop - self.start]
 
 
 class BlockStream:
@@ -58,11 +70,13 @@ class BlockStream:
         rank: int = 0,
         world_size: int = 1,
         group: Any = None,
+        epochs: int | None = None,
     ):
         self.transform, self.reader = prepared.transform, reader
         self.blocks = [b for b in prepared.blocks if b.train_rows]
         self.seed, self.buffer_rows = seed, buffer_rows
         self.rank, self.world_size, self.group = rank, world_size, group
+        self.epochs = epochs  # known: the last chunk of an epoch prefetches the next epoch's first
         self.width = prepared.transform.width
         self.epoch: int | None = None
         self.chunks: list[list[Block]] = []
@@ -73,18 +87,25 @@ class BlockStream:
         self._prefetched: tuple[tuple[int, int], Future[list[np.ndarray]]] | None = None
 
     def start_epoch(self, epoch: int) -> None:
+        self.chunks = self._layout(epoch)
+        self.ends = np.cumsum([sum(b.train_rows for b in chunk) for chunk in self.chunks])
+        self.epoch, self.loaded = epoch, {}
+        if self._prefetched is not None and self._prefetched[0][0] != epoch:
+            self._prefetched = None
+
+    def _layout(self, epoch: int) -> list[list[Block]]:
+        """The epoch's chunks: the blocks in a seeded order, cut after every `buffer_rows` rows."""
         order = np.random.default_rng([self.seed, epoch, _ORDER_STREAM]).permutation(len(self.blocks))
-        self.chunks, current, rows = [], [], 0
+        chunks, current, rows = [], [], 0
         for index in order:
             current.append(self.blocks[index])
             rows += self.blocks[index].train_rows
             if rows >= self.buffer_rows:
-                self.chunks.append(current)
+                chunks.append(current)
                 current, rows = [], 0
         if current:
-            self.chunks.append(current)
-        self.ends = np.cumsum([sum(b.train_rows for b in chunk) for chunk in self.chunks])
-        self.epoch, self.loaded, self._prefetched = epoch, {}, None
+            chunks.append(current)
+        return chunks
 
     def take(
         self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
@@ -108,8 +129,9 @@ class BlockStream:
         for chunk in sorted(self.loaded.values(), key=lambda c: c.start):
             lo, hi = max(start, chunk.start), min(stop, chunk.end)
             if lo < hi:
-                xs.append(chunk.x[lo - chunk.start : hi - chunk.start])
-                ys.append(chunk.y[lo - chunk.start : hi - chunk.start])
+                positions = chunk.positions(lo, hi)
+                xs.append(chunk.rows[positions, :-1])
+                ys.append(chunk.rows[positions, -1])
         return (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
 
     def close(self) -> None:
@@ -117,17 +139,25 @@ class BlockStream:
 
     def _load(self, c: int) -> Chunk:
         blocks = self.chunks[c]
-        parts = self._gather(self._my_share(c), blocks)
-        if c + 1 < len(self.chunks):
-            future = self._prefetcher.submit(self._encode_share, self.chunks[c + 1])
-            self._prefetched = ((self.epoch or 0, c + 1), future)
-        # parts[r] holds rank r's blocks in order: block i of the chunk is rank i % W's (i // W)-th.
-        ordered = [parts[i % self.world_size][i // self.world_size] for i in range(len(blocks))]
-        rows = np.concatenate(ordered) if ordered else np.zeros((0, self.width + 1), np.float32)
-        permutation = np.random.default_rng([self.seed, self.epoch or 0, c]).permutation(len(rows))
-        rows = rows[permutation]
+        rows, offsets = self._gather(self._my_share(c), blocks)
+        self._prefetch_after(c)
+        # The chunk's rows in block order, then permuted: position p holds row index[p] of `rows`.
+        index = np.concatenate([np.arange(o, o + b.train_rows) for o, b in zip(offsets, blocks, strict=True)])
+        permutation = np.random.default_rng([self.seed, self.epoch or 0, c]).permutation(len(index))
         start = int(self.ends[c - 1]) if c else 0
-        return Chunk(start, np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, -1]))
+        return Chunk(start, rows, index[permutation])
+
+    def _prefetch_after(self, c: int) -> None:
+        """Read this rank's share of the chunk after `c` in the background: the epoch's next one,
+        or, at the epoch's end, the first of the next epoch (whose layout is known in advance)."""
+        epoch = self.epoch or 0
+        if c + 1 < len(self.chunks):
+            key, blocks = (epoch, c + 1), self.chunks[c + 1]
+        elif self.epochs is not None and epoch + 1 < self.epochs:
+            key, blocks = (epoch + 1, 0), self._layout(epoch + 1)[0]
+        else:
+            return
+        self._prefetched = (key, self._prefetcher.submit(self._encode_share, blocks))
 
     def _my_share(self, c: int) -> list[np.ndarray]:
         """This rank's blocks of chunk `c`, encoded: prefetched, or read now (the first chunk, a
@@ -148,21 +178,22 @@ class BlockStream:
         rows[:, -1] = self.transform.labels(train)
         return rows
 
-    def _gather(self, mine: list[np.ndarray], blocks: list[Block]) -> list[list[np.ndarray]]:
-        """Every rank's encoded blocks; sizes come from the block index, so one all-gather suffices."""
-        if self.world_size == 1:
-            return [mine]
+    def _gather(self, mine: list[np.ndarray], blocks: list[Block]) -> tuple[np.ndarray, list[int]]:
+        """Every rank's encoded blocks in one array, and where each block of the chunk starts in it.
+
+        Rank r holds blocks r, r+W, r+2W, ... of the chunk; sizes come from the block index, so one
+        all-gather into one preallocated array suffices, with no copy after it."""
         sizes = [[b.train_rows for b in blocks[r :: self.world_size]] for r in range(self.world_size)]
         longest = max(sum(s) for s in sizes)
-        local = torch.zeros((longest, self.width + 1), dtype=torch.float32)
+        gathered = torch.empty((self.world_size, longest, self.width + 1), dtype=torch.float32)
+        local = gathered[0] if self.world_size == 1 else torch.empty_like(gathered[0])  # padding: never read
         if mine:
-            joined = torch.from_numpy(np.concatenate(mine))
-            local[: len(joined)] = joined
-        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(gathered, local, group=self.group)
-        parts = []
-        for r, tensor in enumerate(gathered):
-            bounds = np.cumsum([0, *sizes[r]])
-            array = tensor.numpy()
-            parts.append([array[bounds[i] : bounds[i + 1]] for i in range(len(sizes[r]))])
-        return parts
+            np.concatenate(mine, out=local.numpy()[: sum(len(m) for m in mine)])
+        if self.world_size > 1:
+            dist.all_gather(list(gathered.unbind(0)), local, group=self.group)
+        starts = [
+            [r * longest + int(o) for o in np.cumsum([0, *sizes[r]])[:-1]] for r in range(self.world_size)
+        ]
+        # Block i of the chunk is rank i % W's (i // W)-th.
+        offsets = [starts[i % self.world_size][i // self.world_size] for i in range(len(blocks))]
+        return gathered.numpy().reshape(-1, self.width + 1), offsets

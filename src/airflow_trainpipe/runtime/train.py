@@ -293,7 +293,7 @@ class Trainer:
     ) -> dict[str, Any]:
         stream = BlockStream(
             self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
-            self.rank, self.world_size, self.data_group,
+            self.rank, self.world_size, self.data_group, epochs=self.hp.epochs,
         )  # fmt: skip
         steps = StepRunner(self.engine, stream, self.task, self.device, self.dtype)
         sync = PeriodicSync(
