@@ -35,6 +35,59 @@ def test_embedded_store_artifacts_stay_under_trainpipe_home(
     assert os.listdir(elsewhere) == []
 
 
+def _tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tracker:
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # see above: unset, and nothing leaks
+    return Tracker(experiment="e", run_dir=(tmp_path / "run").as_uri(), run_name="r", run_id=None, tags={})
+
+
+def _recording_batches(tracker: Tracker, fail_in_background: bool = False) -> list[str]:
+    import threading
+
+    writers: list[str] = []
+    log_batch = tracker.client.log_batch
+
+    def recording(*args, **kwargs):
+        writers.append(threading.current_thread().name)
+        if fail_in_background and writers[-1] != "MainThread":
+            raise RuntimeError("the tracking store went away")
+        return log_batch(*args, **kwargs)
+
+    tracker.client.log_batch = recording  # type: ignore[method-assign]
+    return writers
+
+
+def test_full_metric_batches_are_written_off_the_training_thread_and_all_are_stored_by_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker = _tracker(tmp_path, monkeypatch)
+    writers = _recording_batches(tracker)
+    for step in range(1, 451):
+        tracker.log_metrics({"train_loss": 1 / step}, step)
+    tracker.finish("FINISHED")
+    assert writers == [
+        "mlflow-metrics_0",
+        "mlflow-metrics_0",
+        "MainThread",
+    ]  # 200 + 200 in the background, 50 at the end
+    history = tracker.client.get_metric_history(tracker.run_id, "train_loss")
+    assert sorted((m.step, m.value) for m in history) == [(s, 1 / s) for s in range(1, 451)]
+    assert tracker.client.get_run(tracker.run_id).info.status == "FINISHED"
+
+
+def test_a_failed_background_batch_raises_on_the_training_thread_and_the_run_still_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker = _tracker(tmp_path, monkeypatch)
+    _recording_batches(tracker, fail_in_background=True)
+    for step in range(1, 201):
+        tracker.log_metrics({"train_loss": 1.0}, step)
+    with pytest.raises(RuntimeError, match="the tracking store went away"):
+        tracker.flush()
+    tracker.fail()
+    assert tracker.client.get_run(tracker.run_id).info.status == "FAILED"
+
+
 @pytest.mark.slow
 def test_a_job_that_fails_marks_its_mlflow_run_failed(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from airflow_trainpipe.storage import filesystem, join, trainpipe_home
 log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "mlflow_run.json"
+METRICS_PER_BATCH = 200  # buffered metrics sent in one log_batch
 
 
 def default_tracking_uri() -> str:
@@ -84,6 +86,8 @@ class Tracker:
                 self.client.set_tag(run_id, key, value)
         self.run_id = run_id
         self._buffer: list[Any] = []
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-metrics")
+        self._pending: Future[None] | None = None
 
     def _stored_run_id(self) -> str | None:
         try:
@@ -110,10 +114,28 @@ class Tracker:
 
         now = int(time.time() * 1000)
         self._buffer += [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        if flush or len(self._buffer) >= 200:
+        if flush:
             self.flush()
+        elif len(self._buffer) >= METRICS_PER_BATCH:
+            self._send_in_background()
+
+    def _send_in_background(self) -> None:
+        # A batch of 200 metrics into the SQLite store takes ~45 ms, the time of four small-model
+        # steps, which the other ranks would wait for at the next all-reduce. One writer thread
+        # keeps the batches in order; MLflow's own asynchronous logging (synchronous=False) would
+        # write them from a pool of up to ten threads into one SQLite file.
+        batch, self._buffer = self._buffer, []
+        self._raise_failed_send()
+        self._pending = self._writer.submit(self.client.log_batch, self.run_id, metrics=batch)
+
+    def _raise_failed_send(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()  # the previous batch's error, if it failed, on the training thread
 
     def flush(self) -> None:
+        """Everything logged so far is in the store when this returns."""
+        self._raise_failed_send()
         if self._buffer:
             self.client.log_batch(self.run_id, metrics=self._buffer)
             self._buffer = []
@@ -153,8 +175,10 @@ class Tracker:
         self.client.log_dict(self.run_id, payload, artifact_file)
 
     def finish(self, status: str) -> None:
-        self.flush()
-        self.client.set_terminated(self.run_id, status=status)
+        try:
+            self.flush()
+        finally:  # a failed metrics batch still ends the run (a failing job's fail() marks it FAILED)
+            self.client.set_terminated(self.run_id, status=status)
 
     def fail(self) -> None:
         """Mark the run FAILED on the way out of a failing job, never hiding the job's own error."""
