@@ -25,13 +25,14 @@ from airflow_trainpipe.synthetic import write_day
 from airflow_trainpipe.train_spec import TrainSpec
 
 REPO = Path(__file__).resolve().parents[1]
-ROWS, NPROC, REPEATS = 400_000, 2, 3
+ROWS, NPROC = 400_000, 2
 
 
-# (hidden sizes, ZeRO stage, max steps): the example's own MLP with its ZeRO-1, the same at ZeRO-0
-# (DeepSpeed engine overhead without ZeRO's extra collectives), and a wider MLP where compute,
-# not collective latency, dominates a step.
-CASES = [("[64, 32]", 1, None), ("[64, 32]", 0, None), ("[1024, 1024, 512]", 1, 300)]
+# (hidden sizes, ZeRO stage, max steps, repeats): the example's own MLP with its ZeRO-1, the same
+# at ZeRO-0 (DeepSpeed engine overhead without ZeRO's extra collectives), and a wider MLP where
+# compute, not collective latency, dominates a step. The small model's ~12 ms steps swing by
+# +-25% from one run to the next on a shared 2-core VM, so it gets more repeats.
+CASES = [("[64, 32]", 1, None, 5), ("[64, 32]", 0, None, 5), ("[1024, 1024, 512]", 1, 300, 3)]
 
 
 def _spec(
@@ -82,10 +83,10 @@ def _baseline(spec: TrainSpec, steps: int, tmp: Path, script: str) -> dict:
 
 
 def _measure(
-    tmp: Path, files: list[str], hidden: str, zero_stage: int, max_steps: int | None
+    tmp: Path, files: list[str], hidden: str, zero_stage: int, max_steps: int | None, repeats: int
 ) -> tuple[list[dict], list[dict], list[dict]]:
     ours_runs, ddp_runs, deepspeed_runs = [], [], []
-    for i in range(REPEATS):
+    for i in range(repeats):
         result = _ours(
             _spec(tmp, files, f"bench{len(hidden)}-{zero_stage}-{i}", hidden, zero_stage, max_steps)
         )
@@ -97,11 +98,14 @@ def _measure(
     return ours_runs, ddp_runs, deepspeed_runs
 
 
+def _ratios(ours_runs: list[dict], base_runs: list[dict]) -> list[float]:
+    """ours / baseline per repeat, each pair measured back to back."""
+    return [o["samples_per_s"] / b["samples_per_s"] for o, b in zip(ours_runs, base_runs, strict=True)]
+
+
 def _ratio(ours_runs: list[dict], base_runs: list[dict]) -> float:
-    """Median over repeats of ours / baseline, each pair measured back to back."""
-    return statistics.median(
-        o["samples_per_s"] / b["samples_per_s"] for o, b in zip(ours_runs, base_runs, strict=True)
-    )
+    """Median over repeats of ours / baseline."""
+    return statistics.median(_ratios(ours_runs, base_runs))
 
 
 def bench_training() -> list[str]:
@@ -112,27 +116,30 @@ def bench_training() -> list[str]:
         "3 epochs (the wide model: 300 steps), fp32. Ours = the real job (checkpoints every 200 steps + one per epoch, MLflow per-step",
         "metrics, progress events); holdout evaluation time is excluded from training time. Baseline =",
         "`benchmarks/ddp_baseline.py` (plain DDP) and `benchmarks/deepspeed_baseline.py` (a bare DeepSpeed loop with the job's",
-        f"DeepSpeed config, no pipeline), same model, data, global batch, ranks and steps. {REPEATS} alternated repeats, medians.",
+        "DeepSpeed config, no pipeline), same model, data, global batch, ranks and steps. Alternated repeats (the",
+        "repeats column), medians; the range is the lowest and highest ours / raw DeepSpeed of the repeats.",
         "",
-        "| model | ZeRO | ours samples/s | DDP samples/s | raw DeepSpeed samples/s | ours / DDP | ours / raw DeepSpeed "
-        "| raw DeepSpeed / DDP | checkpoint overhead | data-loader wait |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | ZeRO | repeats | ours samples/s | DDP samples/s | raw DeepSpeed samples/s | ours / DDP "
+        "| ours / raw DeepSpeed | its range | raw DeepSpeed / DDP | checkpoint overhead | data-loader wait |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.environ["TRAINPIPE_HOME"] = str(tmp / "home")
         files = write_day((tmp / "data").as_uri(), date(2026, 1, 1), ROWS, seed=11)
-        for hidden, zero_stage, max_steps in CASES:
-            ours_runs, ddp_runs, deepspeed_runs = _measure(tmp, files, hidden, zero_stage, max_steps)
+        for hidden, zero_stage, max_steps, repeats in CASES:
+            ours_runs, ddp_runs, deepspeed_runs = _measure(tmp, files, hidden, zero_stage, max_steps, repeats)
             ckpt = statistics.median(o["checkpoint_s"] / o["train_s"] for o in ours_runs)
             wait = statistics.median(o["data_wait_s"] / o["train_s"] for o in ours_runs)
             ours, ddp, raw = (
                 statistics.median(r["samples_per_s"] for r in runs)
                 for runs in (ours_runs, ddp_runs, deepspeed_runs)
             )
+            spread = _ratios(ours_runs, deepspeed_runs)
             lines.append(
-                f"| {hidden} | {zero_stage} | {ours:,.0f} | {ddp:,.0f} | {raw:,.0f} "
+                f"| {hidden} | {zero_stage} | {repeats} | {ours:,.0f} | {ddp:,.0f} | {raw:,.0f} "
                 f"| **{_ratio(ours_runs, ddp_runs):.3f}** | **{_ratio(ours_runs, deepspeed_runs):.3f}** "
+                f"| {min(spread):.3f} - {max(spread):.3f} "
                 f"| **{_ratio(deepspeed_runs, ddp_runs):.3f}** | **{100 * ckpt:.2f}%** | **{100 * wait:.2f}%** |"
             )
     lines += [
