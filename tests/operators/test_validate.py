@@ -214,11 +214,25 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     )
     assert "snapshot " + digest + ": 29 file(s), 17400 rows" in second.output  # what train read
 
-    # One more partition lost: below the minimum, the run stops before training, naming both.
+    # An earlier partition rewritten since its record (a backfill upstream) is validated again.
+    write_day(data.as_uri(), date(2026, 1, 10), 650, seed=5)
     write_day(data.as_uri(), date(2026, 2, 1), 600, seed=4)
+    (rewritten,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-01"])
+    assert (rewritten.state, set(rewritten.tasks.values())) == ("success", {"success"}), rewritten.output[
+        -6000:
+    ]
+    assert (
+        "window: 28 earlier partition(s), 27 reused their validation records, 1 validated now"
+        in rewritten.output
+    )
+    assert "window partition ds=2026-01-10 has no current validation record" in rewritten.output
+    assert "of 29 partition(s) (1 missing: ds=2026-01-15), 29 file(s), 17450 rows" in rewritten.output
+
+    # One more partition lost: below the minimum, the run stops before training, naming both.
+    write_day(data.as_uri(), date(2026, 2, 2), 600, seed=4)
     for path in (data / "ds=2026-01-20").glob("*.parquet"):
         path.unlink()
-    (short,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-01"])
+    (short,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-02"])
     assert short.tasks == {
         "validate_data": "failed",
         "train": "upstream_failed",
@@ -226,7 +240,7 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     }
     assert short.tries["validate_data"] == 1, short.output[-6000:]
     assert (
-        "the window of 30 partitions ending at ds=2026-02-01 under "
+        "the window of 30 partitions ending at ds=2026-02-02 under "
         f"{data.as_uri()} has 28, fewer than data.window.min_partitions (29); "
         "missing: ds=2026-01-15, ds=2026-01-20"
     ) in short.output

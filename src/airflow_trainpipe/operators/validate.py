@@ -104,34 +104,25 @@ class DataValidateOperator(BaseOperator):
         one its validation record names while the partition still holds those files, else
         validated now (oldest first, so each is checked against its predecessor, as on its day)."""
         from airflow_trainpipe.exceptions import as_airflow_errors
-        from airflow_trainpipe.snapshot import SnapshotError, is_current, load_manifest, resolve_snapshot
-        from airflow_trainpipe.validation import history
+        from airflow_trainpipe.snapshot import resolve_snapshot
 
-        data, fail_on = self.config.data, self.config.validation.fail_on
         earlier: list[tuple[str, Manifest]] = []
         validated_now = 0
         for partition in partitions:
-            record = history.at(data, self.config.pipeline, partition, self.conn_id)
-            if record is not None and (record.get("passed", True) or fail_on == "never"):
-                try:
-                    kept = load_manifest(data, record["digest"], self.conn_id)
-                except SnapshotError:
-                    kept = None
-                if kept is not None and is_current(kept, self.conn_id):
-                    earlier.append((partition, kept))
-                    continue
-            with as_airflow_errors():
-                manifest = resolve_snapshot(data, partition, self.conn_id)
-            self.log.info(
-                "window partition %s has no current validation record: validating it now", partition
-            )
-            summary, report = self._validate(manifest, partition)
-            validated_now += 1
-            if not summary.passed and fail_on == "error":
-                raise AirflowFailException(
-                    f"partition {partition} of the window failed validation ({report.failure_summary()}); "
-                    f"nothing is trained on the window. Report: {summary.report_uri}"
+            manifest = self._recorded(partition)
+            if manifest is None:
+                with as_airflow_errors():
+                    manifest = resolve_snapshot(self.config.data, partition, self.conn_id)
+                self.log.info(
+                    "window partition %s has no current validation record: validating it now", partition
                 )
+                summary, report = self._validate(manifest, partition)
+                validated_now += 1
+                if not summary.passed and self.config.validation.fail_on == "error":
+                    raise AirflowFailException(
+                        f"partition {partition} of the window failed validation ({report.failure_summary()}); "
+                        f"nothing is trained on the window. Report: {summary.report_uri}"
+                    )
             earlier.append((partition, manifest))
         self.log.info(
             "window: %d earlier partition(s), %d reused their validation records, %d validated now",
@@ -140,6 +131,22 @@ class DataValidateOperator(BaseOperator):
             validated_now,
         )
         return earlier
+
+    def _recorded(self, partition: str) -> Manifest | None:
+        """The manifest a usable validation record of `partition` names, while the partition still
+        holds exactly those files (a listing and a stat per file); None when it must be validated."""
+        from airflow_trainpipe.snapshot import SnapshotError, is_current, load_manifest
+        from airflow_trainpipe.validation import history
+
+        data = self.config.data
+        record = history.at(data, self.config.pipeline, partition, self.conn_id)
+        if record is None or not (record.get("passed", True) or self.config.validation.fail_on == "never"):
+            return None
+        try:
+            kept = load_manifest(data, record["digest"], self.conn_id)
+        except SnapshotError:
+            return None
+        return kept if is_current(kept, self.conn_id) else None
 
     def _validate(self, manifest: Manifest, partition: str) -> tuple[ValidationSummary, ValidationReport]:
         """Run the checks, write the report, record a usable snapshot in the history."""
