@@ -36,7 +36,7 @@ class InMemory:
         prepared = fit(spec.data_files, data, spec.config.features, spec.config.training.task)
         reader = BlockReader(spec.data_files, prepared.identities, data, data_columns(data))
         trains = [reader.parts(block)[0] for block in prepared.blocks]
-        self.transform = prepared.transform
+        self.prepared, self.transform = prepared, prepared.transform
         self.train_x = np.concatenate([self.transform.features(t) for t in trains])
         self.train_y = np.concatenate([self.transform.labels(t) for t in trains])
 

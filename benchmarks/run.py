@@ -91,12 +91,13 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
-SECTIONS = ("config", "parsing", "training", "validation", "scale")
+SECTIONS = ("config", "parsing", "training", "step", "validation", "scale")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
     from dag_parsing_bench import bench_dag_parsing  # benchmarks/ is on sys.path when run as a script
     from scale_bench import bench_scale
+    from step_bench import bench_step
     from train_bench import bench_training
     from validation_bench import bench_validation
 
@@ -104,6 +105,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "config": bench_config_parsing,
         "parsing": bench_dag_parsing,
         "training": bench_training,
+        "step": bench_step,
         "validation": bench_validation,
         "scale": bench_scale,
     }
@@ -168,6 +170,7 @@ def _section_name(heading: str) -> str:
         ("parsing", "dag parsing"),
         ("validation", "data validation"),
         ("scale", "scale:"),
+        ("step", "training step alone"),
     ):
         if marker in lowered:
             return name
