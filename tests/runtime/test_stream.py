@@ -37,10 +37,17 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Prepa
 
 
 def _stream(
-    files: list[str], prepared: PreparedData, rank: int = 0, world_size: int = 1, epochs: int | None = 2
+    files: list[str],
+    prepared: PreparedData,
+    rank: int = 0,
+    world_size: int = 1,
+    epochs: int | None = 2,
+    cache_bytes: int = 0,
 ) -> BlockStream:
     reader = BlockReader(files, prepared.identities, CONFIG.data, data_columns(CONFIG.data))
-    return BlockStream(prepared, reader, SEED, BUFFER, rank, world_size, epochs=epochs)
+    return BlockStream(
+        prepared, reader, SEED, BUFFER, rank, world_size, epochs=epochs, cache_bytes=cache_bytes
+    )
 
 
 def _steps(
@@ -109,26 +116,39 @@ def test_a_resumed_stream_continues_with_the_same_rows(snapshot: tuple[list[str]
 
 
 def _rank_worker(
-    store: str, rank: int, world_size: int, prepared_file: str, files: list[str], out: str
+    store: str,
+    rank: int,
+    world_size: int,
+    prepared_file: str,
+    files: list[str],
+    out: str,
+    cache_bytes: int = 0,
 ) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     prepared = PreparedData.from_json(Path(prepared_file).read_text())
-    stream = _stream(files, prepared, rank, world_size)
+    stream = _stream(files, prepared, rank, world_size, cache_bytes=cache_bytes)
     steps = _steps(stream, rank, world_size)
     np.savez(out, *steps, rows_read=np.array(stream.rows_read))
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+def _caching_rank_worker(
+    store: str, rank: int, world_size: int, prepared_file: str, files: list[str], out: str
+) -> None:
+    _rank_worker(store, rank, world_size, prepared_file, files, out, cache_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(("world_size", "cached"), [(2, False), (3, False), (2, True)])
 def test_ranks_read_their_share_and_assemble_the_one_rank_batches(
-    snapshot: tuple[list[str], PreparedData], tmp_path: Path, world_size: int
+    snapshot: tuple[list[str], PreparedData], tmp_path: Path, world_size: int, cached: bool
 ) -> None:
     files, prepared = snapshot
     alone = _stream(files, prepared)
     expected = _steps(alone, 0, 1)
-    outs = run_ranks(tmp_path, _rank_worker, files, prepared, world_size, ".npz")
+    worker = _caching_rank_worker if cached else _rank_worker
+    outs = run_ranks(tmp_path, worker, files, prepared, world_size, ".npz")
     ranks = [dict(np.load(out)) for out in outs]
     micro = GLOBAL_BATCH // ACCUMULATION // world_size
     for step, rows in enumerate(expected):
@@ -139,8 +159,9 @@ def test_ranks_read_their_share_and_assemble_the_one_rank_batches(
         )
         assert np.array_equal(assembled, rows), f"step {step}"
     read = [int(r["rows_read"]) for r in ranks]
-    assert sum(read) == alone.rows_read  # every block read once per epoch, by one rank
-    assert max(read) < alone.rows_read * 0.75
+    # Every block read once per epoch by one rank; kept in memory, once per run.
+    assert sum(read) == (alone.rows_read // 2 if cached else alone.rows_read)
+    assert max(read) < sum(read) * 0.75
 
 
 def test_the_next_chunk_is_read_in_the_background_and_its_errors_reach_the_training_thread(
@@ -208,3 +229,18 @@ def test_the_next_epochs_first_chunk_is_read_while_the_last_one_trains(
     assert len(readers) == 2 * len(stream.blocks)  # nothing read twice, nothing beyond the last epoch
     reference = _steps(_stream(files, prepared, epochs=1), 0, 1)
     assert all(np.array_equal(a, b) for a, b in zip(steps, reference, strict=True))
+
+
+def test_a_snapshot_that_fits_the_cache_is_read_once_and_streams_the_same_rows(
+    snapshot: tuple[list[str], PreparedData],
+) -> None:
+    files, prepared = snapshot
+    encoded = prepared.train_rows * (prepared.transform.width + 1) * 4
+    assert _stream(files, prepared, cache_bytes=encoded - 1).cache is None  # all or nothing
+    streamed = _stream(files, prepared)
+    cached = _stream(files, prepared, cache_bytes=encoded)
+    reference, steps = _steps(streamed, 0, 1), _steps(cached, 0, 1)
+    assert all(np.array_equal(a, b) for a, b in zip(steps, reference, strict=True))
+    assert streamed.rows_read == 2 * prepared.train_rows
+    assert cached.rows_read == prepared.train_rows  # the second epoch read nothing
+    assert cached.cache is not None and len(cached.cache) == len(cached.blocks)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
@@ -143,6 +143,12 @@ class DataSection(Section):
     CSV files) in a seeded order and fully permutes each run of blocks holding this many rows; a
     rank holds at most two such runs, encoded, whatever the snapshot's size. A snapshot smaller
     than this is shuffled as a whole."""
+
+    encoded_cache_mib: NonNegativeInt = 64
+    """Memory per rank for keeping the encoded training rows from one epoch to the next. When all
+    of them fit (4 bytes x encoded width x training rows), every rank keeps them after the first
+    epoch, and later epochs read and decode nothing; a larger snapshot is read every epoch, with
+    memory bounded by `shuffle_buffer_rows`. 0: never keep them."""
 
     wait: WaitSection = WaitSection()
     """How the pipeline waits for the partition to be complete."""

@@ -23,6 +23,12 @@ all-gather, which stays on the training thread: collectives must be issued in th
 every rank. What is encoded does not depend on when, so the stream is the same with or without
 it.
 
+Cache. When the encoded training rows of the whole snapshot fit in `cache_bytes`
+(`data.encoded_cache_mib`), every rank keeps each chunk's blocks as assembled, and from the
+second epoch on a chunk is put together from memory: no read, no decode, no all-gather. The
+bytes are the ones a read would produce, so the stream is the same; a larger snapshot streams
+every epoch and memory stays bounded by the chunks, as above.
+
 Statistical quality vs a full permutation: a batch draws its rows from the blocks of one or two
 chunks, not from the whole snapshot. With blocks that are random samples of the data that is
 the same thing; with data sorted within its files (by time, by user), rows of one batch are
@@ -71,6 +77,7 @@ class BlockStream:
         world_size: int = 1,
         group: Any = None,
         epochs: int | None = None,
+        cache_bytes: int = 0,
     ):
         self.transform, self.reader = prepared.transform, reader
         self.blocks = [b for b in prepared.blocks if b.train_rows]
@@ -85,6 +92,10 @@ class BlockStream:
         self.rows_read = 0  # training rows this rank read and encoded itself
         self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch")
         self._prefetched: tuple[tuple[int, int], Future[list[np.ndarray]]] | None = None
+        # All or nothing, decided from the block index alone so that every rank decides alike: a
+        # partial cache would rarely hold a whole chunk (the chunks are new subsets every epoch).
+        encoded = sum(b.train_rows for b in self.blocks) * (self.width + 1) * 4
+        self.cache: dict[Block, np.ndarray] | None = {} if 0 < encoded <= cache_bytes else None
 
     def start_epoch(self, epoch: int) -> None:
         self.chunks = self._layout(epoch)
@@ -139,7 +150,16 @@ class BlockStream:
 
     def _load(self, c: int) -> Chunk:
         blocks = self.chunks[c]
-        rows, offsets = self._gather(self._my_share(c), blocks)
+        if self._cached(blocks):
+            assert self.cache is not None
+            rows = np.concatenate([self.cache[b] for b in blocks])
+            offsets = [int(o) for o in np.cumsum([0, *(b.train_rows for b in blocks)])[:-1]]
+        else:
+            rows, offsets = self._gather(self._my_share(c), blocks)
+            if self.cache is not None:
+                self.cache.update(
+                    (b, rows[o : o + b.train_rows].copy()) for b, o in zip(blocks, offsets, strict=True)
+                )
         self._prefetch_after(c)
         # The chunk's rows in block order, then permuted: position p holds row index[p] of `rows`.
         index = np.concatenate([np.arange(o, o + b.train_rows) for o, b in zip(offsets, blocks, strict=True)])
@@ -157,7 +177,11 @@ class BlockStream:
             key, blocks = (epoch + 1, 0), self._layout(epoch + 1)[0]
         else:
             return
-        self._prefetched = (key, self._prefetcher.submit(self._encode_share, blocks))
+        if not self._cached(blocks):
+            self._prefetched = (key, self._prefetcher.submit(self._encode_share, blocks))
+
+    def _cached(self, blocks: list[Block]) -> bool:
+        return self.cache is not None and all(b in self.cache for b in blocks)
 
     def _my_share(self, c: int) -> list[np.ndarray]:
         """This rank's blocks of chunk `c`, encoded: prefetched, or read now (the first chunk, a

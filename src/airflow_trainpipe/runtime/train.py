@@ -294,6 +294,7 @@ class Trainer:
         stream = BlockStream(
             self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
             self.rank, self.world_size, self.data_group, epochs=self.hp.epochs,
+            cache_bytes=self.config.data.encoded_cache_mib << 20,
         )  # fmt: skip
         steps = StepRunner(self.engine, stream, self.task, self.device, self.dtype)
         sync = PeriodicSync(
