@@ -87,7 +87,7 @@ class Tracker:
         self.run_id = run_id
         self._buffer: list[Any] = []
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-metrics")
-        self._pending: Future[None] | None = None
+        self._pending: Future[Any] | None = None
 
     def _stored_run_id(self) -> str | None:
         try:
