@@ -4,8 +4,9 @@ Whole-job runs of a ~10 ms step swing by tens of percent from one run to the nex
 2-core VM (the training section's range column), so this measures the part of the job that
 runs every step inside one pair of processes, where both sides see the same machine:
 
-- ours: `StepRunner.run` (the job's step) taking its rows from `BlockStream` (chunk loads with
-  their all-gather, background prefetch) at the `ResumableSampler`'s positions;
+- ours: `StepRunner.run` (the job's step) taking its rows from `BlockStream` as the job builds it
+  (chunk loads with their all-gather, background prefetch, `data.encoded_cache_mib`) at the
+  `ResumableSampler`'s positions;
 - bare: the hand-written loop of benchmarks/deepspeed_baseline.py, rows fancy-indexed from the
   encoded training set held in memory.
 
@@ -73,8 +74,9 @@ def _worker(spec_file: str) -> None:
     )
     reader = BlockReader(spec.data_files, prepared_blocks.identities, data, data_columns(data))
     stream = BlockStream(
-        prepared_blocks, reader, hp.seed, data.shuffle_buffer_rows, rank, world, epochs=1 << 30
-    )
+        prepared_blocks, reader, hp.seed, data.shuffle_buffer_rows, rank, world,
+        epochs=1 << 30, cache_bytes=data.encoded_cache_mib << 20,
+    )  # fmt: skip
     sampler = ResumableSampler(prepared_blocks.train_rows, global_batch, 1, world, rank, hp.seed)
     ours = StepRunner(engine, stream, "binary_classification", torch.device("cpu"), torch.float32)
     timing = Timing(first_step=0, earlier_compute_s=0.0, world_size=world, earlier_device_s=0.0)
