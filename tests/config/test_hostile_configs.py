@@ -128,11 +128,13 @@ def test_every_hostile_file_has_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_file_is_one_quick_config_error(name: str) -> None:
+    # CPU seconds of this process (user + system): the work a limit must bound, which other
+    # processes on a busy CI machine do not add to, as they do to wall-clock time.
     path = HOSTILE_DIR / name
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ConfigError) as caught:
         load_config(path)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     first = caught.value.problems[0]
     assert first.file == str(path) and HOSTILE[name] in str(first), str(caught.value)
     assert len(str(first)) < 400
@@ -148,13 +150,13 @@ def test_generated_hostile_files_are_quick_config_errors(tmp_path: Path) -> None
             if "\\x" not in shown
             else next(p for p in tmp_path.iterdir() if p.name.startswith(shown[:3]))
         )
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             load_config(path)
             failures.append(f"{shown}: loaded")
         except ConfigError as exc:
             if message not in str(exc.problems[0]) or len(str(exc.problems[0])) > 800:
                 failures.append(f"{shown}: {str(exc)[:300]}")
-        if time.perf_counter() - started > 1.0:
-            failures.append(f"{shown}: took {time.perf_counter() - started:.1f} s")
+        if time.process_time() - started > 1.0:
+            failures.append(f"{shown}: took {time.process_time() - started:.1f} s")
     assert not failures, "\n".join(failures)

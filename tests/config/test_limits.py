@@ -19,10 +19,12 @@ FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
 
 def _problem(text: str, seconds: float = 1.0) -> ConfigProblem:
     """The one problem of `text`, found within `seconds`: a limit must stop the work early."""
-    started = time.perf_counter()
+    # CPU seconds of this process (user + system): the work a limit must bound, which other
+    # processes on a busy CI machine do not add to, as they do to wall-clock time.
+    started = time.process_time()
     with pytest.raises(ConfigError) as caught:
         parse_config(text, "x.yaml")
-    assert time.perf_counter() - started < seconds
+    assert time.process_time() - started < seconds
     [problem] = caught.value.problems
     assert problem.file == "x.yaml"
     return problem
@@ -102,10 +104,10 @@ def test_file_size_is_limited_before_reading(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     with open(big, "wb") as handle:
         handle.truncate(40_000_000)
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ConfigError) as caught:
         load_config(big)
-    assert time.perf_counter() - started < 0.2
+    assert time.process_time() - started < 0.2
     assert (
         str(caught.value)
         == f"{big}: <document>: file is 40,000,000 bytes, over the limit of {MAX_FILE_BYTES:,} bytes"
@@ -127,7 +129,7 @@ def test_a_file_at_every_limit_still_loads_fast() -> None:
     filler = "tags: [" + ", ".join(["t"] * (MAX_NODES - 400)) + "]\n"
     text = FRAUD.replace("tags: [", "x_tags: [") + filler
     text = "#" * (MAX_FILE_BYTES - len(text.encode()) - 1) + "\n" + text
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ConfigError, match="x_tags"):
         parse_config(text, "x.yaml")
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0

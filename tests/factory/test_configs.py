@@ -145,9 +145,11 @@ def test_a_hostile_file_is_never_cached_and_costs_no_more_than_its_limits(
     with open(folder / "huge.yaml", "wb") as handle:
         handle.truncate(40_000_000)  # sparse: nothing to read unless someone reads it
     for _ in range(2):  # the second pass must not find them in any cache
-        started = time.perf_counter()
+        # CPU seconds of this process (user + system): the work a limit must bound, which other
+        # processes on a busy CI machine do not add to, as they do to wall-clock time.
+        started = time.process_time()
         files = {f.name: f for f in configs.read_config_folder(folder, display_root=folder.parent)}
-        assert time.perf_counter() - started < 1.0
+        assert time.process_time() - started < 1.0
         assert files["configs/fraud_detector.yaml"].config is not None
         assert "over the limit of 10,000" in str(files["configs/bomb.yaml"].error)
         assert "alias *x refers to a node that contains it" in str(files["configs/cycle.yaml"].error)
