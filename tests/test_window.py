@@ -53,6 +53,23 @@ def test_a_dated_partition_key_counts_back_as_a_date() -> None:
     assert window_partitions(context, "ds=2026-03-01", 2, DAY, render) == ["ds=2026-02-28", "ds=2026-03-01"]
 
 
+@pytest.mark.parametrize(
+    ("key", "earlier"),
+    [
+        ("2026-03-01T05", "2026-03-01T04"),  # StartOfHourMapper's keys
+        ("2026-03-01T05:00:00", "2026-03-01T04:00:00"),  # CronPartitionTimetable's keys
+        ("2026-03-01T05:00:00+00:00", "2026-03-01T04:00:00+00:00"),
+    ],
+)
+def test_an_hourly_partition_key_counts_back_in_its_own_format(key: str, earlier: str) -> None:
+    render = _render("hour={{ partition_key }}")
+    context = {"logical_date": None, "partition_key": key}
+    assert window_partitions(context, f"hour={key}", 2, timedelta(hours=1), render) == [
+        f"hour={earlier}",
+        f"hour={key}",
+    ]
+
+
 def test_an_undated_partition_key_is_refused_by_name() -> None:
     render = _render("region={{ partition_key }}")
     with pytest.raises(WindowError, match="partition key 'emea' is not an ISO date"):

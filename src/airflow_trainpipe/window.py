@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.exceptions import TrainpipeError
@@ -54,10 +54,18 @@ def moved_back(context: Mapping[str, Any], back: timedelta) -> dict[str, Any]:
     return moved
 
 
+# The key formats of Airflow's temporal partition mappers and timetables, most specific last: an
+# earlier partition's key keeps the run's key format, so the template renders it alike.
+_KEY_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
+
+
 def _moved_key(key: str, back: timedelta) -> str:
-    try:
-        if len(key) == 10:  # a date key, such as an asset event's 2026-11-23
-            return (date.fromisoformat(key) - back).isoformat()
+    for layout in _KEY_FORMATS:
+        try:
+            return (datetime.strptime(key, layout) - back).strftime(layout)
+        except ValueError:
+            continue
+    try:  # other ISO 8601 spellings (an offset, fractions of a second)
         return (datetime.fromisoformat(key) - back).isoformat()
     except ValueError:
         raise WindowError(

@@ -69,6 +69,16 @@ def test_exactly_one_trigger_is_set(fields: dict[str, str]) -> None:
     assert _rejection(**fields) == ("cron", "set exactly one of `cron` (time-based) or `asset` (data-aware)")
 
 
+def test_asset_partitions_belong_to_an_asset_schedule() -> None:
+    assert _schedule(asset="card_transactions_days", asset_partitions="day").asset_partitions == "day"
+    assert _rejection(cron="@daily", asset_partitions="day") == (
+        "asset_partitions",
+        "runs per partition of an asset: set `asset` instead of `cron`",
+    )
+    field, message = _rejection(asset="x", asset_partitions="week")
+    assert field == "asset_partitions" and "'key', 'hour' or 'day'" in message
+
+
 @pytest.mark.parametrize("asset", ["", " ", "my asset", "s3://bucket/x\n"])
 def test_an_asset_has_no_whitespace(asset: str) -> None:
     assert _rejection(asset=asset) == ("asset", f"an asset name or URI has no spaces, got {asset!r}")

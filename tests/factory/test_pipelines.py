@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow.sdk import Asset, CronTriggerTimetable
+from airflow.sdk import Asset, CronTriggerTimetable, PartitionedAssetTimetable
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_trainpipe.factory import build_pipeline_dags, register_pipelines
@@ -135,6 +135,32 @@ def test_asset_schedule_by_name_or_uri(tmp_path: Path) -> None:
     dags = _dags(_folder(tmp_path, **{"a.yaml": by_name, "b.yaml": by_uri}))
     assert dags["fraud_detector"].timetable.asset_condition == Asset.ref(name="upstream@champion")
     assert dags["by_uri"].timetable.asset_condition == Asset.ref(uri="s3://bucket/exports")
+
+
+@pytest.mark.parametrize(
+    ("granularity", "upstream_key", "run_key"),
+    [
+        ("key", "2026-01-03", "2026-01-03"),
+        ("day", "2026-01-03T05:00:00", "2026-01-03"),
+        ("hour", "2026-01-03T05:00:00", "2026-01-03T05"),
+    ],
+)
+def test_a_partitioned_asset_starts_one_run_per_partition(
+    tmp_path: Path, granularity: str, upstream_key: str, run_key: str
+) -> None:
+    text = FRAUD.replace(
+        'cron: "0 2 * * *"          # 02:00 UTC, after the upstream export lands',
+        f"asset: card_transactions_days\n  asset_partitions: {granularity}",
+    ).replace('partition: "ds={{ ds }}"', 'partition: "ds={{ partition_key }}"')
+    dag = _dags(_folder(tmp_path, **{"fraud_detector.yaml": text}))["fraud_detector"]
+    timetable = dag.timetable
+    assert isinstance(timetable, PartitionedAssetTimetable)
+    assert timetable.asset_condition == Asset.ref(name="card_transactions_days")
+    # The scheduler maps keys with the stored (deserialized) timetable's mapper.
+    stored = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+    assert stored.partitioned
+    assert stored.get_partition_mapper(name="card_transactions_days").to_downstream(upstream_key) == run_key
+    assert "each partition of asset `card_transactions_days` that lands" in dag.doc_md
 
 
 def test_a_broken_config_becomes_a_stand_in_and_the_others_still_load(tmp_path: Path) -> None:

@@ -131,8 +131,17 @@ def write_day(home: Path, day: date) -> None:
 
 
 @contextmanager
-def running_stack(root: Path) -> Iterator[Stack]:
-    """Airflow standalone (as `make up` starts it) + mlflow server, state under `root`."""
+def running_stack(
+    root: Path, *, scheduled_runs: bool = False, dag_files: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """Airflow standalone (as `make up` starts it) + mlflow server, state under `root`.
+
+    dag_files: more files of the dags folder (path in it: text), there from the start.
+
+    scheduled_runs: the scheduler also creates runs itself (cron and asset-triggered). Off for
+    the shared stack, whose tests unpause the cron pipelines: each would otherwise also start
+    today's scheduled run, which waits for a partition and holds the DAG's single active-run slot.
+    """
     from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
 
     up = load_up()
@@ -148,6 +157,8 @@ def running_stack(root: Path) -> Iterator[Stack]:
             "zero_stage: 1", "zero_stage: 7"
         )
     )
+    for name, text in (dag_files or {}).items():
+        (dags / name).write_text(text)
     for day in (date(2026, 1, 1), date(2026, 1, 2), PARTITION):
         write_day(home, day)
     # The simple auth manager keeps the passwords it generates in this file and reuses entries
@@ -162,9 +173,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
         port = free_port()
         env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
         env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
-        # Only the runs the tests trigger: unpausing would otherwise also start today's scheduled run,
-        # which waits for a partition and holds the DAG's single active-run slot.
-        env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
+        env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(scheduled_runs)
         airflow = up.start_airflow(env, airflow_home / "standalone.log")
         url = f"http://127.0.0.1:{port}"
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta
 from functools import cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
@@ -49,6 +49,15 @@ class ScheduleSection(Section):
 
     asset: str | None = None
     """Run whenever this Airflow asset (name or URI) is updated. Exclusive with `cron`."""
+
+    asset_partitions: Literal["key", "hour", "day"] | None = None
+    """With `asset`: one run per partition of the asset that lands (Airflow's partitioned assets),
+    not one per update. The run has no logical date; its `partition_key` (and `partition_date`)
+    are in the template context, e.g. `data.partition: "ds={{ partition_key }}"`. `key`: the
+    upstream key as it is (`2026-01-03`); `hour` / `day`: upstream keys are ISO times
+    (`2026-01-03T05:00:00`, what a `CronPartitionTimetable` producer emits), and the run's key is
+    the hour (`2026-01-03T05`) or day (`2026-01-03`) each falls in. With `data.window`, the
+    window ends at the run's key. null: every update of the asset starts a run."""
 
     start_date: IsoDate
     """First logical date the schedule covers (ISO date, `2026-01-01`)."""
@@ -113,6 +122,10 @@ class ScheduleSection(Section):
         problems: FieldProblems = []
         if (self.cron is None) == (self.asset is None):
             problems.append((("cron",), "set exactly one of `cron` (time-based) or `asset` (data-aware)"))
+        elif self.asset_partitions is not None and self.asset is None:
+            problems.append(
+                (("asset_partitions",), "runs per partition of an asset: set `asset` instead of `cron`")
+            )
         end, start = self.end_date, self.start_date
         if end is not None and aware_datetime(end, self.timezone) <= aware_datetime(start, self.timezone):
             problems.append((("end_date",), f"{self.end_date} is not after start_date {self.start_date}"))

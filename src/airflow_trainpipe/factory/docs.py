@@ -57,7 +57,10 @@ def _cell(text: str) -> str:
 
 def _schedule(config: PipelineConfig) -> str:
     s = config.schedule
-    when = f"asset `{s.asset}` updated" if s.asset else f"`{s.cron}` ({s.timezone})"
+    if s.asset and s.asset_partitions:
+        when = f"each partition of asset `{s.asset}` that lands (keyed by {s.asset_partitions})"
+    else:
+        when = f"asset `{s.asset}` updated" if s.asset else f"`{s.cron}` ({s.timezone})"
     return (
         f"{when}, from {s.start_date}"
         + (f" to {s.end_date}" if s.end_date else "")

@@ -9,7 +9,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, CronTriggerTimetable
+from airflow.sdk import (
+    DAG,
+    Asset,
+    CronTriggerTimetable,
+    IdentityMapper,
+    PartitionedAssetTimetable,
+    PartitionMapper,
+    StartOfDayMapper,
+    StartOfHourMapper,
+)
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.loader import duplicate_pipeline
@@ -26,6 +35,12 @@ from airflow_trainpipe.operators.validate import DataValidateOperator
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 
 log = logging.getLogger(__name__)
+
+_PARTITION_MAPPERS: dict[str, type[PartitionMapper]] = {
+    "key": IdentityMapper,
+    "hour": StartOfHourMapper,
+    "day": StartOfDayMapper,
+}
 
 # Timetable presets that are not cron expressions.
 _NOT_CRON = ("@once", "@continuous")
@@ -169,7 +184,14 @@ def _schedule(config: PipelineConfig) -> Any:
     s = config.schedule
     if s.asset is not None:
         # By reference: the producing DAG's asset may carry a URI the config does not repeat.
-        return Asset.ref(uri=s.asset) if "://" in s.asset else Asset.ref(name=s.asset)
+        upstream = Asset.ref(uri=s.asset) if "://" in s.asset else Asset.ref(name=s.asset)
+        if s.asset_partitions is None:
+            return upstream
+        # A rolling data.window is laid out by the task (runtime/window.py), not by a RollupMapper:
+        # Airflow's windows are fixed calendar periods, and "the last 30 days" slides every run.
+        return PartitionedAssetTimetable(
+            assets=upstream, default_partition_mapper=_PARTITION_MAPPERS[s.asset_partitions]()
+        )
     if s.cron is None:  # unreachable: the schedule section requires exactly one of asset and cron
         raise ValueError(f"pipeline {config.pipeline}: schedule has neither asset nor cron")
     if s.cron in _NOT_CRON:
