@@ -24,8 +24,9 @@ every rank. What is encoded does not depend on when, so the stream is the same w
 it.
 
 Cache. When the encoded training rows of the whole snapshot fit in `cache_bytes`
-(`data.encoded_cache_mib`), every rank keeps each chunk's blocks as assembled, and from the
-second epoch on a chunk is put together from memory: no read, no decode, no all-gather. The
+(`data.encoded_cache_mib`), every rank copies each chunk's blocks, as assembled, into one array
+of the whole snapshot, and from the second epoch on a chunk is that array and an index into it:
+no read, no decode, no all-gather, no copy. The
 bytes are the ones a read would produce, so the stream is the same; a larger snapshot streams
 every epoch and memory stays bounded by the chunks, as above.
 
@@ -66,6 +67,30 @@ class Chunk:
         return self.index[start - self.start : stop - self.start]
 
 
+class EncodedCache:
+    """Every training row of the snapshot, encoded, in one array, block b's rows from `at[b]` on.
+    Filled as the first epoch assembles its chunks; a chunk whose blocks are all here is then this
+    array and an index into it, with no copy at all."""
+
+    def __init__(self, blocks: list[Block], width: int):
+        starts = np.cumsum([0, *(b.train_rows for b in blocks)])
+        self.at = {b: int(s) for b, s in zip(blocks, starts[:-1], strict=True)}
+        self.rows = np.empty((int(starts[-1]), width + 1), np.float32)  # pages are touched as it fills
+        self.filled: set[Block] = set()
+
+    def __len__(self) -> int:
+        return len(self.filled)
+
+    def holds(self, blocks: list[Block]) -> bool:
+        return all(b in self.filled for b in blocks)
+
+    def keep(self, blocks: list[Block], rows: np.ndarray, offsets: list[int]) -> None:
+        for block, offset in zip(blocks, offsets, strict=True):
+            at = self.at[block]
+            self.rows[at : at + block.train_rows] = rows[offset : offset + block.train_rows]
+            self.filled.add(block)
+
+
 class BlockStream:
     def __init__(
         self,
@@ -95,7 +120,7 @@ class BlockStream:
         # All or nothing, decided from the block index alone so that every rank decides alike: a
         # partial cache would rarely hold a whole chunk (the chunks are new subsets every epoch).
         encoded = sum(b.train_rows for b in self.blocks) * (self.width + 1) * 4
-        self.cache: dict[Block, np.ndarray] | None = {} if 0 < encoded <= cache_bytes else None
+        self.cache = EncodedCache(self.blocks, self.width) if 0 < encoded <= cache_bytes else None
 
     def start_epoch(self, epoch: int) -> None:
         self.chunks = self._layout(epoch)
@@ -150,16 +175,12 @@ class BlockStream:
 
     def _load(self, c: int) -> Chunk:
         blocks = self.chunks[c]
-        if self._cached(blocks):
-            assert self.cache is not None
-            rows = np.concatenate([self.cache[b] for b in blocks])
-            offsets = [int(o) for o in np.cumsum([0, *(b.train_rows for b in blocks)])[:-1]]
+        if self.cache is not None and self.cache.holds(blocks):
+            rows, offsets = self.cache.rows, [self.cache.at[b] for b in blocks]
         else:
             rows, offsets = self._gather(self._my_share(c), blocks)
             if self.cache is not None:
-                self.cache.update(
-                    (b, rows[o : o + b.train_rows].copy()) for b, o in zip(blocks, offsets, strict=True)
-                )
+                self.cache.keep(blocks, rows, offsets)
         self._prefetch_after(c)
         # The chunk's rows in block order, then permuted: position p holds row index[p] of `rows`.
         index = np.concatenate([np.arange(o, o + b.train_rows) for o, b in zip(offsets, blocks, strict=True)])
@@ -177,11 +198,8 @@ class BlockStream:
             key, blocks = (epoch + 1, 0), self._layout(epoch + 1)[0]
         else:
             return
-        if not self._cached(blocks):
+        if self.cache is None or not self.cache.holds(blocks):
             self._prefetched = (key, self._prefetcher.submit(self._encode_share, blocks))
-
-    def _cached(self, blocks: list[Block]) -> bool:
-        return self.cache is not None and all(b in self.cache for b in blocks)
 
     def _my_share(self, c: int) -> list[np.ndarray]:
         """This rank's blocks of chunk `c`, encoded: prefetched, or read now (the first chunk, a
