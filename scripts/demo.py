@@ -184,7 +184,9 @@ def _print_day(result: dict, seconds: float) -> None:
         print(
             f"   train: MLflow run {train['mlflow_run_id']}, candidate on this day's holdout: "
             + ", ".join(
-                f"{k} {v:.4f}" for k, v in sorted(candidate.items()) if k in ("roc_auc", "log_loss", "recall")
+                f"{k} {v:.4f}"
+                for k, v in sorted(candidate.items())
+                if k in ("roc_auc", "log_loss", "recall", "threshold")
             )
         )
         if champion:
@@ -193,7 +195,7 @@ def _print_day(result: dict, seconds: float) -> None:
                 + ", ".join(
                     f"{k} {v:.4f}"
                     for k, v in sorted(champion.items())
-                    if k in ("roc_auc", "log_loss", "recall")
+                    if k in ("roc_auc", "log_loss", "recall", "threshold")
                 )
             )
     gate = xcom.get("gate")

@@ -295,6 +295,15 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
         == second["transform_hash"]
         == run.data.tags["trainpipe.transform_hash"]
     )
+    # evaluation.threshold: max_f1 (the example's): a positive's score, so some fraud is caught,
+    # and the version records the score its class metrics were counted at
+    candidate = second["evaluation"]["candidate"]
+    assert candidate["recall"] > 0 and candidate["threshold"] != 0.5
+    assert (
+        float(v2.tags["trainpipe.threshold"])
+        == candidate["threshold"]
+        == run.data.metrics["candidate_threshold"]
+    )
 
 
 def _check_guardrail_and_force(

@@ -107,7 +107,11 @@ def test_champion_is_scored_by_the_same_function_on_the_given_rows(registry, tmp
     # The champion's pyfunc (its own transform, torch.export network) and the in-memory
     # candidate path give the same metrics on the same rows.
     assert result.metrics == score(
-        candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification"
+        candidate_predictor(model, transform),
+        holdout,
+        "is_fraud",
+        "binary_classification",
+        config.evaluation.threshold,
     )
     assert (
         result.tags()["trainpipe.champion.version"] == "1"
@@ -179,7 +183,11 @@ def test_the_champion_is_scored_from_its_artifacts_never_by_unpickling(registry,
     result = score_champion(registry, config, holdout)
     assert result.error is None and not proof.exists()
     assert result.metrics == score(
-        candidate_predictor(model, transform), holdout, "is_fraud", "binary_classification"
+        candidate_predictor(model, transform),
+        holdout,
+        "is_fraud",
+        "binary_classification",
+        config.evaluation.threshold,
     )
     with contextlib.suppress(Exception):  # the check can fail: loading the pyfunc does run the payload
         mlflow.pyfunc.load_model("models:/tampered/1")

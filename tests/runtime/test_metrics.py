@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.evaluation import PrecisionAt
 from airflow_trainpipe.runtime.metrics import compute_metrics
 
 BINARY = "binary_classification"
@@ -27,9 +28,26 @@ def test_binary_metrics_match_their_hand_computed_values() -> None:
             "precision": 0.5,
             "recall": 0.5,
             "f1": 0.5,
+            "threshold": 0.5,
         },
         rel=1e-12,
     )
+
+
+def test_a_threshold_rule_picks_its_threshold_and_every_class_metric_follows() -> None:
+    labels, scores = np.array([0, 0, 1, 1]), np.array([0.1, 0.6, 0.4, 0.8])
+    # At 0.8: 1 true, 0 false positives (f1 2/3); at 0.4: 2 true, 1 false (f1 0.8).
+    best_f1 = compute_metrics(BINARY, labels, scores, threshold="max_f1")
+    assert (best_f1["threshold"], best_f1["recall"], best_f1["precision"]) == (0.4, 1.0, pytest.approx(2 / 3))
+    assert best_f1["f1"] == pytest.approx(0.8)
+    precise = compute_metrics(BINARY, labels, scores, threshold=PrecisionAt(precision_at=0.9))
+    assert (precise["threshold"], precise["precision"], precise["recall"]) == (0.8, 1.0, 0.5)
+    fixed = compute_metrics(BINARY, labels, scores, threshold=0.05)
+    assert (fixed["threshold"], fixed["recall"], fixed["precision"]) == (0.05, 1.0, 0.5)
+    # The rankings do not depend on the threshold.
+    assert {k: best_f1[k] for k in ("roc_auc", "pr_auc", "log_loss")} == {
+        k: fixed[k] for k in ("roc_auc", "pr_auc", "log_loss")
+    }
 
 
 def test_regression_metrics_match_their_hand_computed_values() -> None:
@@ -53,7 +71,9 @@ def test_regression_metrics_match_their_hand_computed_values() -> None:
 def test_every_metric_the_catalog_names_is_computed_and_nothing_else(
     task: str, y_true: list[float], prediction: list[float]
 ) -> None:
-    assert set(compute_metrics(task, np.array(y_true), np.array(prediction))) == set(METRICS[task])
+    # and the threshold the class metrics used (binary): recorded, never gated on
+    extra = {"threshold"} if task == BINARY else set()
+    assert set(compute_metrics(task, np.array(y_true), np.array(prediction))) == set(METRICS[task]) | extra
 
 
 def test_a_probability_of_exactly_one_half_predicts_the_positive_class() -> None:
@@ -111,8 +131,11 @@ def test_every_metric_equals_sklearn_s_with_ties_imbalance_and_constant_labels(s
         "precision": skm.precision_score(labels, scores >= 0.5, zero_division=0),
         "recall": skm.recall_score(labels, scores >= 0.5, zero_division=0),
         "f1": skm.f1_score(labels, scores >= 0.5, zero_division=0),
+        "threshold": 0.5,
     }
     assert compute_metrics(BINARY, labels, scores) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    if 0 < labels.sum() < n:
+        _rules_match_a_search_over_every_threshold(labels, scores, skm, float(rng.uniform(0.05, 1.0)))
 
     values = rng.normal(size=n) * 5 + (0 if seed % 3 else 1e6)  # a large mean: no cancellation
     if seed % 5 == 0:
@@ -130,6 +153,30 @@ def test_every_metric_equals_sklearn_s_with_ties_imbalance_and_constant_labels(s
     )
 
 
+def _rules_match_a_search_over_every_threshold(labels: np.ndarray, scores: np.ndarray, skm, p: float) -> None:
+    """max_f1 and precision_at against sklearn's f1 / precision / recall at every distinct score."""
+    at = {
+        float(t): (
+            skm.f1_score(labels, scores >= t, zero_division=0),
+            skm.precision_score(labels, scores >= t, zero_division=0),
+            skm.recall_score(labels, scores >= t, zero_division=0),
+        )
+        for t in np.unique(scores)
+    }
+    best = max(f1 for f1, _, _ in at.values())
+    chosen = compute_metrics(BINARY, labels, scores, threshold="max_f1")
+    assert chosen["f1"] == pytest.approx(best, rel=1e-12)
+    assert (
+        max(t for t, (f1, _, _) in at.items() if f1 == pytest.approx(best, rel=1e-12)) == chosen["threshold"]
+    )
+    precise = compute_metrics(BINARY, labels, scores, threshold=PrecisionAt(precision_at=p))
+    reaching = [recall for _, precision, recall in at.values() if precision >= p]
+    if reaching:
+        assert precise["precision"] >= p and precise["recall"] == pytest.approx(max(reaching), rel=1e-12)
+    else:  # none reaches p: the most precise threshold
+        assert precise["precision"] == pytest.approx(max(precision for _, precision, _ in at.values()))
+
+
 def _metrics_rank(store: str, rank: int, world_size: int, shards: str, out: str) -> None:
     import json
 
@@ -140,6 +187,16 @@ def _metrics_rank(store: str, rank: int, world_size: int, shards: str, out: str)
     share = {key: data[key][data["owner"] == rank] for key in ("labels", "scores", "values", "predicted")}
     result = {
         "binary": compute_metrics(BINARY, share["labels"], share["scores"], world_size=world_size),
+        "max_f1": compute_metrics(
+            BINARY, share["labels"], share["scores"], world_size=world_size, threshold="max_f1"
+        ),
+        "precision_at": compute_metrics(
+            BINARY,
+            share["labels"],
+            share["scores"],
+            world_size=world_size,
+            threshold=PrecisionAt(precision_at=0.2),
+        ),
         "regression": compute_metrics(
             "regression", share["values"], share["predicted"], world_size=world_size
         ),
@@ -179,6 +236,13 @@ def test_ranks_holding_shares_get_the_metrics_of_all_rows(tmp_path: Path) -> Non
     results = [json.loads(out.read_text()) for out in outs]
     assert results[1] == results[0] == results[2]
     assert results[0]["binary"] == pytest.approx(compute_metrics(BINARY, labels, scores), rel=1e-12)
+    assert results[0]["max_f1"] == pytest.approx(
+        compute_metrics(BINARY, labels, scores, threshold="max_f1"), rel=1e-12
+    )
+    assert results[0]["precision_at"] == pytest.approx(
+        compute_metrics(BINARY, labels, scores, threshold=PrecisionAt(precision_at=0.2)), rel=1e-12
+    )
+    assert results[0]["max_f1"]["threshold"] != 0.5  # the rule chose, on every rank alike
     assert results[0]["regression"] == pytest.approx(
         compute_metrics("regression", values, predicted), rel=1e-9
     )

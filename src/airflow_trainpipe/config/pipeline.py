@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.evaluation import EvaluationSection
 from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.config.gate import GateSection
 from airflow_trainpipe.config.register import RegisterSection
@@ -47,6 +48,9 @@ class PipelineConfig(Section):
     training: TrainingSection
     """How it trains."""
 
+    evaluation: EvaluationSection = EvaluationSection()
+    """How the holdout is scored (candidate and champion alike)."""
+
     gate: GateSection
     """When a candidate replaces the champion."""
 
@@ -74,7 +78,14 @@ class PipelineConfig(Section):
 
     @model_validator(mode="after")
     def _sections_agree(self) -> PipelineConfig:
-        field_problems([*self._gate_problems(), *self._feature_problems(), *self._data_problems()])
+        field_problems(
+            [
+                *self._gate_problems(),
+                *self._feature_problems(),
+                *self._data_problems(),
+                *self._evaluation_problems(),
+            ]
+        )
         return self
 
     def _gate_problems(self) -> FieldProblems:
@@ -112,6 +123,16 @@ class PipelineConfig(Section):
                     (("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail")
                 )
         return problems
+
+    def _evaluation_problems(self) -> FieldProblems:
+        if self.training.task != "binary_classification" and self.evaluation.threshold != 0.5:
+            return [
+                (
+                    ("evaluation", "threshold"),
+                    f"a {self.training.task} model predicts values, not classes: no threshold applies",
+                )
+            ]
+        return []
 
     def _feature_problems(self) -> FieldProblems:
         problems: FieldProblems = []

@@ -32,6 +32,7 @@ LINEAGE_RUN_TAGS = (
     "trainpipe.data_window",
     "trainpipe.data_partitions",
     "trainpipe.data_missing",
+    "trainpipe.threshold",
 )
 
 

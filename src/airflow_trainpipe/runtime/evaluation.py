@@ -11,6 +11,11 @@ with tags naming the champion version and run, or `trainpipe.champion.version = 
 model holds the alias yet (bootstrap). A champion that cannot be scored (its model is
 unreadable, it needs columns this run's data lacks, it predates raw-row models) is recorded as
 `trainpipe.champion.error`; the gate then refuses to decide unless forced.
+
+A threshold rule (`evaluation.threshold: max_f1 | {precision_at: p}`) is applied to each model
+on its own scores of these rows, so both are compared at their best threshold by the same rule
+rather than the candidate at a threshold fitted to this holdout against the champion at a fixed
+one. The candidate's becomes `trainpipe.threshold` on its run and, once registered, its version.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NO_CHAMPION = "none"
+THRESHOLD_TAG = "trainpipe.threshold"
 
 HoldoutRows: TypeAlias = pa.Table | Callable[[], Iterable[pa.Table]]
 """The raw holdout rows: a table, or a function that streams them in batches (read per pass)."""
@@ -83,11 +89,11 @@ def predictions(
 
 
 def score(
-    predict: Callable[[Any], np.ndarray], holdout: HoldoutRows, label: str, task: str
+    predict: Callable[[Any], np.ndarray], holdout: HoldoutRows, label: str, task: str, threshold: Any = 0.5
 ) -> dict[str, float]:
     """Holdout metrics of a raw-row predictor (P(class 1), or values in the label's units)."""
     prediction, labels = predictions(predict, holdout, label)
-    return compute_metrics(task, labels, prediction)
+    return compute_metrics(task, labels, prediction, threshold=threshold)
 
 
 def _column_names(holdout: HoldoutRows) -> list[str]:
@@ -129,7 +135,9 @@ def score_champion(client: Any, config: PipelineConfig, holdout: HoldoutRows) ->
         known = [c.name for c in inputs.inputs if c.name in present and c.name != config.data.label]
         predict = lambda rows: model.predict(None, rows)  # noqa: E731
         prediction, labels = predictions(predict, holdout, config.data.label, known)
-        result.metrics = compute_metrics(config.training.task, labels, prediction)
+        result.metrics = compute_metrics(
+            config.training.task, labels, prediction, threshold=config.evaluation.threshold
+        )
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
@@ -147,12 +155,16 @@ def evaluate_final(
     """Score candidate and champion, record both on the candidate's run; returns the summary."""
     model.eval()
     prediction, labels = predictions(candidate_predictor(model, transform), holdout, config.data.label)
-    candidate = compute_metrics(config.training.task, labels, prediction)
+    candidate = compute_metrics(
+        config.training.task, labels, prediction, threshold=config.evaluation.threshold
+    )
     champion = score_champion(tracker.client, config, holdout)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
     tracker.log_metrics(metrics, step, flush=True)
     tracker.set_tags(champion.tags())
+    if "threshold" in candidate:  # what the class metrics used; register puts it on the version
+        tracker.set_tags({THRESHOLD_TAG: repr(candidate["threshold"])})
     summary = {
         "holdout_rows": len(labels),
         "candidate": candidate,

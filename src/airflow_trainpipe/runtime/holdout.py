@@ -48,8 +48,10 @@ class ShardedHoldout:
         rank: int = 0,
         world_size: int = 1,
         group: Any = None,
+        threshold: Any = 0.5,
     ):
         self.transform, self.reader, self.task = prepared.transform, reader, task
+        self.threshold = threshold  # config.evaluation.threshold: a number or a rule
         self.rank, self.world_size, self.group = rank, world_size, group
         blocks = [b for b in prepared.blocks if b.holdout_rows]
         self.mine = blocks[rank::world_size]
@@ -82,4 +84,5 @@ class ShardedHoldout:
             self.transform.predictions(output),
             group=self.group,
             world_size=self.world_size,
+            threshold=self.threshold,
         )

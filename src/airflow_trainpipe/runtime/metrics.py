@@ -54,9 +54,17 @@ class _World:
 
 
 def compute_metrics(
-    task: str, y_true: np.ndarray, prediction: np.ndarray, group: Any = None, world_size: int = 1
+    task: str,
+    y_true: np.ndarray,
+    prediction: np.ndarray,
+    group: Any = None,
+    world_size: int = 1,
+    threshold: Any = 0.5,
 ) -> dict[str, float]:
     """`prediction`: probabilities of class 1 (binary) or values in label units (regression).
+
+    `threshold` (binary): config.evaluation's rule, a number, `"max_f1"` or an object with a
+    `precision_at`; the threshold it chose is returned as the metric `threshold`.
 
     With `world_size` > 1, a collective over `group`: each rank passes its share of the rows and
     every rank gets the metrics of all of them.
@@ -65,21 +73,30 @@ def compute_metrics(
     y_true = np.asarray(y_true, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
     if task == "binary_classification":
-        return _binary(world, y_true == 1, prediction)
+        return _binary(world, y_true == 1, prediction, threshold)
     return _regression(world, y_true, prediction)
 
 
-def _binary(world: _World, positive: np.ndarray, score: np.ndarray) -> dict[str, float]:
-    predicted = score >= 0.5
+def _binary(world: _World, positive: np.ndarray, score: np.ndarray, rule: Any) -> dict[str, float]:
+    local = np.array([len(score), np.count_nonzero(positive)], dtype=np.int64)
+    n, positives = (int(v) for v in world.total(local))
+    auc = ap = float("nan")
+    threshold = rule if isinstance(rule, float | int) else 0.5  # a rule with one class present: the default
+    if 0 < positives < n:  # both classes present somewhere: the rankings are defined
+        negatives = score[~positive]
+        negatives.sort()  # in place: the copy the mask made is the only one
+        auc, ap, curve = _rankings(world, score[positive], negatives, positives, n - positives)
+        if not isinstance(rule, float | int):
+            threshold = _chosen(rule, *curve)
+    predicted = score >= threshold
     log_likelihood = brier = 0.0
     for start in range(0, len(score), _CHUNK):
         part, hit = score[start : start + _CHUNK], positive[start : start + _CHUNK]
         clipped = np.clip(part, 1e-7, 1 - 1e-7)
         log_likelihood += float(np.log(clipped[hit]).sum() + np.log1p(-clipped[~hit]).sum())
         brier += float(np.square(part - hit).sum())
-    local = [len(score), np.count_nonzero(positive), np.count_nonzero(predicted & positive)]
-    counts = world.total(np.array([*local, np.count_nonzero(predicted)], dtype=np.int64))
-    n, positives, tp, predicted_positive = (int(v) for v in counts)
+    counts = world.total(np.array([np.count_nonzero(predicted & positive), np.count_nonzero(predicted)]))
+    tp, predicted_positive = (int(v) for v in counts)
     log_likelihood, brier = (float(v) for v in world.total(np.array([log_likelihood, brier])))
     fp, fn = predicted_positive - tp, positives - tp
     metrics = {
@@ -90,18 +107,34 @@ def _binary(world: _World, positive: np.ndarray, score: np.ndarray) -> dict[str,
         "recall": tp / positives if positives else 0.0,
         "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
     }
-    auc = ap = float("nan")
-    if 0 < positives < n:  # both classes present somewhere: the rankings are defined
-        negatives = score[~positive]
-        negatives.sort()  # in place: the copy the mask made is the only one
-        auc, ap = _rankings(world, score[positive], negatives, positives, n - positives)
-    return {"roc_auc": auc, "pr_auc": ap, **metrics}
+    return {"roc_auc": auc, "pr_auc": ap, **metrics, "threshold": float(threshold)}
+
+
+def _chosen(
+    rule: Any, scores: np.ndarray, true_at_or_above: np.ndarray, false_at_or_above: np.ndarray
+) -> float:
+    """The threshold a rule picks among the positives' distinct scores, lowest last.
+
+    Those are the only candidates either rule needs: between two of them only negatives change
+    side, so moving down to the next negative adds false positives and no true one. Ties go to
+    the higher threshold (fewer rows flagged for the same f1 or recall)."""
+    positives = int(true_at_or_above[0])
+    precision = true_at_or_above / (true_at_or_above + false_at_or_above)
+    if rule == "max_f1":
+        # f1 = 2tp / (2tp + fp + fn) = 2tp / (tp + fp + P); scanned from the highest threshold.
+        f1 = 2 * true_at_or_above / (true_at_or_above + false_at_or_above + positives)
+        return float(scores[::-1][int(np.argmax(f1[::-1]))])
+    reached = np.nonzero(precision >= rule.precision_at)[0]
+    if len(reached) == 0:  # no threshold reaches it: the most precise one (recorded by its value)
+        return float(scores[::-1][int(np.argmax(precision[::-1]))])
+    return float(scores[reached[0]])  # the lowest such threshold: the most recall
 
 
 def _rankings(
     world: _World, positive_scores: np.ndarray, my_negatives: np.ndarray, positives: int, negatives: int
-) -> tuple[float, float]:
-    """ROC AUC and average precision, over each distinct score `u` of a positive row."""
+) -> tuple[float, float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """ROC AUC and average precision, over each distinct score `u` of a positive row; and, per
+    such `u` (ascending), the positives and negatives scoring at least `u` (the threshold curve)."""
     scores, count = np.unique(world.concat(positive_scores), return_counts=True)
     below = world.total(np.searchsorted(my_negatives, scores, "left").astype(np.int64))
     tied = world.total(np.searchsorted(my_negatives, scores, "right").astype(np.int64)) - below
@@ -111,7 +144,7 @@ def _rankings(
     true_at_or_above = np.cumsum(count[::-1])[::-1]
     false_at_or_above = negatives - below
     precision = true_at_or_above / (true_at_or_above + false_at_or_above)
-    return auc, float(np.dot(count, precision)) / positives
+    return auc, float(np.dot(count, precision)) / positives, (scores, true_at_or_above, false_at_or_above)
 
 
 def _regression(world: _World, y_true: np.ndarray, prediction: np.ndarray) -> dict[str, float]:

@@ -102,8 +102,9 @@ class Trainer:
             self.spec.data_files, prepared.identities, self.config.data, data_columns(self.config.data)
         )
         self.holdout = ShardedHoldout(
-            prepared, self.reader, self.task, self.rank, self.world_size, self.data_group
-        )
+            prepared, self.reader, self.task, self.rank, self.world_size, self.data_group,
+            threshold=self.config.evaluation.threshold,
+        )  # fmt: skip
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = (
             int(resume.marker["global_batch"])

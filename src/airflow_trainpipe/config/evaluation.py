@@ -1,0 +1,48 @@
+"""`evaluation`: how the holdout is scored, beyond the metrics themselves."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+
+from airflow_trainpipe.config.base import Section
+
+_THRESHOLD_FORMS = "a number in [0, 1], 'max_f1', or {precision_at: p} with 0 < p <= 1"
+
+
+class PrecisionAt(Section):
+    """The threshold with the most recall among those whose holdout precision is at least `precision_at`."""
+
+    precision_at: float = Field(gt=0, le=1)
+    """Smallest acceptable precision (0.9 = at most 1 false alarm in 10 flagged rows)."""
+
+
+def _threshold_form(value: Any) -> Any:
+    """Checked here, whole: a union would report each of its three forms' errors."""
+    if value == "max_f1" and isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"precision_at"}:
+        p = value["precision_at"]
+        if isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 1:
+            return PrecisionAt(precision_at=float(p))
+        raise ValueError(f"precision_at is a precision, 0 < p <= 1, got {p!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    raise ValueError(f"expected {_THRESHOLD_FORMS}, got {value!r}")
+
+
+ThresholdRule = Annotated[float | Literal["max_f1"] | PrecisionAt, BeforeValidator(_threshold_form)]
+
+
+class EvaluationSection(Section):
+    """Scoring choices the metrics depend on."""
+
+    threshold: ThresholdRule = 0.5
+    """binary_classification: the score at or above which a row counts as positive, for accuracy,
+    precision, recall and f1. A number; `max_f1`: the threshold with the best f1 on the holdout;
+    `{precision_at: p}`: the one with the most recall at precision >= p (the highest precision
+    when none reaches p). A rule is applied to the candidate and to the champion alike, each on its
+    own scores of the same holdout rows, and the candidate's threshold is recorded on its model
+    version (`trainpipe.threshold`), where serving reads the score to flag rows at (the model
+    itself predicts probabilities)."""
