@@ -268,3 +268,51 @@ def test_decision_dict_is_json_safe_and_the_table_names_every_metric() -> None:
     assert lines[2].split()[:2] == ["roc_auc", "0.85"] and lines[2].endswith("primary")
     assert "guardrail BREACHED" in lines[3] and lines[3].startswith("log_loss")
     assert lines[-1].startswith("decision: KEEP CHAMPION: guardrail log_loss worsens by 0.05")
+
+
+# -- confidence -------------------------------------------------------------------------------
+
+
+def test_with_confidence_a_point_improvement_whose_interval_reaches_zero_is_not_promoted() -> None:
+    rules = gate(metric="roc_auc", confidence=0.95)
+    decision = decide(rules, CLS, cls_metrics(0.85), cls_metrics(0.80), interval=(-0.004, 0.09))
+    assert decision.promote is False
+    assert decision.reason == (
+        "not significant: the 95% interval of the roc_auc improvement is [-0.004, 0.09], "
+        "its lower bound does not clear 0"
+    )
+    assert (decision.confidence, decision.improvement_interval) == (0.95, (-0.004, 0.09))
+
+
+def test_with_confidence_the_lower_bound_must_clear_min_improvement() -> None:
+    rules = gate(metric="rmse", confidence=0.9, min_improvement=0.5)
+    decision = decide(rules, REG, reg_metrics(8.0), reg_metrics(10.0), interval=(0.3, 3.1))
+    assert decision.promote is False and decision.reason.endswith("does not clear min_improvement 0.5")
+    decision = decide(rules, REG, reg_metrics(8.0), reg_metrics(10.0), interval=(0.6, 3.1))
+    assert decision.promote is True
+    assert "(20.0000%, 90% interval [0.6, 3.1]); all guardrails hold" in decision.reason
+
+
+def test_with_confidence_no_interval_is_not_significant() -> None:
+    decision = decide(gate(metric="roc_auc", confidence=0.95), CLS, cls_metrics(0.9), cls_metrics(0.8))
+    assert decision.promote is False
+    assert (
+        decision.reason
+        == "no 95% interval of the roc_auc improvement was computed for this candidate: not significant"
+    )
+    infinite = decide(
+        gate(metric="roc_auc", confidence=0.95),
+        CLS,
+        cls_metrics(0.9),
+        cls_metrics(0.8),
+        interval=(-math.inf, math.inf),
+    )
+    assert infinite.promote is False and "[-inf, inf]" in infinite.reason
+
+
+def test_confidence_leaves_the_bootstrap_and_the_other_rules_alone() -> None:
+    rules = gate(metric="roc_auc", confidence=0.95, guardrails=[{"metric": "log_loss"}])
+    assert decide(rules, CLS, cls_metrics(0.7), None).promote is True  # no champion: nothing to compare
+    breach = decide(rules, CLS, cls_metrics(0.9, log_loss=0.5), cls_metrics(0.8), interval=(0.05, 0.15))
+    assert breach.promote is False and breach.reason.startswith("guardrail log_loss worsens")
+    assert decide(gate(metric="roc_auc"), CLS, cls_metrics(0.9), cls_metrics(0.8), interval=(-1, 1)).promote

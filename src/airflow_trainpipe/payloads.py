@@ -121,6 +121,8 @@ class Evaluation(Payload):
     champion_version: str | None = None
     champion_run_id: str | None = None
     champion_error: str | None = None
+    improvement_interval: tuple[float, float] | None = None
+    """gate.confidence: the bootstrap interval of the primary metric's improvement (better > 0)."""
 
 
 class TrainTiming(Payload):
@@ -188,6 +190,8 @@ class GateDecision(Payload):
     min_improvement: float = 0.0
     min_relative_improvement: float = 0.0
     guardrails: list[GuardrailCheck] = Field(default_factory=list)
+    confidence: float | None = None
+    improvement_interval: tuple[float, float] | None = None
     forced: bool = False
     fail: bool = False  # no champion and `no_champion.action: fail`
     # What the decision is about (set by the gate task):

@@ -18,6 +18,10 @@ Rules, in order:
   be compared with and must not block every later promotion: it counts as no champion, so
   `gate.no_champion` decides (its action and `min_value`), and the reason says so. A guardrail
   that becomes NaN for the candidate counts as a regression.
+- confidence (`gate.confidence`): with a champion to compare with, the lower bound of the
+  bootstrap interval of the primary metric's improvement (computed by the training job on the
+  same rows) must also be above 0 and clear `min_improvement`; otherwise the improvement is "not
+  significant". No interval (an evaluation that did not compute one) is not significant either.
 - `force`: promote whatever the rules say; the decision records what they said.
 """
 
@@ -79,8 +83,10 @@ def decide(
     champion: Mapping[str, float] | None,
     *,
     force: bool = False,
+    interval: tuple[float, float] | None = None,
 ) -> GateDecision:
-    """`candidate` / `champion`: metric name -> value on the same holdout; champion None: none yet."""
+    """`candidate` / `champion`: metric name -> value on the same holdout; champion None: none yet.
+    `interval`: the bootstrap interval of the primary metric's improvement (gate.confidence)."""
     direction = gate.direction or METRICS[task][gate.metric]
     value = candidate[gate.metric]
     decision = GateDecision(
@@ -92,6 +98,8 @@ def decide(
         champion=None if champion is None else champion[gate.metric],
         min_improvement=gate.min_improvement,
         min_relative_improvement=gate.min_relative_improvement,
+        confidence=gate.confidence,
+        improvement_interval=interval if gate.confidence is not None else None,
     )
     if not math.isfinite(value):
         decision.reason = f"{gate.metric} of the candidate is not a number ({value}): a model that cannot be scored is never promoted"
@@ -153,6 +161,8 @@ def _compare(
         failures.append(
             f"{metric} improves by {relative:.4%}, less than min_relative_improvement {gate.min_relative_improvement:.4%}"
         )
+    if gate.confidence is not None and (significance := _not_significant(gate, metric, decision)):
+        failures.append(significance)
     for guardrail in gate.guardrails:
         check = check_guardrail(
             guardrail,
@@ -181,10 +191,30 @@ def _compare(
         decision.reason = "; ".join(failures)
     else:
         decision.promote = True
+        significant = ""
+        if decision.improvement_interval is not None and gate.confidence is not None:
+            low, high = decision.improvement_interval
+            significant = f", {gate.confidence:.0%} interval [{low:.6g}, {high:.6g}]"
         decision.reason = (
             f"{metric} {value:.6g} beats the champion's {best:.6g} by {decision.improvement:.6g} "
-            f"({decision.relative_improvement:.4%}); all guardrails hold"
+            f"({decision.relative_improvement:.4%}{significant}); all guardrails hold"
         )
+
+
+def _not_significant(gate: GateSection, metric: str, decision: GateDecision) -> str | None:
+    """Why the improvement is not significant at gate.confidence, or None when it is."""
+    interval, level = decision.improvement_interval, f"{gate.confidence:.0%}"
+    if interval is None:
+        return f"no {level} interval of the {metric} improvement was computed for this candidate: not significant"
+    low, high = interval
+    floor = max(gate.min_improvement, 0.0)
+    if low > TOLERANCE and low >= floor - TOLERANCE:
+        return None
+    bound = f"min_improvement {gate.min_improvement:.6g}" if gate.min_improvement > 0 else "0"
+    return (
+        f"not significant: the {level} interval of the {metric} improvement is [{low:.6g}, {high:.6g}], "
+        f"its lower bound does not clear {bound}"
+    )
 
 
 def comparison_table(

@@ -83,3 +83,16 @@ def test_limits_are_numbers_not_quoted_numbers() -> None:
         ("min_improvement",),
         "Input should be a valid number",
     )
+
+
+def test_confidence_is_a_level_above_one_half_with_a_seeded_resample_count() -> None:
+    gate = GateSection(metric="roc_auc", confidence=0.95)
+    assert (gate.confidence, gate.bootstrap_samples, gate.bootstrap_seed) == (0.95, 1000, 0)
+    assert GateSection(metric="roc_auc").confidence is None
+    for level in (0.5, 1.0, 95):
+        loc, _ = _first_error(GateSection, {"metric": "roc_auc", "confidence": level})
+        assert loc == ("confidence",)
+    assert _first_error(GateSection, {"metric": "roc_auc", "bootstrap_samples": 10}) == (
+        ("bootstrap_samples",),
+        "Input should be greater than or equal to 100",
+    )

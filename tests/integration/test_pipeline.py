@@ -194,6 +194,8 @@ def test_pipeline_through_dag_test(
     replacements = (
         ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"),
         ("batch_size: 256", "batch_size: 64"),
+        # The better candidate must be significantly better, on the same 240 holdout rows.
+        ("min_improvement: 0.001", "min_improvement: 0.001\n  confidence: 0.95"),
     )
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 1200, seed=5)
     champion = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50}
@@ -265,6 +267,9 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     assert run.data.tags["trainpipe.champion.run_id"] == first["mlflow_run_id"]
     decision = pipeline.xcom(better, "gate")
     assert decision["promote"] is True and decision["champion_version"] == "1", decision
+    low, high = second["evaluation"]["improvement_interval"]  # the job's paired bootstrap
+    assert 0.001 <= low < decision["improvement"] < high and decision["improvement_interval"] == [low, high]
+    assert run.data.metrics["improvement_lower"] == low
     assert pipeline.tasks(better)["register"] == ("success", 2)  # try 1 crashed after registering
     assert "simulated crash after registering" in pipeline.output
     assert "is already registered as" in pipeline.output
@@ -272,6 +277,7 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     # the worse candidate: gate succeeds, register skipped, the DAG run is green (asserted in run())
     rejected = pipeline.xcom(worse, "gate")
     assert rejected["promote"] is False and "is not better than the champion's" in rejected["reason"]
+    assert "not significant" in rejected["reason"] and rejected["improvement_interval"] is not None
     assert pipeline.tasks(worse)["gate"][0] == "success" and pipeline.tasks(worse)["register"][0] == "skipped"
     assert "keep the champion, skip registration" in pipeline.output
     worse_run = client.get_run(pipeline.xcom(worse, "train")["mlflow_run_id"])
@@ -304,6 +310,7 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
         == candidate["threshold"]
         == run.data.metrics["candidate_threshold"]
     )
+    assert json.loads(v2.tags["trainpipe.gate.improvement_interval"]) == [low, high]
 
 
 def _check_guardrail_and_force(

@@ -128,3 +128,50 @@ def test_champion_changed_since_scoring_fails(gate_setup) -> None:
         match=rf"the champion changed since run {stale} was scored: {model_name}@champion was version none, now 1",
     ):
         BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=stale).execute({})
+
+
+def test_with_confidence_the_interval_logged_by_the_job_decides(
+    gate_setup, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hook, _, model_name, candidate = gate_setup
+    from airflow_trainpipe.operators.register import register_candidate
+
+    config = write_config(
+        tmp_path / "confident.yaml",
+        model_name,
+        (("min_improvement: 0.001", "min_improvement: 0.001\n  confidence: 0.95"),),
+    )
+    parsed = BaselineGateOperator(task_id="g", config=str(config)).config
+    register_candidate(
+        hook,
+        parsed,
+        candidate(CHAMPION, None, None),
+        gate_decision(champion_version=None),
+        {},
+        log=logging.getLogger("t"),
+    )
+    better = {**CHAMPION, "roc_auc": 0.85}
+    noisy = candidate(better, CHAMPION, "1")
+    with hook.activated():  # as the training job logs it beside candidate_* and champion_*
+        hook.get_conn().log_metric(noisy, "improvement_lower", -0.01)
+        hook.get_conn().log_metric(noisy, "improvement_upper", 0.11)
+    # A losing decision skips downstream tasks, which needs a task instance: decided here, as
+    # execute() decides, from what the run logged.
+    gate = BaselineGateOperator(task_id="gate", config=str(config))
+    decision = gate._decide(hook, noisy, hook.run_evaluation(noisy), force=False)
+    assert decision.promote is False and decision.improvement_interval == (-0.01, 0.11)
+    assert decision.reason.startswith(
+        "not significant: the 95% interval of the roc_auc improvement is [-0.01, 0.11]"
+    )
+
+    unmeasured = candidate(better, CHAMPION, "1")  # a run that computed no interval
+    decision = gate._decide(hook, unmeasured, hook.run_evaluation(unmeasured), force=False)
+    assert decision.promote is False and "was computed for this candidate: not significant" in decision.reason
+
+    significant = candidate(better, CHAMPION, "1")
+    with hook.activated():
+        hook.get_conn().log_metric(significant, "improvement_lower", 0.02)
+        hook.get_conn().log_metric(significant, "improvement_upper", 0.09)
+    report = BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=significant).execute({})
+    assert report["promote"] is True and report["confidence"] == 0.95
+    assert "95% interval [0.02, 0.09]" in report["reason"]

@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.runtime.evaluation import candidate_predictor, score, score_champion
+from airflow_trainpipe.runtime.evaluation import (
+    _improvement_interval,
+    candidate_predictor,
+    predictions,
+    score,
+    score_champion,
+)
+from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import log_raw_row_model
 from airflow_trainpipe.runtime.tracking import artifact_location
 from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
@@ -117,6 +124,38 @@ def test_champion_is_scored_by_the_same_function_on_the_given_rows(registry, tmp
         result.tags()["trainpipe.champion.version"] == "1"
         and result.tags()["trainpipe.champion.run_id"] == result.run_id
     )
+
+
+def test_with_confidence_the_champion_itself_as_candidate_is_a_tie_not_an_improvement(
+    registry, tmp_path: Path
+) -> None:
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            "tie",
+            (
+                (
+                    "min_improvement: 0.001",
+                    "min_improvement: 0.001\n  confidence: 0.95\n  bootstrap_samples: 200",
+                ),
+            ),
+        )
+    )
+    holdout = _holdout()
+    transform = _transform(["amount"], ["atm", "pos", "web"])
+    model = _champion(registry, "tie", transform)
+    champion = score_champion(registry, config, holdout)
+    assert champion.predictions is not None and len(champion.predictions) == holdout.num_rows
+    prediction, labels = predictions(candidate_predictor(model, transform), holdout, "is_fraud")
+    candidate = compute_metrics(
+        "binary_classification", labels, prediction, threshold=config.evaluation.threshold
+    )
+    # The same model on the same rows: every resample scores both alike.
+    assert _improvement_interval(config, labels, prediction, candidate, champion) == (0.0, 0.0)
+    from airflow_trainpipe.promotion import decide
+
+    decision = decide(config.gate, "binary_classification", candidate, champion.metrics, interval=(0.0, 0.0))
+    assert decision.promote is False
 
 
 def test_no_champion_is_a_bootstrap(registry, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import NonNegativeFloat
+from pydantic import Field, NonNegativeFloat
 
 from airflow_trainpipe.config.base import Section
 from airflow_trainpipe.config.catalog import Direction
@@ -61,3 +61,15 @@ class GateSection(Section):
 
     no_champion: NoChampionPolicy = NoChampionPolicy()
     """Bootstrap policy for the first run."""
+
+    confidence: float | None = Field(default=None, gt=0.5, lt=1)
+    """Promote only when the improvement is significant: a seeded paired bootstrap of candidate vs
+    champion over the same holdout rows gives a `confidence` interval (0.95: 95%) of the primary
+    metric's improvement, and its lower bound must clear `min_improvement` (and be above 0). A
+    tie, or a holdout too small to tell, is "not significant". null: the point values decide."""
+
+    bootstrap_samples: int = Field(default=1000, ge=100, le=100_000)
+    """Resamples of the holdout for `confidence` (each rescores both models' predictions)."""
+
+    bootstrap_seed: int = Field(default=0, ge=0)
+    """Seed of the resamples: the same holdout and predictions give the same interval."""

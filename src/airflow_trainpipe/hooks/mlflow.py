@@ -268,6 +268,11 @@ class MlflowHook(BaseHook):
             champion_version=version if scored else None,
             champion_run_id=data.tags.get("trainpipe.champion.run_id"),
             champion_error=data.tags.get("trainpipe.champion.error"),
+            improvement_interval=(
+                (data.metrics["improvement_lower"], data.metrics["improvement_upper"])
+                if "improvement_lower" in data.metrics and "improvement_upper" in data.metrics
+                else None
+            ),
         )
 
     def record_gate_decision(self, run_id: str, decision: GateDecision, figure: Any) -> None:

@@ -155,7 +155,12 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
             )
         else:
             decision = decide(
-                self.config.gate, self.config.training.task, evaluation.candidate, champion, force=force
+                self.config.gate,
+                self.config.training.task,
+                evaluation.candidate,
+                champion,
+                force=force,
+                interval=evaluation.improvement_interval,
             )
         decision.mlflow_run_id, decision.champion_version = run_id, evaluation.champion_version
         decision.model_name, decision.alias = (

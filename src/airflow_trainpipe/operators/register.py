@@ -8,6 +8,7 @@ the replaced version gets `register.previous_alias`), never the deprecated stage
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -176,4 +177,12 @@ def version_tags(
         "trainpipe.gate.improvement": str(decision.improvement),
         "trainpipe.gate.forced": str(decision.forced).lower(),
         "trainpipe.gate.reason": decision.reason[:5000],
+        **(
+            {
+                "trainpipe.gate.confidence": str(decision.confidence),
+                "trainpipe.gate.improvement_interval": json.dumps(list(decision.improvement_interval)),
+            }
+            if decision.confidence is not None and decision.improvement_interval is not None
+            else {}
+        ),
     }

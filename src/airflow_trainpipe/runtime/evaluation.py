@@ -21,6 +21,7 @@ one. The candidate's becomes `trainpipe.threshold` on its run and, once register
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import pyarrow as pa
 import torch
 
 from airflow_trainpipe.registry import current_champion
+from airflow_trainpipe.runtime.confidence import improvement_interval
 from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import TransformedNetwork, load_registered
 from airflow_trainpipe.runtime.transform import FittedTransform, prepare_numeric
@@ -60,6 +62,7 @@ class ChampionScore:
     run_id: str | None = None
     metrics: dict[str, float] | None = None
     error: str | None = None
+    predictions: np.ndarray | None = None  # of the holdout rows, in the candidate's row order
 
     def tags(self) -> dict[str, str]:
         tags = {
@@ -138,6 +141,7 @@ def score_champion(client: Any, config: PipelineConfig, holdout: HoldoutRows) ->
         result.metrics = compute_metrics(
             config.training.task, labels, prediction, threshold=config.evaluation.threshold
         )
+        result.predictions = prediction
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
@@ -161,6 +165,9 @@ def evaluate_final(
     champion = score_champion(tracker.client, config, holdout)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
+    interval = _improvement_interval(config, labels, prediction, candidate, champion)
+    if interval is not None and all(math.isfinite(v) for v in interval):
+        metrics["improvement_lower"], metrics["improvement_upper"] = interval
     tracker.log_metrics(metrics, step, flush=True)
     tracker.set_tags(champion.tags())
     if "threshold" in candidate:  # what the class metrics used; register puts it on the version
@@ -172,6 +179,34 @@ def evaluate_final(
         "champion_version": champion.version,
         "champion_run_id": champion.run_id,
         "champion_error": champion.error,
+        "improvement_interval": interval,
     }
     tracker.log_dict(summary, "evaluation.json")
     return summary
+
+
+def _improvement_interval(
+    config: PipelineConfig,
+    labels: np.ndarray,
+    prediction: np.ndarray,
+    candidate: dict[str, float],
+    champion: ChampionScore,
+) -> tuple[float, float] | None:
+    """gate.confidence: the bootstrap interval of the primary metric's improvement; None without
+    a champion scored on these rows (the gate's other rules decide then)."""
+    gate = config.gate
+    if gate.confidence is None or champion.predictions is None or champion.metrics is None:
+        return None
+    if len(labels) == 0:
+        return (-math.inf, math.inf)
+    return improvement_interval(
+        config.training.task,
+        gate.metric,
+        config.gate_direction,
+        labels,
+        (prediction, candidate.get("threshold", 0.5)),
+        (champion.predictions, champion.metrics.get("threshold", 0.5)),
+        confidence=gate.confidence,
+        samples=gate.bootstrap_samples,
+        seed=gate.bootstrap_seed,
+    )
