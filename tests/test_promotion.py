@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_trainpipe.config.gate import GateSection
+from airflow_trainpipe.payloads import SliceScore
 from airflow_trainpipe.promotion import comparison_table, decide
 
 CLS = "binary_classification"
@@ -316,3 +317,83 @@ def test_confidence_leaves_the_bootstrap_and_the_other_rules_alone() -> None:
     breach = decide(rules, CLS, cls_metrics(0.9, log_loss=0.5), cls_metrics(0.8), interval=(0.05, 0.15))
     assert breach.promote is False and breach.reason.startswith("guardrail log_loss worsens")
     assert decide(gate(metric="roc_auc"), CLS, cls_metrics(0.9), cls_metrics(0.8), interval=(-1, 1)).promote
+
+
+# -- slices -----------------------------------------------------------------------------------
+
+
+def _slice(name: str, rows: int, ours: float, theirs: float | None) -> SliceScore:
+    return SliceScore(
+        slice=name,
+        rows=rows,
+        candidate=cls_metrics(ours),
+        champion=None if theirs is None else cls_metrics(theirs),
+    )
+
+
+def test_a_candidate_better_overall_but_worse_on_a_slice_is_blocked_naming_the_slice() -> None:
+    rules = gate(metric="roc_auc", slice_guardrail={"max_regression": 0.02, "min_rows": 100})
+    slices = [_slice("channel=pos", 400, 0.86, 0.80), _slice("channel=web", 250, 0.70, 0.75)]
+    decision = decide(rules, CLS, cls_metrics(0.85), cls_metrics(0.80), slices=slices)
+    assert decision.promote is False
+    assert decision.reason == (
+        "slice channel=web (250 rows): roc_auc worsens by 0.05, 0.7 vs champion 0.75, allowed max_regression 0.02"
+    )
+    assert [(c.slice, c.passed) for c in decision.slice_checks] == [
+        ("channel=pos", True),
+        ("channel=web", False),
+    ]
+
+
+def test_small_slices_are_reported_but_not_held_to_the_bound() -> None:
+    rules = gate(metric="roc_auc", slice_guardrail={"max_regression": 0.0, "min_rows": 100})
+    slices = [_slice("country=IS", 40, 0.5, 0.9), _slice("country=FR", 900, 0.86, 0.85)]
+    decision = decide(rules, CLS, cls_metrics(0.85), cls_metrics(0.80), slices=slices)
+    assert decision.promote is True and decision.reason.endswith("on the 1 slice(s) with enough rows too")
+    assert [c.slice for c in decision.slice_checks] == ["country=FR"]
+
+
+def test_a_slice_guardrail_can_watch_another_metric_in_its_own_direction() -> None:
+    rules = gate(metric="roc_auc", slice_guardrail={"metric": "log_loss", "max_regression": 0.01})
+    worse = SliceScore(
+        slice="channel=atm",
+        rows=500,
+        candidate=cls_metrics(0.9, log_loss=0.40),
+        champion=cls_metrics(0.8, log_loss=0.35),
+    )
+    decision = decide(rules, CLS, cls_metrics(0.85), cls_metrics(0.80), slices=[worse])
+    assert decision.promote is False and decision.reason.startswith(
+        "slice channel=atm (500 rows): log_loss worsens by 0.05"
+    )
+
+
+def test_without_slice_scores_the_slice_guardrail_cannot_hold() -> None:
+    rules = gate(metric="roc_auc", slice_guardrail={})
+    decision = decide(rules, CLS, cls_metrics(0.85), cls_metrics(0.80))
+    assert decision.promote is False
+    assert (
+        decision.reason
+        == "no slice metrics were computed for this candidate: slice_guardrail on roc_auc cannot hold"
+    )
+    assert decide(rules, CLS, cls_metrics(0.85), None).promote is True  # bootstrap: nothing to compare
+
+
+def test_the_comparison_table_lists_the_slices_checked() -> None:
+    rules = gate(metric="roc_auc", slice_guardrail={"max_regression": 0.02})
+    slices = [_slice("channel=pos", 400, 0.86, 0.80), _slice("channel=web", 250, 0.70, 0.75)]
+    decision = decide(rules, CLS, cls_metrics(0.85), cls_metrics(0.80), slices=slices)
+    table = comparison_table(decision, cls_metrics(0.85), cls_metrics(0.80)).splitlines()
+    assert table[-5].split() == ["slice", "rows", "metric", "candidate", "champion", "regression", "check"]
+    assert table[-3].split() == ["channel=pos", "400", "roc_auc", "0.86", "0.8", "-0.06", "ok"]
+    assert table[-2].split() == [
+        "channel=web",
+        "250",
+        "roc_auc",
+        "0.7",
+        "0.75",
+        "+0.05",
+        "BREACHED",
+        "(max",
+        "0.02)",
+    ]
+    assert table[-1].startswith("decision: KEEP CHAMPION: slice channel=web")

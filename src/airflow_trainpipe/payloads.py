@@ -112,6 +112,16 @@ class ValidationSummary(Payload):
 # -- train -> gate -------------------------------------------------------------------------------
 
 
+class SliceScore(Payload):
+    """One slice of the holdout (`evaluation.slices`): both models' metrics on its rows."""
+
+    slice: str
+    """`column=value`, or `column=[a, b)` for a bin."""
+    rows: int
+    candidate: dict[str, float]
+    champion: dict[str, float] | None = None
+
+
 class Evaluation(Payload):
     """Candidate and champion scored by one function on the run's holdout rows."""
 
@@ -123,6 +133,8 @@ class Evaluation(Payload):
     champion_error: str | None = None
     improvement_interval: tuple[float, float] | None = None
     """gate.confidence: the bootstrap interval of the primary metric's improvement (better > 0)."""
+    slices: list[SliceScore] | None = None
+    """evaluation.slices: each slice's metrics (None: the run computed none)."""
 
 
 class TrainTiming(Payload):
@@ -174,6 +186,20 @@ class GuardrailCheck(Payload):
     passed: bool
 
 
+class SliceCheck(Payload):
+    """gate.slice_guardrail on one slice with at least `min_rows` rows."""
+
+    slice: str
+    rows: int
+    metric: str
+    candidate: float
+    champion: float
+    regression: float
+    """> 0: the candidate is worse on this slice."""
+    max_regression: float
+    passed: bool
+
+
 class GateDecision(Payload):
     """The gate's verdict on one candidate run, with the numbers it was decided on."""
 
@@ -192,6 +218,7 @@ class GateDecision(Payload):
     guardrails: list[GuardrailCheck] = Field(default_factory=list)
     confidence: float | None = None
     improvement_interval: tuple[float, float] | None = None
+    slice_checks: list[SliceCheck] = Field(default_factory=list)
     forced: bool = False
     fail: bool = False  # no champion and `no_champion.action: fail`
     # What the decision is about (set by the gate task):

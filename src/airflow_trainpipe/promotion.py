@@ -22,17 +22,20 @@ Rules, in order:
   bootstrap interval of the primary metric's improvement (computed by the training job on the
   same rows) must also be above 0 and clear `min_improvement`; otherwise the improvement is "not
   significant". No interval (an evaluation that did not compute one) is not significant either.
+- slice guardrail (`gate.slice_guardrail`): on every slice of `evaluation.slices` with at least
+  `min_rows` holdout rows, the slice's metric may not worsen by more than `max_regression`; the
+  reason names each slice that does. A candidate whose run computed no slices fails it.
 - `force`: promote whatever the rules say; the decision records what they said.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.gate import GateSection, Guardrail
-from airflow_trainpipe.payloads import GateDecision, GuardrailCheck
+from airflow_trainpipe.payloads import GateDecision, GuardrailCheck, SliceCheck, SliceScore
 
 # Differences this small are float noise of the metric computation, not a regression.
 TOLERANCE = 1e-12
@@ -84,9 +87,11 @@ def decide(
     *,
     force: bool = False,
     interval: tuple[float, float] | None = None,
+    slices: Sequence[SliceScore] | None = None,
 ) -> GateDecision:
     """`candidate` / `champion`: metric name -> value on the same holdout; champion None: none yet.
-    `interval`: the bootstrap interval of the primary metric's improvement (gate.confidence)."""
+    `interval`: the bootstrap interval of the primary metric's improvement (gate.confidence).
+    `slices`: both models' metrics per slice of the holdout (gate.slice_guardrail)."""
     direction = gate.direction or METRICS[task][gate.metric]
     value = candidate[gate.metric]
     decision = GateDecision(
@@ -112,7 +117,7 @@ def decide(
             f"as no champion: {decision.reason}"
         )
     else:
-        _compare(gate, task, candidate, champion, decision)
+        _compare(gate, task, candidate, champion, decision, slices)
     if force and not decision.promote:
         decision.promote, decision.forced, decision.fail = True, True, False
         decision.reason = f"forced promotion; the rules said: {decision.reason}"
@@ -144,6 +149,7 @@ def _compare(
     candidate: Mapping[str, float],
     champion: Mapping[str, float],
     decision: GateDecision,
+    slices: Sequence[SliceScore] | None = None,
 ) -> None:
     metric, value, best = decision.metric, decision.candidate, decision.champion
     assert best is not None
@@ -163,6 +169,8 @@ def _compare(
         )
     if gate.confidence is not None and (significance := _not_significant(gate, metric, decision)):
         failures.append(significance)
+    if gate.slice_guardrail is not None:
+        failures.extend(_slice_failures(gate, task, slices, decision))
     for guardrail in gate.guardrails:
         check = check_guardrail(
             guardrail,
@@ -198,7 +206,47 @@ def _compare(
         decision.reason = (
             f"{metric} {value:.6g} beats the champion's {best:.6g} by {decision.improvement:.6g} "
             f"({decision.relative_improvement:.4%}{significant}); all guardrails hold"
+            + (
+                f", on the {len(decision.slice_checks)} slice(s) with enough rows too"
+                if gate.slice_guardrail
+                else ""
+            )
         )
+
+
+def _slice_failures(
+    gate: GateSection, task: str, slices: Sequence[SliceScore] | None, decision: GateDecision
+) -> list[str]:
+    guardrail = gate.slice_guardrail
+    assert guardrail is not None
+    metric = guardrail.metric or gate.metric
+    if slices is None:
+        return [f"no slice metrics were computed for this candidate: slice_guardrail on {metric} cannot hold"]
+    sign, failures = _better_sign(METRICS[task][metric]), []
+    for scored in slices:
+        if scored.rows < guardrail.min_rows or scored.champion is None:
+            continue
+        ours, theirs = scored.candidate[metric], scored.champion[metric]
+        if math.isnan(theirs):
+            continue  # nothing to regress from (one class on this slice)
+        regression = math.inf if math.isnan(ours) else sign * (theirs - ours)
+        check = SliceCheck(
+            slice=scored.slice,
+            rows=scored.rows,
+            metric=metric,
+            candidate=ours,
+            champion=theirs,
+            regression=regression,
+            max_regression=guardrail.max_regression,
+            passed=regression <= guardrail.max_regression + TOLERANCE,
+        )
+        decision.slice_checks.append(check)
+        if not check.passed:
+            failures.append(
+                f"slice {scored.slice} ({scored.rows} rows): {metric} worsens by {regression:.6g}, "
+                f"{ours:.6g} vs champion {theirs:.6g}, allowed max_regression {guardrail.max_regression:.6g}"
+            )
+    return failures
 
 
 def _not_significant(gate: GateSection, metric: str, decision: GateDecision) -> str | None:
@@ -238,11 +286,9 @@ def comparison_table(
                 roles.get(name, ""),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = _aligned(rows)
+    if decision.slice_checks:
+        lines += ["", *_aligned(_slice_rows(decision))]
     verdict = (
         "PROMOTE" + (" (forced)" if decision.forced else "")
         if decision.promote
@@ -251,3 +297,31 @@ def comparison_table(
         else "KEEP CHAMPION"
     )
     return "\n".join([*lines, f"decision: {verdict}: {decision.reason}"])
+
+
+def _slice_rows(decision: GateDecision) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = [
+        ("slice", "rows", "metric", "candidate", "champion", "regression", "check")
+    ]
+    for check in decision.slice_checks:
+        rows.append(
+            (
+                check.slice,
+                str(check.rows),
+                check.metric,
+                f"{check.candidate:.6g}",
+                f"{check.champion:.6g}",
+                f"{check.regression:+.6g}",
+                "ok" if check.passed else f"BREACHED (max {check.max_regression:.6g})",
+            )
+        )
+    return rows
+
+
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines

@@ -72,3 +72,60 @@ def test_a_regression_pipeline_has_no_threshold_to_choose() -> None:
     ):
         parse_config(_with_threshold("house_prices.yaml", "max_f1"))
     assert parse_config(_with_threshold("house_prices.yaml", "0.5")).evaluation.threshold == 0.5
+
+
+def _with_slices(slices: str, gate_extra: str = "") -> str:
+    text = _with_threshold("fraud_detector.yaml", "max_f1").replace(
+        "evaluation:\n  threshold: max_f1", f"evaluation:\n  threshold: max_f1\n  slices: {slices}", 1
+    )
+    return text.replace("  min_improvement: 0.001", f"  min_improvement: 0.001{gate_extra}", 1)
+
+
+def test_slices_are_feature_columns_categorical_by_value_numeric_by_bins() -> None:
+    config = parse_config(
+        _with_slices(
+            "[{column: channel}, {column: amount, bins: [10, 100]}]",
+            "\n  slice_guardrail: {max_regression: 0.02}",
+        )
+    )
+    assert [(s.column, s.bins) for s in config.evaluation.slices] == [
+        ("channel", None),
+        ("amount", [10.0, 100.0]),
+    ]
+    assert config.gate.slice_guardrail is not None and config.gate.slice_guardrail.min_rows == 100
+
+
+@pytest.mark.parametrize(
+    ("slices", "message"),
+    [
+        (
+            "[{column: amount}]",
+            "evaluation.slices[0].bins: numeric column 'amount' is sliced by bins: give edges",
+        ),
+        (
+            "[{column: channel, bins: [1]}]",
+            "evaluation.slices[0].bins: categorical column 'channel' is sliced by value",
+        ),
+        (
+            "[{column: chanel}]",
+            "evaluation.slices[0].column: 'chanel' is not a feature column (did you mean 'channel'?)",
+        ),
+        (
+            "[{column: amount, bins: [10, 10]}]",
+            "evaluation.slices[0].bins: bins are strictly ascending edges",
+        ),
+    ],
+)
+def test_a_bad_slice_is_named_by_its_index(slices: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with_slices(slices))
+    assert message in str(caught.value)
+
+
+def test_a_slice_guardrail_needs_slices_and_a_metric_of_the_task() -> None:
+    with pytest.raises(ConfigError, match=r"gate\.slice_guardrail: there are no evaluation\.slices to guard"):
+        parse_config(_with_slices("[]", "\n  slice_guardrail: {}"))
+    with pytest.raises(
+        ConfigError, match=r"gate\.slice_guardrail\.metric: 'rmse' is not a binary_classification"
+    ):
+        parse_config(_with_slices("[{column: channel}]", "\n  slice_guardrail: {metric: rmse}"))

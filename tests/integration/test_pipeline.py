@@ -196,6 +196,9 @@ def test_pipeline_through_dag_test(
         ("batch_size: 256", "batch_size: 64"),
         # The better candidate must be significantly better, on the same 240 holdout rows.
         ("min_improvement: 0.001", "min_improvement: 0.001\n  confidence: 0.95"),
+        # Per-channel scores through the job, the XCom and the gate (a bound any slice meets).
+        ("threshold: max_f1               #", "threshold: max_f1\n  slices: [{column: channel}]  #"),
+        ("  confidence: 0.95", "  confidence: 0.95\n  slice_guardrail: {max_regression: 1.0, min_rows: 10}"),
     )
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 1200, seed=5)
     champion = {"roc_auc": 0.80, "log_loss": 0.30, "recall": 0.50}
@@ -270,6 +273,11 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     low, high = second["evaluation"]["improvement_interval"]  # the job's paired bootstrap
     assert 0.001 <= low < decision["improvement"] < high and decision["improvement_interval"] == [low, high]
     assert run.data.metrics["improvement_lower"] == low
+    slices = second["evaluation"]["slices"]
+    assert [s["slice"].split("=")[0] for s in slices] == ["channel"] * len(slices) and len(slices) >= 2
+    assert sum(s["rows"] for s in slices) == second["evaluation"]["holdout_rows"]
+    assert all(s["champion"] is not None for s in slices)
+    assert [c["slice"] for c in decision["slice_checks"]] == [s["slice"] for s in slices if s["rows"] >= 10]
     assert pipeline.tasks(better)["register"] == ("success", 2)  # try 1 crashed after registering
     assert "simulated crash after registering" in pipeline.output
     assert "is already registered as" in pipeline.output

@@ -175,3 +175,63 @@ def test_with_confidence_the_interval_logged_by_the_job_decides(
     report = BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id=significant).execute({})
     assert report["promote"] is True and report["confidence"] == 0.95
     assert "95% interval [0.02, 0.09]" in report["reason"]
+
+
+def test_a_slice_regression_in_the_run_s_evaluation_blocks_the_candidate(gate_setup, tmp_path: Path) -> None:
+    hook, _, model_name, candidate = gate_setup
+    from airflow_trainpipe.operators.register import register_candidate
+
+    config = write_config(
+        tmp_path / "sliced.yaml",
+        model_name,
+        (
+            ("threshold: max_f1               #", "threshold: max_f1\n  slices: [{column: channel}]  #"),
+            ("min_improvement: 0.001", "min_improvement: 0.001\n  slice_guardrail: {max_regression: 0.01}"),
+        ),
+    )
+    gate = BaselineGateOperator(task_id="gate", config=str(config))
+    register_candidate(
+        hook,
+        gate.config,
+        candidate(CHAMPION, None, None),
+        gate_decision(champion_version=None),
+        {},
+        log=logging.getLogger("t"),
+    )
+    better = {**CHAMPION, "roc_auc": 0.85}
+    run_id = candidate(better, CHAMPION, "1")
+    unsliced = candidate(better, CHAMPION, "1")
+    with hook.activated():  # the job's evaluation.json: both models per slice
+        hook.get_conn().log_dict(
+            run_id,
+            {
+                "slices": [
+                    {
+                        "slice": "channel=pos",
+                        "rows": 300,
+                        "candidate": {**better, "roc_auc": 0.9},
+                        "champion": CHAMPION,
+                    },
+                    {
+                        "slice": "channel=web",
+                        "rows": 200,
+                        "candidate": {**better, "roc_auc": 0.7},
+                        "champion": CHAMPION,
+                    },
+                ]
+            },
+            "evaluation.json",
+        )
+    gate.mlflow_run_id = run_id
+    _, evaluation = gate._evaluation({}, hook)
+    decision = gate._decide(hook, run_id, evaluation, force=False)
+    assert decision.promote is False
+    assert decision.reason.startswith("slice channel=web (200 rows): roc_auc worsens by 0.1")
+    assert [c.slice for c in decision.slice_checks] == ["channel=pos", "channel=web"]
+
+    gate.mlflow_run_id = unsliced  # logged no evaluation.json: the guardrail cannot hold
+    _, evaluation = gate._evaluation({}, hook)
+    assert evaluation.slices is None
+    assert gate._decide(hook, unsliced, evaluation, force=False).reason.startswith(
+        "no slice metrics were computed"
+    )

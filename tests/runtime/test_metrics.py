@@ -154,27 +154,24 @@ def test_every_metric_equals_sklearn_s_with_ties_imbalance_and_constant_labels(s
 
 
 def _rules_match_a_search_over_every_threshold(labels: np.ndarray, scores: np.ndarray, skm, p: float) -> None:
-    """max_f1 and precision_at against sklearn's f1 / precision / recall at every distinct score."""
-    at = {
-        float(t): (
-            skm.f1_score(labels, scores >= t, zero_division=0),
-            skm.precision_score(labels, scores >= t, zero_division=0),
-            skm.recall_score(labels, scores >= t, zero_division=0),
-        )
-        for t in np.unique(scores)
-    }
-    best = max(f1 for f1, _, _ in at.values())
-    chosen = compute_metrics(BINARY, labels, scores, threshold="max_f1")
-    assert chosen["f1"] == pytest.approx(best, rel=1e-12)
-    assert (
-        max(t for t, (f1, _, _) in at.items() if f1 == pytest.approx(best, rel=1e-12)) == chosen["threshold"]
+    """max_f1 and precision_at against sklearn's precision and recall at every distinct score (its
+    curve stops where recall first reaches 1: lower thresholds only add false positives)."""
+    precision, recall, thresholds = skm.precision_recall_curve(labels, scores)
+    precision, recall = precision[:-1], recall[:-1]  # the curve's (1, 0) end point has no threshold
+    f1 = np.where(
+        precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-300), 0.0
     )
+    chosen = compute_metrics(BINARY, labels, scores, threshold="max_f1")
+    assert chosen["f1"] == pytest.approx(f1.max(), rel=1e-12)
+    assert thresholds[np.isclose(f1, f1.max(), rtol=1e-12, atol=0)].max() == chosen["threshold"]
     precise = compute_metrics(BINARY, labels, scores, threshold=PrecisionAt(precision_at=p))
-    reaching = [recall for _, precision, recall in at.values() if precision >= p]
-    if reaching:
-        assert precise["precision"] >= p and precise["recall"] == pytest.approx(max(reaching), rel=1e-12)
+    reaching = precision >= p
+    if reaching.any():
+        assert precise["precision"] >= p and precise["recall"] == pytest.approx(
+            recall[reaching].max(), rel=1e-12
+        )
     else:  # none reaches p: the most precise threshold
-        assert precise["precision"] == pytest.approx(max(precision for _, precision, _ in at.values()))
+        assert precise["precision"] == pytest.approx(precision.max())
 
 
 def _metrics_rank(store: str, rank: int, world_size: int, shards: str, out: str) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 
 from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.types import ColumnName
 
 _THRESHOLD_FORMS = "a number in [0, 1], 'max_f1', or {precision_at: p} with 0 < p <= 1"
 
@@ -35,8 +37,31 @@ def _threshold_form(value: Any) -> Any:
 ThresholdRule = Annotated[float | Literal["max_f1"] | PrecisionAt, BeforeValidator(_threshold_form)]
 
 
+class Slice(Section):
+    """Holdout rows that share a value of one feature column, each value (or bin) a slice."""
+
+    column: ColumnName
+    """A feature column of `data.features`: categorical, or numeric with `bins`."""
+
+    bins: list[float] | None = Field(default=None, min_length=1, max_length=100)
+    """Numeric column: ascending edges. A row falls in `[a, b)` between two edges, `< first` or
+    `>= last`; a missing value is its own slice, `(missing)`, as for a categorical column."""
+
+    @field_validator("bins")
+    @classmethod
+    def _ascending(cls, bins: list[float] | None) -> list[float] | None:
+        if bins is not None and any(b <= a for a, b in pairwise(bins)):
+            raise ValueError(f"bins are strictly ascending edges, got {bins}")
+        return bins
+
+
 class EvaluationSection(Section):
     """Scoring choices the metrics depend on."""
+
+    slices: list[Slice] = Field(default=[], max_length=20)
+    """Score candidate and champion on each slice of the holdout too (every metric, at each
+    model's threshold of the whole holdout): `[{column: channel}, {column: amount, bins: [10,
+    100]}]`. Recorded in the run's evaluation.json; `gate.slice_guardrail` decides on them."""
 
     threshold: ThresholdRule = 0.5
     """binary_classification: the score at or above which a row counts as positive, for accuracy,

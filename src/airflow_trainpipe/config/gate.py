@@ -31,6 +31,19 @@ class Guardrail(Section):
         return None
 
 
+class SliceGuardrail(Section):
+    """No slice of `evaluation.slices` with enough rows may regress beyond a bound."""
+
+    metric: str | None = None
+    """Metric compared per slice; default: the gate's primary metric."""
+
+    max_regression: NonNegativeFloat = 0.0
+    """Largest worsening vs the champion allowed on any slice, in the metric's units."""
+
+    min_rows: int = Field(default=100, ge=1)
+    """Slices with fewer holdout rows are reported but not held to the bound (too noisy)."""
+
+
 class NoChampionPolicy(Section):
     """What the first run does, when no model holds the champion alias yet."""
 
@@ -61,6 +74,9 @@ class GateSection(Section):
 
     no_champion: NoChampionPolicy = NoChampionPolicy()
     """Bootstrap policy for the first run."""
+
+    slice_guardrail: SliceGuardrail | None = None
+    """Block a candidate that is better overall but worse on a slice (`evaluation.slices`)."""
 
     confidence: float | None = Field(default=None, gt=0.5, lt=1)
     """Promote only when the improvement is significant: a seeded paired bootstrap of candidate vs

@@ -125,14 +125,47 @@ class PipelineConfig(Section):
         return problems
 
     def _evaluation_problems(self) -> FieldProblems:
+        problems: FieldProblems = []
         if self.training.task != "binary_classification" and self.evaluation.threshold != 0.5:
-            return [
+            problems.append(
                 (
                     ("evaluation", "threshold"),
                     f"a {self.training.task} model predicts values, not classes: no threshold applies",
                 )
-            ]
-        return []
+            )
+        features = self.data.features
+        for i, spec in enumerate(self.evaluation.slices):
+            where = ("evaluation", "slices", i)
+            if spec.column in features.numeric and spec.bins is None:
+                problems.append(
+                    ((*where, "bins"), f"numeric column {spec.column!r} is sliced by bins: give edges")
+                )
+            elif spec.column in features.categorical and spec.bins is not None:
+                problems.append(
+                    ((*where, "bins"), f"categorical column {spec.column!r} is sliced by value, not bins")
+                )
+            elif spec.column not in features.all:
+                problems.append(
+                    (
+                        (*where, "column"),
+                        f"{spec.column!r} is not a feature column{did_you_mean(spec.column, features.all)}; "
+                        "a slice is read with the features",
+                    )
+                )
+        guardrail = self.gate.slice_guardrail
+        if guardrail is not None:
+            metrics = METRICS[self.training.task]
+            if guardrail.metric is not None and guardrail.metric not in metrics:
+                problems.append(
+                    (
+                        ("gate", "slice_guardrail", "metric"),
+                        f"{guardrail.metric!r} is not a {self.training.task} metric"
+                        f"{did_you_mean(guardrail.metric, metrics)}; expected one of {', '.join(metrics)}",
+                    )
+                )
+            if not self.evaluation.slices:
+                problems.append((("gate", "slice_guardrail"), "there are no evaluation.slices to guard"))
+        return problems
 
     def _feature_problems(self) -> FieldProblems:
         problems: FieldProblems = []

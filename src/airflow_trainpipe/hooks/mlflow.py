@@ -29,7 +29,7 @@ from airflow_trainpipe.config.secrets import redact_uri
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.payloads import Evaluation, GateDecision
+    from airflow_trainpipe.payloads import Evaluation, GateDecision, SliceScore
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 NO_CHAMPION = "none"  # the training job's trainpipe.champion.version when nothing held the alias
@@ -274,6 +274,24 @@ class MlflowHook(BaseHook):
                 else None
             ),
         )
+
+    def logged_slices(self, run_id: str) -> list[SliceScore] | None:
+        """The per-slice scores in the run's evaluation.json (None: the job computed none)."""
+        import json
+        import tempfile
+
+        from mlflow.exceptions import MlflowException
+
+        from airflow_trainpipe.payloads import SliceScore as Score
+
+        with self.activated(), tempfile.TemporaryDirectory(prefix="trainpipe-evaluation-") as directory:
+            try:
+                path = self.get_conn().download_artifacts(run_id, "evaluation.json", directory)
+            except (MlflowException, OSError):
+                return None
+            with open(path) as file:
+                slices = json.load(file).get("slices")
+        return None if slices is None else [Score.model_validate(s) for s in slices]
 
     def record_gate_decision(self, run_id: str, decision: GateDecision, figure: Any) -> None:
         """The decision as an artifact and tags of the candidate's run, with its chart."""

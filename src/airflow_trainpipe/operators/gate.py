@@ -114,7 +114,10 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
 
         if self.mlflow_run_id:
             run_id = str(self.mlflow_run_id)
-            return run_id, hook.run_evaluation(run_id)
+            evaluation = hook.run_evaluation(run_id)
+            if self.config.gate.slice_guardrail is not None:  # in the run's evaluation.json
+                evaluation = evaluation.model_copy(update={"slices": hook.logged_slices(run_id)})
+            return run_id, evaluation
         result = read_payload(
             TrainResult,
             context["ti"].xcom_pull(task_ids=self.train_task_id),
@@ -161,6 +164,7 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
                 champion,
                 force=force,
                 interval=evaluation.improvement_interval,
+                slices=evaluation.slices,
             )
         decision.mlflow_run_id, decision.champion_version = run_id, evaluation.champion_version
         decision.model_name, decision.alias = (

@@ -16,6 +16,11 @@ A threshold rule (`evaluation.threshold: max_f1 | {precision_at: p}`) is applied
 on its own scores of these rows, so both are compared at their best threshold by the same rule
 rather than the candidate at a threshold fitted to this holdout against the champion at a fixed
 one. The candidate's becomes `trainpipe.threshold` on its run and, once registered, its version.
+
+With `gate.confidence`, a paired bootstrap of both prediction sets gives the interval of the
+improvement (runtime/confidence.py); with `evaluation.slices`, both are scored per slice, one
+more pass over the holdout reading only the slice columns (runtime/slices.py). Both go into
+evaluation.json and the summary the gate decides on.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from airflow_trainpipe.registry import current_champion
 from airflow_trainpipe.runtime.confidence import improvement_interval
 from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import TransformedNetwork, load_registered
+from airflow_trainpipe.runtime.slices import slice_scores
 from airflow_trainpipe.runtime.transform import FittedTransform, prepare_numeric
 
 if TYPE_CHECKING:
@@ -165,6 +171,19 @@ def evaluate_final(
     champion = score_champion(tracker.client, config, holdout)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
+    slices = None
+    if config.evaluation.slices:
+        theirs = champion.predictions
+        slices = slice_scores(
+            config.training.task,
+            config.evaluation.slices,
+            lambda: _tables(holdout),
+            labels,
+            (prediction, candidate.get("threshold", 0.5)),
+            None
+            if theirs is None or champion.metrics is None
+            else (theirs, champion.metrics.get("threshold", 0.5)),
+        )
     interval = _improvement_interval(config, labels, prediction, candidate, champion)
     if interval is not None and all(math.isfinite(v) for v in interval):
         metrics["improvement_lower"], metrics["improvement_upper"] = interval
@@ -180,6 +199,7 @@ def evaluate_final(
         "champion_run_id": champion.run_id,
         "champion_error": champion.error,
         "improvement_interval": interval,
+        "slices": slices,
     }
     tracker.log_dict(summary, "evaluation.json")
     return summary
