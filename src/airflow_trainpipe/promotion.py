@@ -222,29 +222,35 @@ def _slice_failures(
     metric = guardrail.metric or gate.metric
     if slices is None:
         return [f"no slice metrics were computed for this candidate: slice_guardrail on {metric} cannot hold"]
-    sign, failures = _better_sign(METRICS[task][metric]), []
+    # Each slice is a guardrail on the slice's rows: the same regression rule as gate.guardrails.
+    rule, direction, failures = (
+        Guardrail(metric=metric, max_regression=guardrail.max_regression),
+        METRICS[task][metric],
+        [],
+    )
     for scored in slices:
         if scored.rows < guardrail.min_rows or scored.champion is None:
             continue
-        ours, theirs = scored.candidate[metric], scored.champion[metric]
-        if math.isnan(theirs):
+        if math.isnan(scored.champion[metric]):
             continue  # nothing to regress from (one class on this slice)
-        regression = math.inf if math.isnan(ours) else sign * (theirs - ours)
-        check = SliceCheck(
-            slice=scored.slice,
-            rows=scored.rows,
-            metric=metric,
-            candidate=ours,
-            champion=theirs,
-            regression=regression,
-            max_regression=guardrail.max_regression,
-            passed=regression <= guardrail.max_regression + TOLERANCE,
+        check = check_guardrail(rule, direction, scored.candidate[metric], scored.champion[metric])
+        decision.slice_checks.append(
+            SliceCheck(
+                slice=scored.slice,
+                rows=scored.rows,
+                metric=metric,
+                candidate=check.candidate,
+                champion=check.champion,
+                regression=check.regression,
+                max_regression=guardrail.max_regression,
+                passed=check.passed,
+            )
         )
-        decision.slice_checks.append(check)
         if not check.passed:
             failures.append(
-                f"slice {scored.slice} ({scored.rows} rows): {metric} worsens by {regression:.6g}, "
-                f"{ours:.6g} vs champion {theirs:.6g}, allowed max_regression {guardrail.max_regression:.6g}"
+                f"slice {scored.slice} ({scored.rows} rows): {metric} worsens by {check.regression:.6g}, "
+                f"{check.candidate:.6g} vs champion {check.champion:.6g}, "
+                f"allowed max_regression {guardrail.max_regression:.6g}"
             )
     return failures
 
@@ -255,8 +261,7 @@ def _not_significant(gate: GateSection, metric: str, decision: GateDecision) -> 
     if interval is None:
         return f"no {level} interval of the {metric} improvement was computed for this candidate: not significant"
     low, high = interval
-    floor = max(gate.min_improvement, 0.0)
-    if low > TOLERANCE and low >= floor - TOLERANCE:
+    if low > TOLERANCE and low >= gate.min_improvement - TOLERANCE:  # min_improvement is >= 0
         return None
     bound = f"min_improvement {gate.min_improvement:.6g}" if gate.min_improvement > 0 else "0"
     return (

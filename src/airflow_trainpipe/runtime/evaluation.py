@@ -70,6 +70,12 @@ class ChampionScore:
     error: str | None = None
     predictions: np.ndarray | None = None  # of the holdout rows, in the candidate's row order
 
+    def scored(self) -> tuple[np.ndarray, float] | None:
+        """(predictions, the threshold its class metrics used), or None when it was not scored."""
+        if self.predictions is None or self.metrics is None:
+            return None
+        return self.predictions, self.metrics.get("threshold", 0.5)
+
     def tags(self) -> dict[str, str]:
         tags = {
             "trainpipe.champion.model_name": self.model_name,
@@ -171,20 +177,12 @@ def evaluate_final(
     champion = score_champion(tracker.client, config, holdout)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
+    ours, theirs = (prediction, candidate.get("threshold", 0.5)), champion.scored()
     slices = None
     if config.evaluation.slices:
-        theirs = champion.predictions
-        slices = slice_scores(
-            config.training.task,
-            config.evaluation.slices,
-            lambda: _tables(holdout),
-            labels,
-            (prediction, candidate.get("threshold", 0.5)),
-            None
-            if theirs is None or champion.metrics is None
-            else (theirs, champion.metrics.get("threshold", 0.5)),
-        )
-    interval = _improvement_interval(config, labels, prediction, candidate, champion)
+        task, specs = config.training.task, config.evaluation.slices
+        slices = slice_scores(task, specs, lambda: _tables(holdout), labels, ours, theirs)
+    interval = _improvement_interval(config, labels, ours, theirs)
     if interval is not None and all(math.isfinite(v) for v in interval):
         metrics["improvement_lower"], metrics["improvement_upper"] = interval
     tracker.log_metrics(metrics, step, flush=True)
@@ -208,14 +206,13 @@ def evaluate_final(
 def _improvement_interval(
     config: PipelineConfig,
     labels: np.ndarray,
-    prediction: np.ndarray,
-    candidate: dict[str, float],
-    champion: ChampionScore,
+    ours: tuple[np.ndarray, float],
+    theirs: tuple[np.ndarray, float] | None,
 ) -> tuple[float, float] | None:
     """gate.confidence: the bootstrap interval of the primary metric's improvement; None without
     a champion scored on these rows (the gate's other rules decide then)."""
     gate = config.gate
-    if gate.confidence is None or champion.predictions is None or champion.metrics is None:
+    if gate.confidence is None or theirs is None:
         return None
     if len(labels) == 0:
         return (-math.inf, math.inf)
@@ -224,8 +221,8 @@ def _improvement_interval(
         gate.metric,
         config.gate_direction,
         labels,
-        (prediction, candidate.get("threshold", 0.5)),
-        (champion.predictions, champion.metrics.get("threshold", 0.5)),
+        ours,
+        theirs,
         confidence=gate.confidence,
         samples=gate.bootstrap_samples,
         seed=gate.bootstrap_seed,
