@@ -90,3 +90,36 @@ def test_make_data_writes_the_days_it_names(tmp_path: Path, capsys: pytest.Captu
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-01-01", "ds=2026-01-02", "ds=2026-01-03"]
     assert len(list((tmp_path / "ds=2026-01-02").glob("*.parquet"))) == 2
     assert "ds=2026-01-03: 2 file(s), drift:amount" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("kind", "label", "check"),
+    [
+        (
+            "support_tickets",
+            "team",
+            lambda t: set(t.column("team").to_pylist()) == {"account", "billing", "shipping", "technical"},
+        ),
+        ("search_results", "relevance", lambda t: set(t.column("relevance").to_pylist()) <= set(range(5))),
+    ],
+)
+def test_make_data_writes_multiclass_and_ranking_days(tmp_path: Path, kind: str, label: str, check) -> None:
+    assert trainpipe(["make-data", "--out", str(tmp_path / "a"), "--kind", kind, "--rows", "3000"]) == 0
+    assert trainpipe(["make-data", "--out", str(tmp_path / "b"), "--kind", kind, "--rows", "3000"]) == 0
+    a, b = (tmp_path / p / "ds=2026-01-01" / "part-00000.parquet" for p in "ab")
+    assert a.read_bytes() == b.read_bytes()
+    table = pq.read_table(a)
+    assert check(table) and abs(table.num_rows - 3000) < 40
+
+
+def test_search_results_keep_each_query_s_rows_together_and_most_results_irrelevant(tmp_path: Path) -> None:
+    import numpy as np
+
+    table = pq.read_table(
+        write_day(tmp_path.as_uri(), DAY, 4000, seed=1, kind="search_results")[0].removeprefix("file://")
+    )
+    queries = np.asarray(table.column("query_id").to_pylist())
+    runs = np.count_nonzero(queries[1:] != queries[:-1]) + 1
+    assert runs == len(set(queries.tolist()))  # one run per query
+    relevant = np.asarray(table.column("relevance")) > 0
+    assert 0.1 < relevant.mean() < 0.5

@@ -148,7 +148,13 @@ def _make_data(args: argparse.Namespace) -> int:
         root = args.out if "://" in args.out else Path(args.out).resolve().as_uri()
         for day in days:
             files = write_day(
-                root, day, args.rows, seed=args.seed, files=args.files, problems=problems.get(day, ())
+                root,
+                day,
+                args.rows,
+                seed=args.seed,
+                files=args.files,
+                problems=problems.get(day, ()),
+                kind=args.kind,
             )
             injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
             print(f"{files[0].rsplit('/', 2)[0]}/ds={day}: {len(files)} file(s), {injected}")
@@ -280,7 +286,15 @@ def _add_train(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     make_data = commands.add_parser(
         "make-data",
-        help="write synthetic daily partitions of card transactions, optionally with injected problems",
+        help="write synthetic daily partitions (card transactions, house sales, support tickets or search results), "
+        "optionally with injected problems",
+    )
+    make_data.add_argument(
+        "--kind",
+        choices=("card_transactions", "house_sales", "support_tickets", "search_results"),
+        default="card_transactions",
+        help="card_transactions (binary is_fraud), house_sales (regression sale_price), support_tickets "
+        "(multiclass team), search_results (ranking: relevance within query_id); default card_transactions",
     )
     make_data.add_argument(
         "--out", required=True, help="dataset root: a folder or a URI (s3://bucket/prefix)"

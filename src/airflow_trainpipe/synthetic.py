@@ -1,4 +1,7 @@
-"""Synthetic card transactions with a learnable fraud label, for the demo, tests and benchmarks.
+"""Synthetic daily data with a learnable label, for the demo, tests and benchmarks, one kind per
+task: card transactions (binary `is_fraud`), house sales (regression `sale_price`), support
+tickets (multiclass `team`) and search results (ranking: graded `relevance` of each result within
+its `query_id`, a query's rows adjacent).
 
 One day is one partition `ds=YYYY-MM-DD/part-NNNNN.parquet` plus a `_SUCCESS` marker, fully
 determined by (seed, day, problems): the same call always writes the same bytes.
@@ -147,10 +150,9 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
     column = _column(table, name, problem)
     if kind == "late_labels":
         segment = pc.equal(column.cast(pa.string()), args[1])
+        fraud = _column(table, "is_fraud", problem)  # card transactions only
         return _replace(
-            table,
-            "is_fraud",
-            pc.if_else(segment, pa.scalar(0, pa.int64()), table["is_fraud"]).combine_chunks(),
+            table, "is_fraud", pc.if_else(segment, pa.scalar(0, pa.int64()), fraud).combine_chunks()
         )
     if kind == "drop":
         return table.drop_columns([name])
@@ -168,6 +170,137 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
     return _replace(table, name, values)
 
 
+TEAMS = ["account", "billing", "shipping", "technical"]
+PRODUCTS = ["app", "card", "loan", "savings", "web"]
+TIERS = ["free", "plus", "business"]
+
+
+def support_tickets(day: date, rows: int, seed: int) -> pa.Table:
+    """Tickets routed to one of four teams, by what the ticket says and who sent it."""
+    rng = np.random.default_rng([seed, day.toordinal(), 2])
+    length = np.round(rng.lognormal(5.0, 0.8, rows))
+    attachments = rng.poisson(0.6, rows)
+    prior = rng.poisson(1.5, rows)
+    hour = rng.integers(0, 24, rows)
+    amount_mentioned = np.round(np.where(rng.random(rows) < 0.4, rng.lognormal(4.0, 1.0, rows), 0.0), 2)
+    product = rng.choice(PRODUCTS, rows, p=[0.3, 0.25, 0.15, 0.1, 0.2])
+    tier = rng.choice(TIERS, rows, p=[0.6, 0.3, 0.1])
+    logits = np.stack(
+        [
+            0.4 * prior + 0.8 * (tier == "business") - 0.2 * attachments,  # account
+            0.02 * amount_mentioned**0.5 * 3 + 1.2 * np.isin(product, ["card", "loan"]),  # billing
+            1.5 * (attachments > 0) + 0.6 * (product == "card") - 0.3 * (hour < 8),  # shipping
+            0.0015 * length + 1.4 * np.isin(product, ["app", "web"]) - 0.5,  # technical
+        ],
+        axis=1,
+    )
+    logits *= 2.0  # decisive enough that a model can tell the teams apart most of the time
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    team = (rng.random((rows, 1)) > probabilities.cumsum(axis=1)).sum(axis=1)
+    return pa.table(
+        {
+            "ticket_id": [f"{day:%Y%m%d}-{seed}-{i:08d}" for i in range(rows)],
+            "message_length": length.astype(np.int64),
+            "attachments": attachments.astype(np.int64),
+            "prior_tickets": prior.astype(np.int64),
+            "hour": hour.astype(np.int64),
+            "amount_mentioned": amount_mentioned,
+            "product": product,
+            "customer_tier": tier,
+            "team": np.array(TEAMS)[np.minimum(team, len(TEAMS) - 1)],
+        }
+    )
+
+
+DEVICES = ["desktop", "mobile", "tablet"]
+
+
+def search_results(day: date, rows: int, seed: int) -> pa.Table:
+    """About `rows` results of queries with 5-35 results each, a query's rows adjacent; relevance
+    0-4 grows with text match, click history and category match, shrinks with price."""
+    rng = np.random.default_rng([seed, day.toordinal(), 3])
+    sizes = rng.integers(5, 36, max(1, rows // 20) + 1)
+    sizes = sizes[: max(1, int(np.searchsorted(np.cumsum(sizes), rows)) + 1)]
+    n = int(sizes.sum())
+    query = np.repeat(np.arange(len(sizes)), sizes)
+    bm25 = np.round(rng.gamma(2.0, 2.5, n), 4)
+    click_rate = np.round(rng.beta(1.5, 12, n), 4)
+    price = np.round(rng.lognormal(3.2, 0.9, n), 2)
+    freshness = rng.integers(0, 365, n)
+    category_match = rng.choice(["exact", "related", "none"], n, p=[0.3, 0.4, 0.3])
+    device = rng.choice(DEVICES, len(sizes), p=[0.45, 0.45, 0.1])[query]
+    latent = (
+        0.35 * bm25
+        + 9.0 * click_rate
+        + 1.3 * (category_match == "exact")
+        + 0.5 * (category_match == "related")
+        - 0.25 * np.log1p(price)
+        - 0.002 * freshness
+        + rng.normal(0, 1.2, n)
+        + rng.normal(0, 0.5, len(sizes))[query]  # some queries are easier than others
+    )
+    relevance = np.clip(np.floor(latent - 2.2), 0, 4).astype(np.int64)  # most results: 0
+    return pa.table(
+        {
+            "query_id": np.array([f"{day:%Y%m%d}-{seed}-q{q:07d}" for q in range(len(sizes))])[query],
+            "bm25": bm25,
+            "click_rate": click_rate,
+            "price": price,
+            "freshness_days": freshness.astype(np.int64),
+            "category_match": category_match,
+            "device": device,
+            "relevance": relevance,
+        }
+    )
+
+
+BUILDING_TYPES = ["apartment", "terraced", "semi_detached", "detached"]
+
+
+def house_sales(day: date, rows: int, seed: int) -> pa.Table:
+    """Sales priced by size, age, distance to the centre, neighbourhood and building type."""
+    rng = np.random.default_rng([seed, day.toordinal(), 4])
+    area = np.round(rng.lognormal(4.5, 0.35, rows), 1)
+    lot = np.round(rng.lognormal(5.3, 0.7, rows), 1)
+    rooms = np.clip(np.round(area / 28 + rng.normal(0, 0.7, rows)), 1, 12)
+    year = rng.integers(1900, 2026, rows)
+    distance = np.round(rng.exponential(8.0, rows) + 0.3, 2)
+    neighbourhood = np.array([f"n{i:02d}" for i in range(40)])[rng.integers(0, 40, rows)]
+    premium = np.random.default_rng(seed).normal(0, 0.25, 40)  # the same neighbourhoods every day
+    building = rng.choice(BUILDING_TYPES, rows, p=[0.45, 0.25, 0.15, 0.15])
+    log_price = (
+        np.log(3200 * area)
+        + 0.08 * np.log(lot)
+        - 0.012 * distance
+        + 0.0015 * (year - 1960)
+        + premium[[int(n[1:]) for n in neighbourhood]]
+        + 0.15 * (building == "detached")
+        + rng.normal(0, 0.12, rows)
+    )
+    return pa.table(
+        {
+            "sale_id": [f"{day:%Y%m%d}-{seed}-{i:08d}" for i in range(rows)],
+            "living_area_m2": area,
+            "lot_area_m2": lot,
+            "rooms": rooms.astype(np.int64),
+            "year_built": year.astype(np.int64),
+            "distance_to_center_km": distance,
+            "neighbourhood": neighbourhood,
+            "building_type": building,
+            "sale_price": np.round(np.exp(log_price), -2),
+        }
+    )
+
+
+KINDS = {
+    "card_transactions": transactions,
+    "house_sales": house_sales,
+    "support_tickets": support_tickets,
+    "search_results": search_results,
+}
+
+
 def write_day(
     root_uri: str,
     day: date,
@@ -175,9 +308,10 @@ def write_day(
     seed: int = 0,
     files: int = 1,
     problems: list[Problem] | tuple[Problem, ...] = (),
+    kind: str = "card_transactions",
 ) -> list[str]:
-    """Write one day's partition; returns the file URIs in order."""
-    table = transactions(day, rows, seed)
+    """Write one day's partition of `kind` (see KINDS); returns the file URIs in order."""
+    table = KINDS[kind](day, rows, seed)
     rng = np.random.default_rng([seed, day.toordinal(), 1])
     for problem in problems:
         table = inject(table, problem, rng)

@@ -19,7 +19,16 @@ from airflow_trainpipe.config.catalog import (
 
 
 def test_every_task_has_metrics_and_nothing_else_does() -> None:
-    assert set(METRICS) == set(typing.get_args(Task)) == {"binary_classification", "regression"}
+    assert (
+        set(METRICS)
+        == set(typing.get_args(Task))
+        == {
+            "binary_classification",
+            "multiclass_classification",
+            "regression",
+            "ranking",
+        }
+    )
 
 
 def test_every_metric_direction_is_a_valid_direction() -> None:

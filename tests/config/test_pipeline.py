@@ -113,7 +113,7 @@ def test_a_contract_must_cover_the_label_features_and_split_key(raw: dict[str, A
     raw["validation"] = {"schema": {"columns": {"area": "double", "rooms": "int64", "city": "string"}}}
     assert _cross_field(raw) == {
         "validation.schema.columns": "the contract leaves out 'price', 'house_id', which data uses "
-        "(label, features, holdout key)"
+        "(label, features, holdout key, group)"
     }
     raw["validation"]["schema"]["columns"].update(price="double", house_id="string")
     assert PipelineConfig.model_validate(raw).validation.contract.columns["house_id"] == "string"
@@ -170,3 +170,60 @@ def test_every_cross_section_problem_is_reported_together(raw: dict[str, Any]) -
     raw["data"]["holdout"] = {"key_column": "price"}
     raw["features"] = {"categorical": {"zip": {}}}
     assert sorted(_cross_field(raw)) == ["data.holdout.key_column", "features.categorical.zip", "gate.metric"]
+
+
+def test_a_ranking_pipeline_names_its_query_column(raw: dict[str, Any]) -> None:
+    raw["training"]["task"], raw["gate"]["metric"] = "ranking", "ndcg_at_10"
+    assert _cross_field(raw) == {
+        "data.group": "task ranking needs the query column its rows are ranked within"
+    }
+    raw["data"]["group"] = "session"
+    config = PipelineConfig.model_validate(raw)
+    assert (config.data.split_key, config.gate_direction) == ("session", "maximize")
+    raw["data"]["holdout"] = {"key_column": "house_id"}
+    assert _cross_field(raw) == {
+        "data.holdout.key_column": "a ranking holdout keeps whole groups, split by data.group 'session'; "
+        "remove key_column 'house_id'"
+    }
+
+
+def test_a_group_belongs_to_ranking_only(raw: dict[str, Any]) -> None:
+    raw["data"]["group"] = "session"
+    assert _cross_field(raw) == {"data.group": "group applies to task ranking, not regression"}
+
+
+def test_the_group_column_is_neither_the_label_nor_a_feature(raw: dict[str, Any]) -> None:
+    raw["training"]["task"], raw["gate"]["metric"] = "ranking", "mrr"
+    raw["data"]["group"] = "city"
+    with pytest.raises(ValidationError, match="group column 'city' is also the label or a feature"):
+        PipelineConfig.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("task", "metric", "why"),
+    [
+        ("multiclass_classification", "macro_f1", "predicts the most probable class"),
+        ("regression", "rmse", "predicts values, not classes"),
+    ],
+)
+def test_a_threshold_is_for_binary_classification_only(
+    raw: dict[str, Any], task: str, metric: str, why: str
+) -> None:
+    raw["training"]["task"], raw["gate"]["metric"] = task, metric
+    raw["evaluation"] = {"threshold": "max_f1"}
+    assert _cross_field(raw) == {
+        "evaluation.threshold": f"a {task} model {why}: a threshold applies to binary_classification only"
+    }
+
+
+def test_seed_001_s_ranking_gate_is_written_in_yaml() -> None:
+    from airflow_trainpipe.config import load_config
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    config = load_config(EXAMPLE_CONFIGS / "search_ranking.yaml")
+    assert (config.gate.metric, config.gate.min_relative_improvement) == ("ndcg_at_10", 0.005)
+    assert (config.training.task, config.data.group, config.data.split_key) == (
+        "ranking",
+        "query_id",
+        "query_id",
+    )

@@ -23,7 +23,12 @@ from tests.conftest import EXAMPLE_CONFIGS
 def dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     monkeypatch.setenv("TRAINPIPE_CONFIG_CACHE", str(tmp_path / "cache"))
     dags = build_pipeline_dags(EXAMPLE_CONFIGS, EXAMPLE_CONFIGS.parent)
-    assert {dag.dag_id for dag in dags} == {"fraud_detector", "house_prices"}
+    assert {dag.dag_id for dag in dags} == {
+        "fraud_detector",
+        "house_prices",
+        "search_ranking",
+        "support_tickets",
+    }
     return dags
 
 

@@ -39,7 +39,7 @@ def _dags(folder: Path) -> dict:
 
 def test_example_configs_become_the_five_task_pipeline() -> None:
     dags = {dag.dag_id: dag for dag in build_pipeline_dags(EXAMPLE_CONFIGS, EXAMPLE_CONFIGS.parent)}
-    assert sorted(dags) == ["fraud_detector", "house_prices"]
+    assert sorted(dags) == ["fraud_detector", "house_prices", "search_ranking", "support_tickets"]
     dag = dags["fraud_detector"]
     order = ["wait_for_data", "validate_data", "train", "gate", "register"]
     assert sorted(dag.task_ids) == sorted(order)

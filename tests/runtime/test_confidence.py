@@ -87,3 +87,28 @@ def test_a_higher_confidence_widens_the_interval(confidence: float) -> None:
     low, high = _interval(labels, a, b, confidence=confidence)
     mid_low, mid_high = _interval(labels, a, b, confidence=0.95)
     assert (high - low > mid_high - mid_low) == (confidence > 0.95)
+
+
+def test_a_ranking_holdout_is_resampled_by_query() -> None:
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(400), rng.integers(5, 20, 400)).astype(float)
+    relevance = ((rng.random(len(groups)) < 0.3) * rng.integers(1, 4, len(groups))).astype(float)
+
+    def ranker(signal: float) -> np.ndarray:
+        return signal * relevance + rng.normal(size=len(relevance))
+
+    def interval(candidate: np.ndarray, champion: np.ndarray) -> tuple[float, float]:
+        return _interval(relevance, candidate, champion, task="ranking", metric="ndcg_at_10", groups=groups)
+
+    low, high = interval(ranker(0.8), ranker(0.8))
+    assert low < 0 < high  # equally good: noise
+    low, high = interval(ranker(1.5), ranker(0.5))
+    assert 0 < low < high  # a better ranker on the same queries
+    same = ranker(1.0)
+    assert interval(same, same) == (0.0, 0.0)
+    # One query is not enough to tell anything.
+    one = groups == 0
+    assert improvement_interval(
+        "ranking", "mrr", "maximize", relevance[one], (same[one], 0.5), (same[one], 0.5),
+        confidence=0.95, samples=100, seed=0, groups=groups[one],
+    ) == (-math.inf, math.inf)  # fmt: skip

@@ -232,3 +232,17 @@ def test_the_champion_is_scored_from_its_artifacts_never_by_unpickling(registry,
     with contextlib.suppress(Exception):  # the check can fail: loading the pyfunc does run the payload
         mlflow.pyfunc.load_model("models:/tampered/1")
     assert proof.exists()
+
+
+def test_a_champion_s_class_probabilities_are_matched_to_the_candidate_s_classes_by_name() -> None:
+    import pandas as pd
+
+    rows = pa.table({"x": [1.0, 2.0, 3.0], "team": ["billing", "legal", "account"]})
+
+    def champion(frame: pd.DataFrame) -> pd.DataFrame:
+        # Trained before `shipping` existed, with its classes in another order.
+        return pd.DataFrame({"billing": [0.7, 0.2, 0.1], "account": [0.3, 0.8, 0.9]})
+
+    predicted, labels = predictions(champion, rows, "team", classes=["account", "billing", "shipping"])
+    np.testing.assert_allclose(predicted, [[0.3, 0.7, 0.0], [0.8, 0.2, 0.0], [0.9, 0.1, 0.0]])
+    assert labels.tolist() == [1.0, -1.0, 0.0]  # `legal` is no class of the candidate's

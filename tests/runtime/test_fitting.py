@@ -169,3 +169,42 @@ def test_columns_come_out_numeric_first_in_declared_order() -> None:
     fitted = _fit(fitter, {"a": [1.0], "b": [2.0], "k": ["x"], "z": ["y"], "y": [0]})
     assert list(fitted) == ["b", "a", "z", "k"]
     assert [c["kind"] for c in fitted.values()] == ["numeric", "numeric", "categorical", "categorical"]
+
+
+def test_a_multiclass_label_fits_the_classes_its_training_rows_hold() -> None:
+    fitter = _fitter({"x": {}}, task="multiclass_classification")
+    _fit(fitter, {"x": [1.0, 2.0], "y": ["web", "app"]}, {"x": [3.0], "y": ["card"]})
+    assert fitter.result().document["label"]["classes"] == ["app", "card", "web"]
+
+
+def test_integer_classes_are_ordered_as_numbers() -> None:
+    fitter = _fitter({"x": {}}, task="multiclass_classification")
+    _fit(fitter, {"x": [1.0] * 3, "y": [10, 2, 1]})
+    assert fitter.result().document["label"]["classes"] == ["1", "2", "10"]
+
+
+def test_one_class_is_not_a_multiclass_label() -> None:
+    from airflow_trainpipe.runtime.data import DataError
+
+    fitter = _fitter({"x": {}}, task="multiclass_classification")
+    fitter.update(pa.table({"x": [1.0, 2.0], "y": ["a", "a"]}))
+    with pytest.raises(DataError, match=r"label column .y. holds 1 class.*at least 2"):
+        fitter.result()
+
+
+def test_too_many_classes_are_refused_while_fitting() -> None:
+    from airflow_trainpipe.runtime.data import DataError
+    from airflow_trainpipe.runtime.fitting import MAX_CLASSES
+
+    fitter = _fitter({"x": {}}, task="multiclass_classification")
+    rows = MAX_CLASSES + 1
+    with pytest.raises(DataError, match=f"more than {MAX_CLASSES} classes"):
+        fitter.update(pa.table({"x": [1.0] * rows, "y": [f"c{i}" for i in range(rows)]}))
+
+
+def test_a_negative_relevance_is_refused_for_ranking() -> None:
+    from airflow_trainpipe.runtime.data import DataError
+
+    fitter = _fitter({"x": {}}, task="ranking")
+    with pytest.raises(DataError, match="negative relevance"):
+        fitter.update(pa.table({"x": [1.0, 2.0], "y": [1, -1]}))

@@ -13,6 +13,7 @@ from airflow_trainpipe.config.evaluation import PrecisionAt
 from airflow_trainpipe.runtime.metrics import compute_metrics
 
 BINARY = "binary_classification"
+MULTICLASS = "multiclass_classification"
 
 
 def test_binary_metrics_match_their_hand_computed_values() -> None:
@@ -65,15 +66,64 @@ def test_regression_metrics_match_their_hand_computed_values() -> None:
 
 
 @pytest.mark.parametrize(
-    ("task", "y_true", "prediction"),
-    [(BINARY, [0, 1, 1], [0.2, 0.7, 0.4]), ("regression", [1.0, 3.0], [2.0, 2.5])],
+    ("task", "y_true", "prediction", "extra"),
+    [
+        # and the threshold the class metrics used (binary): recorded, never gated on
+        (BINARY, [0, 1, 1], [0.2, 0.7, 0.4], {"threshold"}),
+        ("regression", [1.0, 3.0], [2.0, 2.5], set()),
+        # and the recall of each class, by its name (two classes here: 0 and 1)
+        (MULTICLASS, [0, 1], [[0.7, 0.3], [0.4, 0.6]], {"recall_0", "recall_1"}),
+        ("ranking", [0, 2, 1], [0.1, 0.3, 0.2], set()),
+    ],
 )
 def test_every_metric_the_catalog_names_is_computed_and_nothing_else(
-    task: str, y_true: list[float], prediction: list[float]
+    task: str, y_true: list[float], prediction: list[float], extra: set[str]
 ) -> None:
-    # and the threshold the class metrics used (binary): recorded, never gated on
-    extra = {"threshold"} if task == BINARY else set()
-    assert set(compute_metrics(task, np.array(y_true), np.array(prediction))) == set(METRICS[task]) | extra
+    groups = np.zeros(len(y_true)) if task == "ranking" else None
+    computed = compute_metrics(task, np.array(y_true), np.array(prediction), groups=groups)
+    assert set(computed) == set(METRICS[task]) | extra
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_multiclass_metrics_equal_sklearn_s(seed: int) -> None:
+    from sklearn import metrics as sk
+
+    rng = np.random.default_rng(seed)
+    n, k = 400, 3 + seed
+    labels = rng.integers(0, k, n)
+    probabilities = rng.dirichlet(np.ones(k), n)
+    probabilities[np.arange(n), labels] += rng.random(n)  # better than chance, not perfect
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    classes = [f"class {c}" for c in range(k)]
+    metrics = compute_metrics(MULTICLASS, labels, probabilities, classes=classes)
+    predicted = probabilities.argmax(axis=1)
+    assert metrics == pytest.approx(
+        {
+            "accuracy": sk.accuracy_score(labels, predicted),
+            "balanced_accuracy": sk.balanced_accuracy_score(labels, predicted),
+            "macro_f1": sk.f1_score(labels, predicted, average="macro"),
+            "log_loss": sk.log_loss(labels, probabilities),
+            **{
+                f"recall_class {c}": r for c, r in enumerate(sk.recall_score(labels, predicted, average=None))
+            },
+        },
+        rel=1e-12,
+    )
+
+
+def test_a_class_the_model_never_saw_is_always_wrong_and_costs_the_floor_probability() -> None:
+    # Row 3's class (-1) is not among the model's two: wrong, with probability 1e-7 for its class.
+    metrics = compute_metrics(
+        MULTICLASS, np.array([0, 1, -1]), np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]])
+    )
+    assert metrics["accuracy"] == pytest.approx(2 / 3)
+    assert metrics["log_loss"] == pytest.approx(-(math.log(0.9) + math.log(0.8) + math.log(1e-7)) / 3)
+    assert (metrics["recall_0"], metrics["recall_1"]) == (1.0, 1.0)
+
+
+def test_class_names_become_valid_mlflow_metric_names() -> None:
+    metrics = compute_metrics(MULTICLASS, np.array([0, 1]), np.eye(2), classes=["home & garden", "a/b"])
+    assert {"recall_home _ garden", "recall_a/b"} <= set(metrics)
 
 
 def test_a_probability_of_exactly_one_half_predicts_the_positive_class() -> None:
@@ -181,7 +231,7 @@ def _metrics_rank(store: str, rank: int, world_size: int, shards: str, out: str)
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     data = np.load(shards)
-    share = {key: data[key][data["owner"] == rank] for key in ("labels", "scores", "values", "predicted")}
+    share = {key: data[key][data["owner"] == rank] for key in data.files}
     result = {
         "binary": compute_metrics(BINARY, share["labels"], share["scores"], world_size=world_size),
         "max_f1": compute_metrics(
@@ -196,6 +246,17 @@ def _metrics_rank(store: str, rank: int, world_size: int, shards: str, out: str)
         ),
         "regression": compute_metrics(
             "regression", share["values"], share["predicted"], world_size=world_size
+        ),
+        "multiclass": compute_metrics(
+            MULTICLASS,
+            share["classes"],
+            share["probabilities"],
+            world_size=world_size,
+            classes=["a", "b", "c"],
+        ),
+        # Each rank holds parts of queries whose other rows another rank holds.
+        "ranking": compute_metrics(
+            "ranking", share["relevance"], share["values"], world_size=world_size, groups=share["queries"]
         ),
     }
     Path(out).write_text(json.dumps(result))
@@ -213,8 +274,20 @@ def test_ranks_holding_shares_get_the_metrics_of_all_rows(tmp_path: Path) -> Non
     values = rng.normal(size=n) * 4 + 1e5
     predicted = values + rng.normal(size=n)
     owner = rng.choice([0, 2], size=n)  # rank 1 holds no rows at all
+    classes = rng.integers(0, 3, n)
+    probabilities = rng.dirichlet(np.ones(3), n)
+    queries, relevance = rng.integers(0, 300, n).astype(float), rng.integers(0, 3, n)
     np.savez(
-        tmp_path / "shards.npz", labels=labels, scores=scores, values=values, predicted=predicted, owner=owner
+        tmp_path / "shards.npz",
+        labels=labels,
+        scores=scores,
+        values=values,
+        predicted=predicted,
+        owner=owner,
+        classes=classes,
+        probabilities=probabilities,
+        queries=queries,
+        relevance=relevance,
     )
     context = multiprocessing.get_context("spawn")
     outs = [tmp_path / f"rank{r}.json" for r in range(3)]
@@ -242,4 +315,12 @@ def test_ranks_holding_shares_get_the_metrics_of_all_rows(tmp_path: Path) -> Non
     assert results[0]["max_f1"]["threshold"] != 0.5  # the rule chose, on every rank alike
     assert results[0]["regression"] == pytest.approx(
         compute_metrics("regression", values, predicted), rel=1e-9
+    )
+    assert results[0]["multiclass"] == pytest.approx(
+        compute_metrics(MULTICLASS, classes, probabilities, classes=["a", "b", "c"]), rel=1e-12
+    )
+    # The ranks gather in rank order, so a query's rows keep their holdout order only within a
+    # rank: compared on scores that do not tie, where that order does not matter.
+    assert results[0]["ranking"] == pytest.approx(
+        compute_metrics("ranking", relevance, values, groups=queries), rel=1e-12
     )

@@ -244,3 +244,39 @@ def test_a_snapshot_that_fits_the_cache_is_read_once_and_streams_the_same_rows(
     assert streamed.rows_read == 2 * prepared.train_rows
     assert cached.rows_read == prepared.train_rows  # the second epoch read nothing
     assert cached.cache is not None and len(cached.cache) == len(cached.blocks)
+
+
+def test_a_ranking_stream_moves_whole_queries_and_takes_every_row_once(tmp_path: Path) -> None:
+    from airflow_trainpipe.runtime.stream import _group_permutation
+    from airflow_trainpipe.synthetic import search_results
+
+    config = load_config(EXAMPLE_CONFIGS / "search_ranking.yaml")
+    table = search_results(date(2026, 1, 1), 1500, seed=4)
+    # Rows of a query scattered within each 100-row group, as a warehouse export may leave them.
+    table = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    pq.write_table(table, tmp_path / "part-0.parquet", row_group_size=100)
+    files = [(tmp_path / "part-0.parquet").as_uri()]
+    prepared = fit(files, config.data, config.features, "ranking")
+    reader = BlockReader(files, prepared.identities, config.data, data_columns(config.data))
+    stream = BlockStream(prepared, reader, SEED, BUFFER, epochs=1)
+    assert stream.row_width == prepared.transform.width + 2  # relevance, query code
+    sampler = ResumableSampler(prepared.train_rows, 50, 1, 1, 0, SEED)
+    rows = []
+    while not sampler.epoch_done():
+        [(x, y)] = stream.take(0, *sampler.step_positions())
+        rows.append(np.column_stack([x, y]))
+    taken = np.concatenate(rows)
+    # A query's rows of one block come one after the other, wherever the file put them: the
+    # stream has at most one run of a code per (block, query), where a row shuffle has ~1 per row.
+    pairs = sum(
+        len(np.unique(prepared.transform.group_codes(reader.parts(b)[0], bits=24))) for b in prepared.blocks
+    )
+    runs = np.count_nonzero(np.diff(taken[:, -1])) + 1
+    assert runs <= pairs < len(taken) * 0.6
+    # Every training row once: the dropped tail is the only difference.
+    assert len(np.unique(taken, axis=0)) == len(taken) == prepared.train_rows - prepared.train_rows % 50
+    # The permutation moves runs of a code as a whole, in a seeded order.
+    order = _group_permutation(np.random.default_rng(1), np.array([5.0, 5, 3, 3, 3, 8]))
+    assert sorted(order.tolist()) == list(range(6))
+    moved = np.array([5.0, 5, 3, 3, 3, 8])[order]
+    assert np.count_nonzero(np.diff(moved)) == 2

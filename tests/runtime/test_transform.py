@@ -259,3 +259,66 @@ def test_the_in_memory_predictor_applies_transform_then_network(files: list[str]
         expected = torch.sigmoid(network(torch.from_numpy(transform.features(rows))).reshape(-1)).numpy()
     predicted = TransformedNetwork.of(transform, network).predict(None, rows.to_pandas())
     np.testing.assert_allclose(predicted, expected, rtol=1e-6)
+
+
+def _tickets_transform(tmp_path: Path) -> tuple[FittedTransform, pa.Table]:
+    from airflow_trainpipe.synthetic import support_tickets
+
+    config = parse_config((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
+    table = support_tickets(date(2026, 1, 1), 800, seed=2)
+    pq.write_table(table, tmp_path / "t.parquet")
+    uri = (tmp_path / "t.parquet").as_uri()
+    return fit([uri], config.data, config.features, config.training.task).transform, table
+
+
+def test_multiclass_targets_are_class_indices_and_unknown_classes_minus_one(tmp_path: Path) -> None:
+    transform, table = _tickets_transform(tmp_path)
+    assert transform.classes == ["account", "billing", "shipping", "technical"]
+    assert transform.num_outputs == 4
+    targets = transform.labels(table)
+    assert [transform.classes[int(t)] for t in targets[:20]] == table.column("team").to_pylist()[:20]
+    unseen = table.slice(0, 2).set_column(
+        table.column_names.index("team"), "team", pa.array(["legal", "billing"])
+    )
+    assert transform.labels(unseen).tolist() == [-1.0, 1.0]
+
+
+def test_the_multiclass_predictor_gives_a_probability_per_class_by_name(tmp_path: Path) -> None:
+    import torch
+
+    from airflow_trainpipe.runtime.models import build_model
+    from airflow_trainpipe.runtime.serving import TransformedNetwork, signature
+
+    transform, table = _tickets_transform(tmp_path)
+    torch.manual_seed(0)
+    network = build_model(
+        "tabular_mlp",
+        num_numeric=transform.num_dense,
+        cardinalities=transform.cardinalities,
+        task="multiclass_classification",
+        num_outputs=transform.num_outputs,
+        hidden_sizes=[8],
+    )
+    rows = table.slice(0, 10).drop_columns(["team"])
+    predicted = TransformedNetwork.of(transform, network).predict(None, rows.to_pandas())
+    assert list(predicted.columns) == transform.classes
+    with torch.no_grad():
+        expected = torch.softmax(network(torch.from_numpy(transform.features(rows))), dim=1).numpy()
+    np.testing.assert_allclose(predicted.to_numpy(), expected, rtol=1e-5)
+    assert [c.name for c in signature(transform).outputs.inputs] == transform.classes
+
+
+def test_ranking_group_codes_are_equal_exactly_for_equal_queries(tmp_path: Path) -> None:
+    from airflow_trainpipe.synthetic import search_results
+
+    config = parse_config((EXAMPLE_CONFIGS / "search_ranking.yaml").read_text())
+    table = search_results(date(2026, 1, 1), 600, seed=2)
+    pq.write_table(table, tmp_path / "s.parquet")
+    transform = fit([(tmp_path / "s.parquet").as_uri()], config.data, config.features, "ranking").transform
+    assert transform.group == "query_id" and transform.num_outputs == 1
+    queries = np.asarray(table.column("query_id").to_pylist())
+    for bits in (24, 53):
+        codes = transform.group_codes(table, bits=bits)
+        assert codes.max() < 2**bits and np.array_equal(codes, np.floor(codes))
+        same = codes[:, None] == codes[None, :]
+        assert np.array_equal(same, queries[:, None] == queries[None, :])

@@ -10,8 +10,12 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Literal
 
-Task = Literal["binary_classification", "regression"]
+Task = Literal["binary_classification", "multiclass_classification", "regression", "ranking"]
 Direction = Literal["maximize", "minimize"]
+
+# The k of ranking's ndcg_at_k and map_at_k.
+NDCG_CUTOFFS: tuple[int, ...] = (1, 3, 5, 10, 20)
+MAP_CUTOFFS: tuple[int, ...] = (5, 10)
 
 # Metrics the runtime's holdout evaluation computes per task, with the direction that is better.
 METRICS: dict[str, dict[str, Direction]] = {
@@ -25,13 +29,29 @@ METRICS: dict[str, dict[str, Direction]] = {
         "recall": "maximize",
         "f1": "maximize",
     },
+    "multiclass_classification": {
+        "accuracy": "maximize",
+        "balanced_accuracy": "maximize",
+        "macro_f1": "maximize",
+        "log_loss": "minimize",
+    },
     "regression": {
         "rmse": "minimize",
         "mae": "minimize",
         "mape": "minimize",
         "r2": "maximize",
     },
+    # Means over the holdout's groups (queries) that hold at least one relevant row.
+    "ranking": {
+        **{f"ndcg_at_{k}": "maximize" for k in NDCG_CUTOFFS},
+        "ndcg": "maximize",
+        **{f"map_at_{k}": "maximize" for k in MAP_CUTOFFS},
+        "map": "maximize",
+        "mrr": "maximize",
+    },
 }
+
+# A multiclass model's metrics also hold `recall_<class>` per class, named after the data's values.
 
 BUILTIN_MODELS: tuple[str, ...] = ("tabular_mlp",)
 

@@ -130,7 +130,12 @@ class DataSection(Section):
     """File format of the snapshot's files."""
 
     label: ColumnName
-    """Column the model predicts."""
+    """Column the model predicts: 0/1 (binary), any class values (multiclass: strings or integers),
+    numbers (regression), or graded relevance >= 0 (ranking: 0 is not relevant)."""
+
+    group: ColumnName | None = None
+    """`training.task: ranking` only: the query (or session) column. Rows of one group are ranked
+    against each other; the holdout keeps whole groups, and the metrics are means over groups."""
 
     features: FeatureColumns
     """Columns the model reads."""
@@ -171,7 +176,15 @@ class DataSection(Section):
     def _label_is_not_a_feature(self) -> DataSection:
         if self.label in self.features.all:
             field_problems([(("label",), f"label column {self.label!r} is also listed as a feature")])
+        if self.group is not None and self.group in (self.label, *self.features.all):
+            field_problems([(("group",), f"group column {self.group!r} is also the label or a feature")])
         return self
+
+    @property
+    def split_key(self) -> str | None:
+        """The column the holdout split hashes: the group for ranking (whole queries on one
+        side), else `holdout.key_column`."""
+        return self.group or self.holdout.key_column
 
     @model_validator(mode="after")
     def _window_needs_dated_partitions(self) -> DataSection:

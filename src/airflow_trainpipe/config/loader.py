@@ -366,4 +366,5 @@ def _description_at(loc: Loc) -> str | None:
     owner, field, _ = _field_at(loc)
     if owner is None or field is None:
         return None
-    return field_description(owner, field)
+    description = field_description(owner, field)
+    return " ".join(description.split()) if description else None  # one line per problem

@@ -127,10 +127,14 @@ class PipelineConfig(Section):
     def _evaluation_problems(self) -> FieldProblems:
         problems: FieldProblems = []
         if self.training.task != "binary_classification" and self.evaluation.threshold != 0.5:
+            why = {
+                "multiclass_classification": "predicts the most probable class",
+                "ranking": "orders rows by score",
+            }.get(self.training.task, "predicts values, not classes")
             problems.append(
                 (
                     ("evaluation", "threshold"),
-                    f"a {self.training.task} model predicts values, not classes: no threshold applies",
+                    f"a {self.training.task} model {why}: a threshold applies to binary_classification only",
                 )
             )
         features = self.data.features
@@ -200,17 +204,42 @@ class PipelineConfig(Section):
         features = self.data.features.all
         contract = self.validation.contract.columns
         if contract:
-            needed = [self.data.label, *features, *filter(None, [self.data.holdout.key_column])]
+            needed = [
+                self.data.label,
+                *features,
+                *filter(None, [self.data.holdout.key_column, self.data.group]),
+            ]
             missing = [name for name in needed if name not in contract]
             if missing:
                 problems.append(
                     (
                         ("validation", "schema", "columns"),
-                        f"the contract leaves out {', '.join(map(repr, missing))}, which data uses (label, features, holdout key)",
+                        f"the contract leaves out {', '.join(map(repr, missing))}, which data uses (label, features, holdout key, group)",
                     )
                 )
         if self.training.launcher == "kubernetes":
             problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
+        return [*problems, *self._ranking_problems()]
+
+    def _ranking_problems(self) -> FieldProblems:
+        data, training = self.data, self.training
+        problems: FieldProblems = []
+        # (training.ranking_loss is not checked: a serialized config carries its default everywhere.)
+        if training.task != "ranking":
+            if data.group is not None:
+                problems.append((("data", "group"), f"group applies to task ranking, not {training.task}"))
+        elif data.group is None:
+            problems.append(
+                (("data", "group"), "task ranking needs the query column its rows are ranked within")
+            )
+        elif data.holdout.key_column not in (None, data.group):
+            problems.append(
+                (
+                    ("data", "holdout", "key_column"),
+                    f"a ranking holdout keeps whole groups, split by data.group {data.group!r}; "
+                    f"remove key_column {data.holdout.key_column!r}",
+                )
+            )
         return problems

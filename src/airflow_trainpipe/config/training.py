@@ -218,7 +218,12 @@ class TrainingSection(Section):
     """Model name from the registry: built-in `tabular_mlp`, or one an installed package registers."""
 
     task: Task
-    """`binary_classification` or `regression`; decides the loss and the metrics."""
+    """`binary_classification`, `multiclass_classification`, `regression` or `ranking`; decides the
+    model's outputs, the loss and the metrics."""
+
+    ranking_loss: Literal["listwise", "pairwise"] = "listwise"
+    """`ranking` only: `listwise` (softmax cross-entropy over each group's rows, ListNet) or
+    `pairwise` (logistic loss on every pair of one group with different relevance, RankNet)."""
 
     hyperparameters: Hyperparameters = Hyperparameters()
     """Optimisation settings."""

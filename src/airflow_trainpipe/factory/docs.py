@@ -80,8 +80,7 @@ def _data(config: PipelineConfig) -> str:
         )
         + f"; label `{d.label}`; "
         f"{len(d.features.numeric)} numeric + {len(d.features.categorical)} categorical features; "
-        f"holdout {d.holdout.fraction:.0%}"
-        + (f" by `{d.holdout.key_column}`" if d.holdout.key_column else "")
+        f"holdout {d.holdout.fraction:.0%}" + (f" by `{d.split_key}`" if d.split_key else "")
     )
 
 

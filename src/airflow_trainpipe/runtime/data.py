@@ -110,7 +110,8 @@ def read_table(files: list[str], fmt: str, columns: list[str]) -> pa.Table:
 
 
 class HoldoutSplit:
-    """True for holdout rows: by a stable hash of `key_column`, or a seeded draw per row position.
+    """True for holdout rows: by a stable hash of the split key (`holdout.key_column`, or a ranking
+    task's group: its rows all on one side), or a seeded draw per row position.
 
     Row-wise draws come in fixed blocks seeded by (seed, block number), so the mask of a row
     depends on its position only, never on how the files were batched.
@@ -135,10 +136,10 @@ class HoldoutSplit:
     def mask_at(self, table: pa.Table, start: int) -> np.ndarray:
         """The mask of `table`, whose first row is row `start` of the snapshot."""
         n = table.num_rows
-        if self.data.holdout.key_column:
+        if self.data.split_key:
             import pandas as pd
 
-            keys = table.column(self.data.holdout.key_column).to_pandas().astype(str)
+            keys = table.column(self.data.split_key).to_pandas().astype(str)
             hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=self._hash_key)
             return (hashed.to_numpy() % 10_000) < self.threshold
         draws = (
@@ -159,7 +160,5 @@ def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:
 
 def data_columns(data: DataSection) -> list[str]:
     return list(
-        dict.fromkeys(
-            [*data.features.all, data.label, *([data.holdout.key_column] if data.holdout.key_column else [])]
-        )
+        dict.fromkeys([*data.features.all, data.label, *filter(None, [data.holdout.key_column, data.group])])
     )

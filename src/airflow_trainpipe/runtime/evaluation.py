@@ -38,10 +38,11 @@ import torch
 
 from airflow_trainpipe.registry import current_champion
 from airflow_trainpipe.runtime.confidence import improvement_interval
+from airflow_trainpipe.runtime.curves import binary_curves
 from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import TransformedNetwork, load_registered
 from airflow_trainpipe.runtime.slices import slice_scores
-from airflow_trainpipe.runtime.transform import FittedTransform, prepare_numeric
+from airflow_trainpipe.runtime.transform import FittedTransform, class_indices, prepare_numeric
 
 if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig
@@ -90,17 +91,35 @@ class ChampionScore:
 
 
 def predictions(
-    predict: Callable[[Any], np.ndarray], holdout: HoldoutRows, label: str, columns: list[str] | None = None
+    predict: Callable[[Any], Any],
+    holdout: HoldoutRows,
+    label: str,
+    columns: list[str] | None = None,
+    classes: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(predictions, raw labels) of a raw-row predictor over the holdout, batch by batch."""
+    """(predictions, labels) of a raw-row predictor over the holdout, batch by batch: the labels
+    raw, or with `classes` (multiclass) their class indices; the predictions (rows,), or (rows,
+    classes) probabilities in the order of `classes` (a class the predictor does not know: 0)."""
     outputs, labels = [], []
     for table in _tables(holdout):
         rows = (table.select(columns) if columns is not None else table.drop_columns([label])).to_pandas()
-        outputs.append(np.asarray(predict(rows), dtype=np.float64).reshape(-1))
-        labels.append(prepare_numeric(table.column(label), label, log1p=False))
+        predicted = predict(rows)
+        if classes is not None:
+            outputs.append(predicted.reindex(columns=classes, fill_value=0.0).to_numpy(np.float64))
+            labels.append(class_indices(table.column(label), classes).astype(np.float64))
+        else:
+            outputs.append(np.asarray(predicted, dtype=np.float64).reshape(-1))
+            labels.append(prepare_numeric(table.column(label), label, log1p=False))
     prediction = np.concatenate(outputs)
     outputs.clear()  # one array and its parts at a time, not both at once
     return prediction, np.concatenate(labels)
+
+
+def group_codes(holdout: HoldoutRows, transform: FittedTransform) -> np.ndarray | None:
+    """A ranking holdout's group per row, in the order the predictions were made; else None."""
+    if transform.group is None:
+        return None
+    return np.concatenate([transform.group_codes(table) for table in _tables(holdout)])
 
 
 def score(
@@ -123,7 +142,33 @@ def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> C
     return lambda rows: predictor.predict(None, rows)
 
 
-def score_champion(client: Any, config: PipelineConfig, holdout: HoldoutRows) -> ChampionScore:
+def _scored(
+    config: PipelineConfig,
+    labels: np.ndarray,
+    prediction: np.ndarray,
+    groups: np.ndarray | None,
+    classes: list[str] | None,
+) -> dict[str, float]:
+    """One model's holdout metrics, by the config's task and threshold rule."""
+    return compute_metrics(
+        config.training.task,
+        labels,
+        prediction,
+        threshold=config.evaluation.threshold,
+        groups=groups,
+        classes=classes,
+    )
+
+
+def score_champion(
+    client: Any,
+    config: PipelineConfig,
+    holdout: HoldoutRows,
+    classes: list[str] | None = None,
+    groups: np.ndarray | None = None,
+) -> ChampionScore:
+    """The champion's scores of the holdout rows: its class probabilities in the candidate's
+    `classes` order (multiclass), its ranking within the candidate's `groups` (ranking)."""
     name, alias = config.registered_model_name, config.registration.alias
     result = ChampionScore(model_name=name, alias=alias)
     found = current_champion(client, name, alias)
@@ -149,10 +194,8 @@ def score_champion(client: Any, config: PipelineConfig, holdout: HoldoutRows) ->
             )
         known = [c.name for c in inputs.inputs if c.name in present and c.name != config.data.label]
         predict = lambda rows: model.predict(None, rows)  # noqa: E731
-        prediction, labels = predictions(predict, holdout, config.data.label, known)
-        result.metrics = compute_metrics(
-            config.training.task, labels, prediction, threshold=config.evaluation.threshold
-        )
+        prediction, labels = predictions(predict, holdout, config.data.label, known, classes)
+        result.metrics = _scored(config, labels, prediction, groups, classes)
         result.predictions = prediction
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
@@ -170,19 +213,19 @@ def evaluate_final(
 ) -> dict[str, Any]:
     """Score candidate and champion, record both on the candidate's run; returns the summary."""
     model.eval()
-    prediction, labels = predictions(candidate_predictor(model, transform), holdout, config.data.label)
-    candidate = compute_metrics(
-        config.training.task, labels, prediction, threshold=config.evaluation.threshold
-    )
-    champion = score_champion(tracker.client, config, holdout)
+    classes, groups = transform.classes, group_codes(holdout, transform)
+    predict = candidate_predictor(model, transform)
+    prediction, labels = predictions(predict, holdout, config.data.label, classes=classes)
+    candidate = _scored(config, labels, prediction, groups, classes)
+    champion = score_champion(tracker.client, config, holdout, classes, groups)
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
     ours, theirs = (prediction, candidate.get("threshold", 0.5)), champion.scored()
     slices = None
     if config.evaluation.slices:
         task, specs = config.training.task, config.evaluation.slices
-        slices = slice_scores(task, specs, lambda: _tables(holdout), labels, ours, theirs)
-    interval = _improvement_interval(config, labels, ours, theirs)
+        slices = slice_scores(task, specs, lambda: _tables(holdout), labels, ours, theirs, groups, classes)
+    interval = _improvement_interval(config, labels, ours, theirs, groups)
     if interval is not None and all(math.isfinite(v) for v in interval):
         metrics["improvement_lower"], metrics["improvement_upper"] = interval
     tracker.log_metrics(metrics, step, flush=True)
@@ -199,7 +242,14 @@ def evaluate_final(
         "improvement_interval": interval,
         "slices": slices,
     }
-    tracker.log_dict(summary, "evaluation.json")
+
+    curves = None
+    if config.training.task == "binary_classification":  # drawn by the gate's report
+        curves = {
+            "candidate": binary_curves(labels, prediction),
+            "champion": None if champion.predictions is None else binary_curves(labels, champion.predictions),
+        }
+    tracker.log_dict({**summary, "curves": curves}, "evaluation.json")
     return summary
 
 
@@ -208,6 +258,7 @@ def _improvement_interval(
     labels: np.ndarray,
     ours: tuple[np.ndarray, float],
     theirs: tuple[np.ndarray, float] | None,
+    groups: np.ndarray | None = None,
 ) -> tuple[float, float] | None:
     """gate.confidence: the bootstrap interval of the primary metric's improvement; None without
     a champion scored on these rows (the gate's other rules decide then)."""
@@ -226,4 +277,5 @@ def _improvement_interval(
         confidence=gate.confidence,
         samples=gate.bootstrap_samples,
         seed=gate.bootstrap_seed,
+        groups=groups,
     )

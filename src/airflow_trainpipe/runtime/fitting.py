@@ -4,7 +4,8 @@ Pass 1 collects per numeric column its moments and (when a clip or a median is d
 quantile sketch, and per vocabulary column its value counts. When a column clips, its scaling
 statistics must be those of the clipped values, so a second pass over the training rows
 recomputes its moments with the clip bounds of pass 1. Only training rows are ever fed in:
-the caller splits each batch first (runtime.data).
+the caller splits each batch first (runtime.data). A multiclass label's classes are the values
+its training rows hold.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
+from airflow_trainpipe.runtime.data import DataError
 from airflow_trainpipe.runtime.sketch import Moments, QuantileSketch
 from airflow_trainpipe.runtime.transform import (
     FORMAT,
@@ -24,6 +26,8 @@ from airflow_trainpipe.runtime.transform import (
     as_strings,
     prepare_numeric,
 )
+
+MAX_CLASSES = 1000
 
 
 class TransformFitter:
@@ -43,6 +47,8 @@ class TransformFitter:
         }
         self.source_types: dict[str, str] = {}
         self.label = Moments()
+        self.classes: dict[str, int] = {}
+        self.integer_classes = True
         self.bounds: dict[str, tuple[float, float]] = {}
 
     @property
@@ -65,8 +71,22 @@ class TransformFitter:
                 for entry in pc.value_counts(as_strings(column)).to_pylist():
                     if entry["values"] is not None:
                         counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
+        label = train.column(self.data.label)
         if self.task == "regression":
-            self.label.update(prepare_numeric(train.column(self.data.label), self.data.label, log1p=False))
+            self.label.update(prepare_numeric(label, self.data.label, log1p=False))
+        elif self.task == "multiclass_classification":
+            self.integer_classes &= pa.types.is_integer(label.type)
+            for entry in pc.value_counts(as_strings(label)).to_pylist():
+                self.classes[entry["values"]] = self.classes.get(entry["values"], 0) + entry["counts"]
+            if len(self.classes) > MAX_CLASSES:
+                raise DataError(
+                    f"label column {self.data.label!r} has more than {MAX_CLASSES} classes; "
+                    "a multiclass model predicts one probability per class"
+                )
+        elif self.task == "ranking" and len(label) and pc.min(label.cast(pa.float64())).as_py() < 0:
+            raise DataError(
+                f"label column {self.data.label!r} holds a negative relevance; ranking needs 0 or more"
+            )
 
     def start_second_pass(self) -> None:
         for name in self.clipped_moments:
@@ -89,6 +109,16 @@ class TransformFitter:
         label: dict[str, Any] = {"name": self.data.label, "task": self.task, "mean": 0.0, "std": 1.0}
         if self.task == "regression" and self.label.count:
             label.update(mean=self.label.mean, std=self.label.std if self.label.std > 1e-12 else 1.0)
+        if self.task == "ranking":
+            label["group"] = self.data.group
+        if self.task == "multiclass_classification":
+            if len(self.classes) < 2:
+                raise DataError(
+                    f"label column {self.data.label!r} holds {len(self.classes)} class(es) in the training "
+                    "rows; a multiclass model needs at least 2"
+                )
+            order = (lambda c: (int(c), c)) if self.integer_classes else None
+            label["classes"] = sorted(self.classes, key=order)
         return FittedTransform({"format": FORMAT, "columns": columns, "label": label})
 
     def _numeric(self, name: str) -> dict[str, Any]:

@@ -63,20 +63,26 @@ class ShardedHoldout:
 
     def evaluate(self, engine: Any, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
         """Collective: the holdout metrics, the same on every rank."""
-        outputs, labels, forwards = [], [], 0
+        outputs, labels, groups, forwards = [], [], [], 0
         for block in self.mine:
             _, held = self.reader.parts(block)
             outputs.append(predict(engine, self.transform.features(held), device, dtype))
             labels.append(self.transform.labels(held))
+            if self.task == "ranking":
+                groups.append(self.transform.group_codes(held))
             forwards += -(-held.num_rows // PREDICT_BATCH)
         for _ in range(self.forwards - forwards):
             predict(engine, np.zeros((1, self.transform.width), np.float32), device, dtype)
-        return self._metrics(outputs, labels)
+        return self._metrics(outputs, labels, groups)
 
-    def _metrics(self, outputs: list[np.ndarray], labels: list[np.ndarray]) -> dict[str, float]:
+    def _metrics(
+        self, outputs: list[np.ndarray], labels: list[np.ndarray], groups: list[np.ndarray]
+    ) -> dict[str, float]:
         # The metrics are sums and counts over rows (metrics.py): each rank contributes its own,
-        # in any order, and every rank gets the same values; nothing is gathered to one rank.
-        output = np.concatenate(outputs) if outputs else np.empty(0, np.float32)
+        # in any order, and every rank gets the same values; nothing is gathered to one rank
+        # (except for ranking, whose per-query metrics need a query's rows together).
+        shape = (0, self.transform.num_outputs) if self.transform.num_outputs > 1 else (0,)
+        output = np.concatenate(outputs) if outputs else np.empty(shape, np.float32)
         target = np.concatenate(labels) if labels else np.empty(0, np.float32)
         return compute_metrics(
             self.task,
@@ -85,4 +91,6 @@ class ShardedHoldout:
             group=self.group,
             world_size=self.world_size,
             threshold=self.threshold,
+            groups=(np.concatenate(groups) if groups else np.empty(0)) if self.task == "ranking" else None,
+            classes=self.transform.classes,
         )

@@ -13,9 +13,12 @@ more than its share of the negatives. sklearn's own scorers copied the holdout s
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
+
+from airflow_trainpipe.runtime.ranking import ranking_metrics
 
 _CHUNK = 1 << 20  # rows per pass of the element-wise sums: bounds their temporaries
 
@@ -60,11 +63,17 @@ def compute_metrics(
     group: Any = None,
     world_size: int = 1,
     threshold: Any = 0.5,
+    *,
+    groups: np.ndarray | None = None,
+    classes: list[str] | None = None,
 ) -> dict[str, float]:
-    """`prediction`: probabilities of class 1 (binary) or values in label units (regression).
+    """`prediction`: probabilities of class 1 (binary), (rows, classes) probabilities with
+    `y_true` the class index (multiclass, -1: a class the model does not know, always wrong),
+    scores with `groups` each row's query code (ranking), or values in label units (regression).
 
     `threshold` (binary): config.evaluation's rule, a number, `"max_f1"` or an object with a
-    `precision_at`; the threshold it chose is returned as the metric `threshold`.
+    `precision_at`; the threshold it chose is returned as the metric `threshold`. `classes`
+    (multiclass): the names of the `recall_<class>` metrics.
 
     With `world_size` > 1, a collective over `group`: each rank passes its share of the rows and
     every rank gets the metrics of all of them.
@@ -74,7 +83,61 @@ def compute_metrics(
     prediction = np.asarray(prediction, dtype=np.float64)
     if task == "binary_classification":
         return _binary(world, y_true == 1, prediction, threshold)
+    if task == "multiclass_classification":
+        return _multiclass(world, y_true.astype(np.int64), prediction, classes)
+    if task == "ranking":
+        if groups is None:
+            raise ValueError("ranking metrics need each row's group")
+        # Per-query metrics need a query's rows together: the ranks' shares are gathered (three
+        # float64 per holdout row), and every rank scores all of them.
+        labels, scores, codes = (
+            world.concat(np.asarray(v, np.float64)) for v in (y_true, prediction, groups)
+        )
+        return ranking_metrics(labels, scores, codes)
     return _regression(world, y_true, prediction)
+
+
+def _multiclass(
+    world: _World, y_true: np.ndarray, probabilities: np.ndarray, classes: list[str] | None
+) -> dict[str, float]:
+    count = probabilities.shape[1] if probabilities.ndim == 2 else len(classes or [])
+    names = classes or [str(c) for c in range(count)]
+    known = y_true >= 0
+    predicted = probabilities.argmax(axis=1) if len(y_true) else np.zeros(0, np.int64)
+    correct = known & (predicted == y_true)
+    chosen = probabilities[np.flatnonzero(known), y_true[known]] if len(y_true) else np.zeros(0)
+    # A class the model does not know gets the floor probability, as any unpredicted class would.
+    log_likelihood = float(np.log(np.clip(chosen, 1e-7, 1.0)).sum()) + np.log(1e-7) * int((~known).sum())
+    sums = world.total(
+        np.concatenate(
+            [
+                [len(y_true), int(correct.sum()), log_likelihood],
+                np.bincount(y_true[correct], minlength=count),  # true positives per class
+                np.bincount(y_true[known], minlength=count),  # rows per true class
+                np.bincount(predicted, minlength=count),  # rows per predicted class
+            ]
+        ).astype(np.float64)
+    )
+    n, hits, log_likelihood = sums[:3]
+    tp, support, chosen_count = sums[3 : 3 + count], sums[3 + count : 3 + 2 * count], sums[3 + 2 * count :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        recall = tp / support
+        f1 = 2 * tp / (support + chosen_count)
+    present = (support + chosen_count) > 0  # sklearn's macro average: classes seen or predicted
+    in_data = support > 0
+    metrics = {
+        "accuracy": float(hits / n) if n else float("nan"),
+        "balanced_accuracy": float(recall[in_data].mean()) if in_data.any() else float("nan"),
+        "macro_f1": float(f1[present].mean()) if present.any() else float("nan"),
+        "log_loss": float(-log_likelihood / n) if n else float("nan"),
+    }
+    metrics.update({f"recall_{metric_safe(name)}": float(r) for name, r in zip(names, recall, strict=True)})
+    return metrics
+
+
+def metric_safe(name: str) -> str:
+    """A class value as part of an MLflow metric name (letters, digits, `_-./ `; others become `_`)."""
+    return re.sub(r"[^\w\-./ ]", "_", name)[:200]
 
 
 def _binary(world: _World, positive: np.ndarray, score: np.ndarray, rule: Any) -> dict[str, float]:

@@ -4,7 +4,8 @@
 the fitted transform JSON and the network as a torch.export program (no model class needed to
 load it), and its pip requirements pin this package, whose `runtime.transform` applies the JSON
 (the same code the training job used). Predictions are P(class 1) for binary classification,
-values in the label's units for regression.
+a DataFrame of probabilities with a column per class for multiclass, scores for ranking (higher
+ranks first within a query), values in the label's units for regression.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ BATCH = 4096
 
 
 def network_outputs(network: Any, features: np.ndarray) -> np.ndarray:
+    """(rows,) outputs of a one-output network, (rows, outputs) of a multi-output one."""
     outputs = []
     with torch.no_grad():
         for start in range(0, len(features), BATCH):
-            outputs.append(network(torch.from_numpy(features[start : start + BATCH])).float().reshape(-1))
+            batch = network(torch.from_numpy(features[start : start + BATCH])).float()
+            outputs.append(batch[:, 0] if batch.shape[1] == 1 else batch)
     return torch.cat(outputs).numpy().astype(np.float64) if outputs else np.zeros(0)
 
 
@@ -69,9 +72,14 @@ class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untype
 
     def predict(
         self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
-    ) -> np.ndarray:
+    ) -> np.ndarray | pd.DataFrame:
         features = self.transform.features(to_arrow(model_input))
-        return self.transform.predictions(network_outputs(self.network, features))
+        predicted = self.transform.predictions(network_outputs(self.network, features))
+        if self.transform.classes:
+            return pd.DataFrame(
+                predicted.reshape(-1, len(self.transform.classes)), columns=self.transform.classes
+            )
+        return predicted
 
 
 def load_registered(model_uri: str, directory: str | Path) -> tuple[TransformedNetwork, Any]:
@@ -146,7 +154,8 @@ def signature(transform: FittedTransform) -> Any:
         )
         for fitted in transform.columns
     ]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double")]))
+    outputs: list[Any] = [ColSpec("double", name) for name in transform.classes or []] or [ColSpec("double")]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
 def pip_requirements() -> list[str]:

@@ -49,24 +49,30 @@ def slice_scores(
     labels: np.ndarray,
     candidate: tuple[np.ndarray, float],
     champion: tuple[np.ndarray, float] | None,
+    groups: np.ndarray | None = None,
+    classes: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per slice, in config order and by name within a column. `tables`: a function
-    returning the holdout's tables in the order the predictions were made."""
+    returning the holdout's tables in the order the predictions were made. A ranking slice ranks
+    each query's rows that fall in the slice."""
     scores = []
     for spec in specs:
         names = slice_names(tables(), spec)
         for name in sorted(set(names.tolist())):
             rows = names == name
+            extra: dict[str, Any] = {"groups": None if groups is None else groups[rows], "classes": classes}
             scores.append(
                 {
                     "slice": f"{spec.column}={name}",
                     "rows": int(rows.sum()),
                     "candidate": compute_metrics(
-                        task, labels[rows], candidate[0][rows], threshold=candidate[1]
+                        task, labels[rows], candidate[0][rows], threshold=candidate[1], **extra
                     ),
                     "champion": None
                     if champion is None
-                    else compute_metrics(task, labels[rows], champion[0][rows], threshold=champion[1]),
+                    else compute_metrics(
+                        task, labels[rows], champion[0][rows], threshold=champion[1], **extra
+                    ),
                 }
             )
     return scores

@@ -20,6 +20,7 @@ from airflow_trainpipe.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.faults import fault_point
+from airflow_trainpipe.runtime.losses import loss_function
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker
@@ -28,9 +29,17 @@ from airflow_trainpipe.runtime.tracking import Tracker
 class StepRunner:
     """Forward, backward and optimizer step of one global batch, this rank's share of it."""
 
-    def __init__(self, engine: Any, stream: BlockStream, task: str, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self,
+        engine: Any,
+        stream: BlockStream,
+        task: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        ranking_loss: str = "listwise",
+    ):
         self.engine, self.stream, self.device, self.dtype = engine, stream, device, dtype
-        self.loss_fn = torch.nn.BCEWithLogitsLoss() if task == "binary_classification" else torch.nn.MSELoss()
+        self.loss_fn = loss_function(task, ranking_loss)
 
     def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> float:
         """Optimizer step number `step`; returns this rank's mean micro-batch loss."""
@@ -44,7 +53,7 @@ class StepRunner:
         timing.data_wait_s += time.perf_counter() - t0
         loss_sum = 0.0
         for k, (x, y) in enumerate(inputs):
-            loss = self.loss_fn(self.engine(x).float().squeeze(1), y)
+            loss = self.loss_fn(self.engine(x).float(), y)
             self.engine.backward(loss)
             if k == len(inputs) - 1:
                 fault_point("mid_step", step)

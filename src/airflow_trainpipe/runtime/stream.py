@@ -52,6 +52,17 @@ from airflow_trainpipe.runtime.prepare import PreparedData
 _ORDER_STREAM = 0x0B10C5  # separates the block-order draws from the per-chunk permutations
 
 
+def _group_permutation(rng: np.random.Generator, codes: np.ndarray) -> np.ndarray:
+    """A permutation of rows that moves runs of one group code (a ranking group's rows in a
+    block) as a whole, in a seeded order: the positions of each run, run after run."""
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, len(codes)])
+    order = rng.permutation(len(starts))
+    moved, lengths = starts[order], sizes[order]
+    before = np.cumsum(lengths) - lengths  # where each moved run lands
+    return np.repeat(moved - before, lengths) + np.arange(len(codes))
+
+
 class Chunk:
     """One chunk's rows as gathered (every rank's share side by side, x and label columns
     together) and, per stream position, the row that holds it: permuting the index instead of
@@ -72,10 +83,10 @@ class EncodedCache:
     Filled as the first epoch assembles its chunks; a chunk whose blocks are all here is then this
     array and an index into it, with no copy at all."""
 
-    def __init__(self, blocks: list[Block], width: int):
+    def __init__(self, blocks: list[Block], row_width: int):
         starts = np.cumsum([0, *(b.train_rows for b in blocks)])
         self.at = {b: int(s) for b, s in zip(blocks, starts[:-1], strict=True)}
-        self.rows = np.empty((int(starts[-1]), width + 1), np.float32)  # pages are touched as it fills
+        self.rows = np.empty((int(starts[-1]), row_width), np.float32)  # pages are touched as it fills
         self.filled: set[Block] = set()
 
     def __len__(self) -> int:
@@ -110,6 +121,9 @@ class BlockStream:
         self.rank, self.world_size, self.group = rank, world_size, group
         self.epochs = epochs  # known: the last chunk of an epoch prefetches the next epoch's first
         self.width = prepared.transform.width
+        # After the inputs, the target: the label, or for ranking (relevance, group code).
+        self.targets = 2 if prepared.transform.task == "ranking" else 1
+        self.row_width = self.width + self.targets
         self.epoch: int | None = None
         self.chunks: list[list[Block]] = []
         self.ends = np.zeros(0, np.int64)
@@ -119,8 +133,8 @@ class BlockStream:
         self._prefetched: tuple[tuple[int, int], Future[list[np.ndarray]]] | None = None
         # All or nothing, decided from the block index alone so that every rank decides alike: a
         # partial cache would rarely hold a whole chunk (the chunks are new subsets every epoch).
-        encoded = sum(b.train_rows for b in self.blocks) * (self.width + 1) * 4
-        self.cache = EncodedCache(self.blocks, self.width) if 0 < encoded <= cache_bytes else None
+        encoded = sum(b.train_rows for b in self.blocks) * self.row_width * 4
+        self.cache = EncodedCache(self.blocks, self.row_width) if 0 < encoded <= cache_bytes else None
 
     def start_epoch(self, epoch: int) -> None:
         self.chunks = self._layout(epoch)
@@ -166,8 +180,12 @@ class BlockStream:
             lo, hi = max(start, chunk.start), min(stop, chunk.end)
             if lo < hi:
                 positions = chunk.positions(lo, hi)
-                xs.append(chunk.rows[positions, :-1])
-                ys.append(chunk.rows[positions, -1])
+                xs.append(chunk.rows[positions, : self.width])
+                ys.append(
+                    chunk.rows[positions, self.width]
+                    if self.targets == 1
+                    else chunk.rows[positions, self.width :]
+                )
         return (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
 
     def close(self) -> None:
@@ -184,9 +202,11 @@ class BlockStream:
         self._prefetch_after(c)
         # The chunk's rows in block order, then permuted: position p holds row index[p] of `rows`.
         index = np.concatenate([np.arange(o, o + b.train_rows) for o, b in zip(offsets, blocks, strict=True)])
-        permutation = np.random.default_rng([self.seed, self.epoch or 0, c]).permutation(len(index))
+        rng = np.random.default_rng([self.seed, self.epoch or 0, c])
         start = int(self.ends[c - 1]) if c else 0
-        return Chunk(start, rows, index[permutation])
+        if self.targets == 1:
+            return Chunk(start, rows, index[rng.permutation(len(index))])
+        return Chunk(start, rows, index[_group_permutation(rng, rows[index, -1])])
 
     def _prefetch_after(self, c: int) -> None:
         """Read this rank's share of the chunk after `c` in the background: the epoch's next one,
@@ -215,9 +235,13 @@ class BlockStream:
     def _encode(self, block: Block) -> np.ndarray:
         train, _ = self.reader.parts(block)
         self.rows_read += train.num_rows
-        rows = np.empty((train.num_rows, self.width + 1), np.float32)
-        rows[:, :-1] = self.transform.features(train)
-        rows[:, -1] = self.transform.labels(train)
+        rows = np.empty((train.num_rows, self.row_width), np.float32)
+        rows[:, : self.width] = self.transform.features(train)
+        rows[:, self.width] = self.transform.labels(train)
+        if self.targets == 2:
+            rows[:, -1] = self.transform.group_codes(train, bits=24)
+            # A group's rows side by side, whatever the file's order: the chunk permutes groups.
+            rows = rows[np.argsort(rows[:, -1], kind="stable")]
         return rows
 
     def _gather(self, mine: list[np.ndarray], blocks: list[Block]) -> tuple[np.ndarray, list[int]]:
@@ -227,7 +251,7 @@ class BlockStream:
         all-gather into one preallocated array suffices, with no copy after it."""
         sizes = [[b.train_rows for b in blocks[r :: self.world_size]] for r in range(self.world_size)]
         longest = max(sum(s) for s in sizes)
-        gathered = torch.empty((self.world_size, longest, self.width + 1), dtype=torch.float32)
+        gathered = torch.empty((self.world_size, longest, self.row_width), dtype=torch.float32)
         local = gathered[0] if self.world_size == 1 else torch.empty_like(gathered[0])  # padding: never read
         if mine:
             np.concatenate(mine, out=local.numpy()[: sum(len(m) for m in mine)])
@@ -238,4 +262,4 @@ class BlockStream:
         ]
         # Block i of the chunk is rank i % W's (i // W)-th.
         offsets = [starts[i % self.world_size][i // self.world_size] for i in range(len(blocks))]
-        return gathered.numpy().reshape(-1, self.width + 1), offsets
+        return gathered.numpy().reshape(-1, self.row_width), offsets

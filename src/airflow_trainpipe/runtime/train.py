@@ -274,8 +274,17 @@ class Trainer:
             num_numeric=transform.num_dense,
             cardinalities=transform.cardinalities,
             task=self.task,
+            # Only multiclass passes it: single-output plugins written before it keep working.
+            **({"num_outputs": transform.num_outputs} if transform.num_outputs > 1 else {}),
             **self.hp.model_args,
         )
+
+    def _stream(self) -> BlockStream:
+        return BlockStream(
+            self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
+            self.rank, self.world_size, self.data_group, epochs=self.hp.epochs,
+            cache_bytes=self.config.data.encoded_cache_mib << 20,
+        )  # fmt: skip
 
     def _broadcast(self, value: Any) -> Any:
         box = [value]
@@ -292,12 +301,10 @@ class Trainer:
         tracker: Tracker | None,
         high_water: StepHighWater,
     ) -> dict[str, Any]:
-        stream = BlockStream(
-            self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
-            self.rank, self.world_size, self.data_group, epochs=self.hp.epochs,
-            cache_bytes=self.config.data.encoded_cache_mib << 20,
-        )  # fmt: skip
-        steps = StepRunner(self.engine, stream, self.task, self.device, self.dtype)
+        stream = self._stream()
+        steps = StepRunner(
+            self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss
+        )
         sync = PeriodicSync(
             SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
             self.checkpoints,

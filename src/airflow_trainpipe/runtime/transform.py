@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from airflow_trainpipe.exceptions import TrainpipeError
 
 FORMAT = "trainpipe.transform/1"
+_GROUP_HASH_KEY = "trainpipe.group0"  # pandas takes exactly 16 bytes
 
 
 class TransformError(TrainpipeError):
@@ -62,6 +63,12 @@ def as_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     return array.cast(pa.string())
 
 
+def class_indices(column: pa.ChunkedArray | pa.Array, classes: list[str]) -> np.ndarray:
+    """Each raw label's position in a multiclass model's `classes`, -1 for one not among them."""
+    position = pc.index_in(as_strings(column), value_set=pa.array(classes, pa.string()))
+    return pc.fill_null(position, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class FittedTransform:
     document: dict[str, Any]
@@ -98,6 +105,21 @@ class FittedTransform:
     @property
     def task(self) -> str:
         return self.document["label"]["task"]
+
+    @property
+    def classes(self) -> list[str] | None:
+        """A multiclass label's classes (as strings), in the order of the model's outputs."""
+        return self.document["label"].get("classes")
+
+    @property
+    def num_outputs(self) -> int:
+        """Network outputs per row: one logit per class (multiclass), else one."""
+        return len(self.classes) if self.classes else 1
+
+    @property
+    def group(self) -> str | None:
+        """A ranking task's query column."""
+        return self.document["label"].get("group")
 
     @property
     def num_dense(self) -> int:
@@ -204,18 +226,39 @@ class FittedTransform:
     # -- labels and outputs --------------------------------------------------------------------
 
     def labels(self, table: pa.Table) -> np.ndarray:
-        """Training targets: the label standardised for regression, 0/1 for classification."""
+        """Training targets: the label standardised for regression, 0/1 for binary classification,
+        the class index for multiclass (-1: a class the training rows never held), the relevance
+        for ranking."""
         label = self.document["label"]
-        values = prepare_numeric(table.column(label["name"]), label["name"], log1p=False)
+        column = table.column(label["name"])
+        if self.classes:
+            return class_indices(column, self.classes).astype(np.float32)
+        values = prepare_numeric(column, label["name"], log1p=False)
         return ((values - label["mean"]) / label["std"]).astype(np.float32)
+
+    def group_codes(self, table: pa.Table, bits: int = 53) -> np.ndarray:
+        """A ranking row's group as an integer-valued float64: a hash of the value, cut to `bits`
+        so it is exact as a float (24 bits for a float32 training column, where two groups
+        sharing a code within one micro-batch are rare enough not to matter)."""
+        import pandas as pd
+
+        keys = table.column(self.document["label"]["group"]).to_pandas().astype(str)
+        hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=_GROUP_HASH_KEY).to_numpy()
+        return (hashed >> np.uint64(64 - bits)).astype(np.float64)
 
     def label_values(self, targets: np.ndarray) -> np.ndarray:
         label = self.document["label"]
         return np.asarray(targets, np.float64) * label["std"] + label["mean"]
 
     def predictions(self, outputs: np.ndarray) -> np.ndarray:
-        """Network outputs to what a consumer wants: P(class 1), or values in the label's units."""
+        """Network outputs to what a consumer wants: P(class 1), per-class probabilities, ranking
+        scores, or values in the label's units."""
         outputs = np.asarray(outputs, np.float64)
         if self.task == "binary_classification":
             return 1 / (1 + np.exp(-outputs))
+        if self.task == "multiclass_classification":
+            shifted = np.exp(outputs - outputs.max(axis=1, keepdims=True))
+            return shifted / shifted.sum(axis=1, keepdims=True)  # (rows, classes) probabilities
+        if self.task == "ranking":
+            return outputs  # scores: only their order within a group means anything
         return self.label_values(outputs)

@@ -29,7 +29,11 @@ def required_columns(config: PipelineConfig, reference: dict[str, Any] | None) -
     model uses, typed like the reference snapshot."""
     if config.validation.contract.columns:
         return dict(config.validation.contract.columns)
-    used = [config.data.label, *config.data.features.all, *filter(None, [config.data.holdout.key_column])]
+    used = [
+        config.data.label,
+        *config.data.features.all,
+        *filter(None, [config.data.holdout.key_column, config.data.group]),
+    ]
     known = (reference or {}).get("columns", {})
     return {name: known.get(name) for name in used}
 

@@ -3,6 +3,8 @@
 A plugin declares `[project.entry-points."airflow_trainpipe.models"] name = "pkg.mod:builder"`;
 the builder is called as `builder(num_numeric=..., cardinalities=[...], task=..., **model_args)`
 and returns a torch.nn.Module mapping a float32 (batch, features) tensor to (batch, 1) outputs.
+For `multiclass_classification` it also gets `num_outputs=` (the number of classes) and returns
+(batch, num_outputs) logits.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`tabular_mlp`: embeddings for categorical columns, an MLP on top; one output."""
+"""`tabular_mlp`: embeddings for categorical columns, an MLP on top; one output, or one per class."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from torch import nn
 
 
 class TabularMLP(nn.Module):
-    def __init__(self, num_numeric: int, cardinalities: list[int], hidden_sizes: list[int], dropout: float):
+    def __init__(
+        self,
+        num_numeric: int,
+        cardinalities: list[int],
+        hidden_sizes: list[int],
+        dropout: float,
+        num_outputs: int = 1,
+    ):
         super().__init__()
         self.num_numeric = num_numeric
         dims = [min(16, (c + 1) // 2 + 1) for c in cardinalities]
@@ -19,7 +26,7 @@ class TabularMLP(nn.Module):
             if dropout:
                 layers.append(nn.Dropout(dropout))
             width = size
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, num_outputs))
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,6 +46,11 @@ def build_tabular_mlp(
     task: str,
     hidden_sizes: list[int] | tuple[int, ...] = (64, 32),
     dropout: float = 0.0,
+    num_outputs: int = 1,
 ) -> TabularMLP:
-    del task  # one output serves both: a logit (binary) or a standardised value (regression)
-    return TabularMLP(num_numeric, list(cardinalities), [int(h) for h in hidden_sizes], float(dropout))
+    # The task is in num_outputs already: a logit (binary), a standardised value (regression) or
+    # a score (ranking) is one output; multiclass has one logit per class.
+    del task
+    return TabularMLP(
+        num_numeric, list(cardinalities), [int(h) for h in hidden_sizes], float(dropout), int(num_outputs)
+    )

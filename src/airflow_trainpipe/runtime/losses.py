@@ -1,0 +1,55 @@
+"""The training loss of each task, on a micro-batch of network outputs and targets.
+
+Ranking targets are two columns, (relevance, group code): the stream keeps a group's rows next to
+each other (runtime/stream.py), so a micro-batch holds whole groups, or the parts of one or two
+groups cut at its edges, and each loss compares rows of one group only. A micro-batch without a
+relevant row (or, pairwise, without a pair of different relevance) contributes zero: the gradient
+of an all-irrelevant query carries no ordering to learn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def loss_function(task: str, ranking_loss: str = "listwise") -> Loss:
+    """`outputs`: (batch, outputs) float32; `targets`: as the stream stores them for `task`."""
+    if task == "binary_classification":
+        return lambda outputs, y: F.binary_cross_entropy_with_logits(outputs[:, 0], y)
+    if task == "multiclass_classification":
+        return lambda outputs, y: F.cross_entropy(outputs, y.long())
+    if task == "ranking":
+        ranked = pairwise_loss if ranking_loss == "pairwise" else listwise_loss
+        return lambda outputs, y: ranked(outputs[:, 0], y[:, 0], y[:, 1])
+    return lambda outputs, y: F.mse_loss(outputs[:, 0], y)
+
+
+def listwise_loss(scores: torch.Tensor, relevance: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """ListNet's top-one cross-entropy: per group, the softmax of the scores against the relevance
+    normalised to sum 1, averaged over the groups that hold a relevant row."""
+    _, group = torch.unique(groups, return_inverse=True)
+    count = int(group.max()) + 1 if len(group) else 0
+    # Per-group log-softmax, shifted by each group's largest score (exp cannot overflow).
+    top = torch.full((count,), -torch.inf, dtype=scores.dtype, device=scores.device)
+    top = top.scatter_reduce(0, group, scores.detach(), "amax")
+    shifted = scores - top[group]
+    total = torch.zeros(count, dtype=scores.dtype, device=scores.device).index_add(0, group, shifted.exp())
+    log_p = shifted - total.log()[group]
+    relevant = torch.zeros(count, dtype=scores.dtype, device=scores.device).index_add(0, group, relevance)
+    target = relevance / relevant[group].clamp_min(1e-12)  # zero in a group with no relevant row
+    return -(target * log_p).sum() / (relevant > 0).sum().clamp_min(1)
+
+
+def pairwise_loss(scores: torch.Tensor, relevance: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """RankNet: the logistic loss of every ordered pair of one group where the first row is more
+    relevant, averaged over those pairs. Memory is quadratic in the micro-batch (a 4096-row one
+    builds 16M-entry masks)."""
+    pairs = (groups[:, None] == groups[None, :]) & (relevance[:, None] > relevance[None, :])
+    if not bool(pairs.any()):
+        return (scores * 0).sum()
+    return F.softplus(scores[None, :] - scores[:, None])[pairs].mean()
