@@ -121,6 +121,11 @@ def main() -> int:
     )
     for docs in sorted(data.glob("ds=*/_trainpipe/fraud_detector/*/data_docs.html")):
         print(f"   Data Docs:   {docs}")
+    for day, result in results.items():
+        if report := _gate_report(result):
+            print(
+                f"   Gate report: {report}   (day {DAYS.index(day) + 1}: the gate's HTML report, in MLflow's artifacts)"
+            )
     print(f"   task logs:   {logs}")
     print(
         f"   Airflow:     AIRFLOW_HOME={OUT / 'airflow'} (SQLite), DAG file {REPO / 'dags' / 'trainpipe_pipelines.py'}"
@@ -221,6 +226,20 @@ def _failed_report() -> dict | None:
         key=lambda p: p.stat().st_mtime,
     )
     return json.loads(reports[-1].read_text()) if reports else None
+
+
+def _gate_report(result: dict) -> str | None:
+    """The file of the gate's HTML report on the day's candidate run (the embedded store's
+    artifacts are local files), or None when the run did not reach the gate."""
+    import mlflow
+
+    train = result["xcom"].get("train")
+    if not train or "gate" not in result["xcom"]:
+        return None
+    client = mlflow.MlflowClient(f"sqlite:///{OUT / 'mlflow.db'}")
+    root = client.get_run(train["mlflow_run_id"]).info.artifact_uri
+    path = Path(root.removeprefix("file://")) / "gate" / "report.html"
+    return str(path) if path.exists() else None
 
 
 def _print_registry() -> None:

@@ -51,6 +51,7 @@ def get_provider_info() -> dict:
         "extra-links": [
             "airflow_trainpipe.links.mlflow.MlflowRunLink",
             "airflow_trainpipe.links.mlflow.MlflowModelVersionLink",
+            "airflow_trainpipe.links.mlflow.GateReportLink",
         ],
         "integrations": [
             {

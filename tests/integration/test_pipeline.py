@@ -293,7 +293,12 @@ def _check_trained(pipeline: Pipeline, client, name: str, bootstrap: str, better
     assert {a.path for a in client.list_artifacts(worse_run.info.run_id, "gate")} == {
         "gate/comparison.png",
         "gate/decision.json",
+        "gate/report.html",
     }
+    # The report draws both models' ROC and precision-recall curves from the job's evaluation.json.
+    page = Path(client.download_artifacts(worse_run.info.run_id, "gate/report.html")).read_text()
+    assert "<b>KEEP THE CHAMPION</b>" in page and ">ROC<" in page and ">Precision-recall<" in page
+    assert "Improvement interval (95% paired bootstrap)" in page and "channel=" in page
 
     versions = client.search_model_versions(f"name = '{name}'")
     assert sorted(int(v.version) for v in versions) == [1, 2]  # the retry added none, the loser none

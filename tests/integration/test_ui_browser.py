@@ -6,7 +6,8 @@ session's `airflow standalone` + `mlflow server` (conftest.py), as a user clicks
 - a second trigger with the Hyperparameters field edited and Force registration ticked: the edited
   values reach the training job (the train task's rendered field; the job stops at the edited
   max_steps) and the model version is tagged forced;
-- the train task's "MLflow run" extra link and Browse > MLflow open MLflow's own UI.
+- the train task's "MLflow run" extra link and Browse > MLflow open MLflow's own UI, and the gate
+  task's "Gate report" link opens the decision's HTML report in MLflow's artifact viewer.
 
 Playwright never downloads a browser here: it launches /usr/bin/chromium (`.ci/run` installs the
 Debian package when it is missing). On failure, a screenshot and the HTML of every open page are
@@ -223,6 +224,22 @@ def test_trigger_form_defaults_then_overrides_and_the_mlflow_run_link(
     assert mlflow_page.url == expected
     expect(mlflow_page.get_by_text(second).first).to_be_visible()  # the MLflow run is named after the DAG run
     expect(mlflow_page).to_have_title(re.compile(r"MLflow"))
+
+    # 4. The gate task's "Gate report" link opens the decision's HTML report in MLflow's artifact
+    # viewer: the verdict, the ROC and precision-recall curves of both models, every metric.
+    page.goto(f"{stack.url}/dags/{DAG}/runs/{quote(second, safe='')}/tasks/gate")
+    page.get_by_role("link", name="Details", exact=True).click()
+    link = page.get_by_role("link", name="Gate report", exact=True)
+    expect(link).to_have_attribute("href", f"{expected}/artifacts/gate/report.html")
+    with page.context.expect_page() as opened:
+        link.click()
+    viewer = opened.value
+    viewer.wait_for_load_state()
+    report = viewer.frame_locator("iframe").first
+    expect(report.get_by_text("PROMOTE (forced)", exact=True)).to_be_visible()
+    expect(report.get_by_role("heading", name="Every metric")).to_be_visible()
+    expect(report.get_by_text("Precision-recall", exact=True)).to_be_visible()  # an SVG chart's title
+    expect(report.locator("td", has_text="roc_auc").first).to_be_visible()
 
 
 def test_browse_menu_opens_the_mlflow_ui(page, stack: Stack) -> None:

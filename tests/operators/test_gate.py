@@ -66,10 +66,13 @@ def test_bootstrap_decision_and_report_on_the_run(gate_setup) -> None:
     with hook.activated():
         client = hook.get_conn()
         artifacts = {a.path for a in client.list_artifacts(run_id, "gate")}
-        assert artifacts == {"gate/decision.json", "gate/comparison.png"}
+        assert artifacts == {"gate/decision.json", "gate/comparison.png", "gate/report.html"}
         local = client.download_artifacts(run_id, "gate")
         assert json.loads((Path(local) / "decision.json").read_text()) == report
         assert (Path(local) / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        page = (Path(local) / "report.html").read_text()
+        assert "<b>PROMOTE</b>: no champion yet: roc_auc = 0.8 reaches no_champion.min_value" in page
+        assert page.count("<svg") == 1  # the per-metric bars: no curves were logged by this stand-in run
         assert client.get_run(run_id).data.tags["trainpipe.gate.promote"] == "true"
 
 

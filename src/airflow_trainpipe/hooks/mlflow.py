@@ -275,14 +275,12 @@ class MlflowHook(BaseHook):
             ),
         )
 
-    def logged_slices(self, run_id: str) -> list[SliceScore] | None:
-        """The per-slice scores in the run's evaluation.json (None: the job computed none)."""
+    def logged_evaluation(self, run_id: str) -> dict[str, Any] | None:
+        """The run's evaluation.json as the job wrote it (None: a run from before it existed)."""
         import json
         import tempfile
 
         from mlflow.exceptions import MlflowException
-
-        from airflow_trainpipe.payloads import SliceScore as Score
 
         with self.activated(), tempfile.TemporaryDirectory(prefix="trainpipe-evaluation-") as directory:
             try:
@@ -290,11 +288,23 @@ class MlflowHook(BaseHook):
             except (MlflowException, OSError):
                 return None
             with open(path) as file:
-                slices = json.load(file).get("slices")
+                document: dict[str, Any] = json.load(file)
+        return document
+
+    def logged_slices(self, run_id: str) -> list[SliceScore] | None:
+        """The per-slice scores in the run's evaluation.json (None: the job computed none)."""
+        from airflow_trainpipe.payloads import SliceScore as Score
+
+        slices = (self.logged_evaluation(run_id) or {}).get("slices")
         return None if slices is None else [Score.model_validate(s) for s in slices]
 
-    def record_gate_decision(self, run_id: str, decision: GateDecision, figure: Any) -> None:
-        """The decision as an artifact and tags of the candidate's run, with its chart."""
+    def record_gate_decision(
+        self, run_id: str, decision: GateDecision, figure: Any, report: str
+    ) -> str | None:
+        """The decision as an artifact and tags of the candidate's run, with its chart and its
+        HTML report (report.py); returns the report's URL in MLflow's UI, if it has one."""
+        from airflow_trainpipe.report import REPORT_PATH
+
         with self.activated():
             client = self.get_conn()
             client.log_dict(run_id, decision.as_dict(), "gate/decision.json")
@@ -302,6 +312,10 @@ class MlflowHook(BaseHook):
             client.set_tag(run_id, "trainpipe.gate.forced", str(decision.forced).lower())
             client.set_tag(run_id, "trainpipe.gate.reason", decision.reason[:5000])
             client.log_figure(run_id, figure, "gate/comparison.png")
+            client.log_text(run_id, report, REPORT_PATH)
+            experiment_id = client.get_run(run_id).info.experiment_id
+        run_url = self.run_url(experiment_id, run_id)
+        return f"{run_url}/artifacts/{REPORT_PATH}" if run_url else None
 
     def find_or_create_version(self, model_name: str, run: Any, description: str) -> tuple[str, bool]:
         """The model version of `run` (created when there is none yet): (version, created).

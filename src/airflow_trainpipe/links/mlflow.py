@@ -36,7 +36,10 @@ class _PersistedLink(BaseOperatorLink):
     def persist(cls, context: Context, url: str | None) -> None:
         # The runner executes a copy of the DAG's operator (`prepare_for_execution`); setting an
         # attribute on it, never mutating a shared one, keeps the DAG's operator untouched.
-        setattr(context["task"], f"_trainpipe_link_{cls.key}", (url, _owner(context["ti"])))
+        task, ti = context.get("task"), context.get("ti")
+        if task is None or ti is None:
+            return  # an operator executed outside a task run (a script, a test): no task to link
+        setattr(task, f"_trainpipe_link_{cls.key}", (url, _owner(ti)))
 
 
 def _owner(ti: TaskInstanceKey | RuntimeTaskInstanceProtocol) -> tuple[str, str, str, int | None]:
@@ -55,3 +58,10 @@ class MlflowModelVersionLink(_PersistedLink):
 
     name: ClassVar[str] = "MLflow model version"
     key: ClassVar[str] = "mlflow_model_version_url"
+
+
+class GateReportLink(_PersistedLink):
+    """The gate's HTML report (report.py) on the candidate's run, in MLflow's artifact viewer."""
+
+    name: ClassVar[str] = "Gate report"
+    key: ClassVar[str] = "gate_report_url"

@@ -4,7 +4,8 @@ The training job's final evaluation scored both models on the run's holdout and 
 `candidate_<metric>` / `champion_<metric>` on the candidate's MLflow run; this task applies the
 config's rule (`airflow_trainpipe.promotion`) to those numbers. A losing candidate skips the
 downstream tasks (register) the way Airflow's ShortCircuitOperator does, so the DAG run stays
-green and the reason is in this task's log, its XCom and the MLflow run.
+green and the reason is in this task's log, its XCom and the MLflow run. Every decision also
+logs an HTML report (report.py) to the candidate's run, linked from the task as "Gate report".
 
 Champion drift: when the version holding the alias now is not the one the candidate was scored
 against (someone promoted a model in between), the gate fails instead of deciding on stale
@@ -21,6 +22,7 @@ from airflow.sdk import BaseOperator, SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.links.mlflow import GateReportLink
 from airflow_trainpipe.payloads import GateDecision
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
 
     template_fields: Sequence[str] = ("mlflow_run_id", "force")
     ui_color = "#fff2cc"
+    operator_extra_links = (GateReportLink(),)
     inherits_from_skipmixin = True
 
     def __init__(
@@ -80,6 +83,7 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.report import gate_report_html
 
         force = as_bool(self.force, "force")
         hook = MlflowHook(self.mlflow_conn_id)
@@ -88,24 +92,26 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
             decision = self._decide(hook, run_id, evaluation, force)
             figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
             try:
-                hook.record_gate_decision(run_id, decision, figure)
+                curves = (hook.logged_evaluation(run_id) or {}).get("curves")
+                report = gate_report_html(decision, evaluation, self.config.training.task, curves, figure)
+                GateReportLink.persist(context, hook.record_gate_decision(run_id, decision, figure, report))
             finally:
                 import matplotlib.pyplot as plt
 
                 plt.close(figure)
-        report = decision.as_dict()
+        result = decision.as_dict()
         if decision.fail:
             raise AirflowFailException(f"gate for run {run_id}: {decision.reason}")
         if decision.promote:
             self.log.info("promote: %s", decision.reason)
-            return report
+            return result
         self.log.info("keep the champion, skip registration: %s", decision.reason)
         ti = context["ti"]
-        ti.xcom_push(key="return_value", value=report)  # skip() ends execute: push the decision first
+        ti.xcom_push(key="return_value", value=result)  # skip() ends execute: push the decision first
         downstream = [t for t in context["task"].get_flat_relatives(upstream=False) if not t.is_teardown]
         if downstream:
             self.skip(ti=ti, tasks=downstream)
-        return report
+        return result
 
     def _evaluation(self, context: Context, hook: Any) -> tuple[str, Evaluation]:
         """The candidate's run and both metric sets: from the train task's TrainResult, or, for a
