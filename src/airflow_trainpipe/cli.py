@@ -222,6 +222,58 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _move_alias(args: argparse.Namespace) -> int:
+    """`promote` and `rollback`: the registry's aliases, moved as the register task moves them."""
+    import getpass
+
+    from airflow_trainpipe import aliases
+    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.hooks.mlflow import MlflowHook
+
+    hook = MlflowHook(args.conn_id)
+    actor = args.by or getpass.getuser()
+    try:
+        if args.command == "promote":
+            move = aliases.promote(
+                hook, args.model, args.version, actor=actor, reason=args.reason,
+                alias=args.alias, previous_alias=args.previous_alias,
+            )  # fmt: skip
+        else:
+            move = aliases.rollback(
+                hook, args.model, actor=actor, reason=args.reason,
+                alias=args.alias, previous_alias=args.previous_alias,
+            )  # fmt: skip
+    except TrainpipeError as exc:
+        print(f"trainpipe {args.command}: {exc}", file=sys.stderr)
+        return 1
+    print(move.describe() + ("" if move.replaced or args.command == "rollback" else " already"))
+    return 0
+
+
+def _add_alias_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    promote = commands.add_parser(
+        "promote", help="make a model version the champion (the old one becomes previous_champion)"
+    )
+    promote.add_argument("model", help="registered model name")
+    promote.add_argument("version", help="the version to promote")
+    rollback = commands.add_parser(
+        "rollback", help="point the champion back at previous_champion (which is then removed)"
+    )
+    rollback.add_argument("model", help="registered model name")
+    for command in (promote, rollback):
+        command.add_argument("--reason", required=True, help="why: recorded on the versions")
+        command.add_argument("--by", help="who: recorded on the versions (default: the OS user)")
+        command.add_argument("--alias", default="champion", help="the serving alias (default champion)")
+        command.add_argument(
+            "--previous-alias", default="previous_champion", help="where the replaced version goes"
+        )
+        command.add_argument(
+            "--conn-id", default="mlflow_default", help="Airflow connection of the MLflow server "
+            "(undefined mlflow_default: the embedded store under TRAINPIPE_HOME)",
+        )  # fmt: skip
+        command.set_defaults(handler=_move_alias)
+
+
 def _today() -> str:
     from datetime import datetime
 
@@ -240,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_make_data(commands)
     _add_render(commands)
+    _add_alias_commands(commands)
     schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
     schema.add_argument("--format", choices=("json", "markdown"), default="json")
     schema.set_defaults(handler=_schema)

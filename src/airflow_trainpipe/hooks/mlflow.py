@@ -365,6 +365,10 @@ class MlflowHook(BaseHook):
             client.set_registered_model_alias(model_name, alias, version)
         return previous
 
+    def remove_alias(self, model_name: str, alias: str) -> None:
+        with self.activated():
+            self.get_conn().delete_registered_model_alias(model_name, alias)
+
     def mark_run_failed(self, run_id: str) -> None:
         """FAILED, unless the run already ended (a job that marked itself)."""
         with self.activated():
