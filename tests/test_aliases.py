@@ -53,6 +53,12 @@ def _state(hook: MlflowHook, name: str) -> tuple[dict[str, str], dict[str, dict[
 def test_rollback_then_promote(registered, capsys: pytest.CaptureFixture[str]) -> None:
     hook, name = registered
     assert _state(hook, name)[0] == {"champion": "2", "previous_champion": "1"}
+    # An unknown version or model changes nothing.
+    assert trainpipe(["promote", name, "9", "--reason", "typo"]) == 1
+    assert f"trainpipe promote: {name} has no version 9" in capsys.readouterr().err
+    assert trainpipe(["rollback", "no_such_model", "--reason", "x"]) == 1
+    assert "no_such_model@previous_champion does not exist" in capsys.readouterr().err
+    assert _state(hook, name)[0] == {"champion": "2", "previous_champion": "1"}
 
     assert trainpipe(["rollback", name, "--reason", "flags every online payment", "--by", "alice"]) == 0
     assert capsys.readouterr().out == f"{name} version 1 is now @champion (was version 2)\n"
@@ -87,15 +93,6 @@ def test_rollback_then_promote(registered, capsys: pytest.CaptureFixture[str]) -
 
     assert trainpipe(["promote", name, "2", "--reason", "twice"]) == 0
     assert capsys.readouterr().out == f"{name} version 2 is @champion already\n"
-    assert _state(hook, name)[0] == {"champion": "2", "previous_champion": "1"}
-
-
-def test_an_unknown_version_or_model_changes_nothing(registered, capsys: pytest.CaptureFixture[str]) -> None:
-    hook, name = registered
-    assert trainpipe(["promote", name, "9", "--reason", "typo"]) == 1
-    assert f"trainpipe promote: {name} has no version 9" in capsys.readouterr().err
-    assert trainpipe(["rollback", "no_such_model", "--reason", "x"]) == 1
-    assert "no_such_model@previous_champion does not exist" in capsys.readouterr().err
     assert _state(hook, name)[0] == {"champion": "2", "previous_champion": "1"}
 
 
