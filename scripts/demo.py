@@ -130,6 +130,9 @@ def main() -> int:
     print(
         f"   Airflow:     AIRFLOW_HOME={OUT / 'airflow'} (SQLite), DAG file {REPO / 'dags' / 'trainpipe_pipelines.py'}"
     )
+    print(
+        f"\nReproduce the champion bit for bit: TRAINPIPE_HOME={OUT} {BIN / 'trainpipe'} reproduce fraud_detector@champion"
+    )
     print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
     return 0
 

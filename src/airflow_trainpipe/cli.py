@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 
 def _config_files(paths: Sequence[str]) -> Iterator[Path]:
@@ -69,8 +70,6 @@ def _train(args: argparse.Namespace) -> int:
     """The same job the operator runs, without Airflow: for debugging a training run."""
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
-    from airflow_trainpipe.launchers.local import LocalLauncher
-    from airflow_trainpipe.launchers.watcher import JobWatcher
     from airflow_trainpipe.snapshot import cli_window, load_manifest, resolve_window
     from airflow_trainpipe.train_spec import TrainSpec
 
@@ -106,20 +105,28 @@ def _train(args: argparse.Namespace) -> int:
         f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)",
         file=sys.stderr,
     )
-    launcher = LocalLauncher(spec, nproc)
+    return _run_job(spec, nproc, verbose=args.verbose)
+
+
+def _run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None = None) -> int:
+    """The training job under torchrun here, its progress printed as the train task logs it."""
+    from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.launchers.watcher import JobWatcher
+
+    launcher = LocalLauncher(spec, nproc, env=env)
     watcher = JobWatcher(show_raw=False, tail=40)
     launcher.start()
     try:
         for line in launcher.lines():
             if (shown := watcher.feed(line.text)) is not None:
                 print(shown, flush=True)
-            elif args.verbose and line.event is None:
+            elif verbose and line.event is None:
                 print(line.text, file=sys.stderr)
         code = launcher.wait()
     except KeyboardInterrupt:
         launcher.kill()
         return 130
-    if code != 0 and not args.verbose:
+    if code != 0 and not verbose:
         print(f"training job exited with code {code}; its last output:", file=sys.stderr)
         print("\n".join(watcher.tail), file=sys.stderr)
     return code
@@ -274,6 +281,42 @@ def _add_alias_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         command.set_defaults(handler=_move_alias)
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    """Train a registered version again from its run's spec; exit 0 only for the same model."""
+    from datetime import datetime
+
+    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.hooks.mlflow import MlflowHook
+    from airflow_trainpipe.reproduce import compare, logged_version, reproduction_spec
+    from airflow_trainpipe.storage import filesystem, join
+
+    hook = MlflowHook(args.conn_id)
+    try:
+        logged = logged_version(hook, args.reference)
+        run_id = f"reproduce-{logged.run_id[:12]}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+        spec = reproduction_spec(logged, run_id)
+    except TrainpipeError as exc:
+        print(f"trainpipe reproduce: {exc}", file=sys.stderr)
+        return 1
+    nproc = args.nproc or int(logged.result["world_size"])
+    print(
+        f"reproducing {logged.model_name} version {logged.version} (MLflow run {logged.run_id}): "
+        f"{len(spec.data_files)} data file(s) of snapshot {spec.data_digest}, {nproc} process(es), run {run_id}",
+        flush=True,
+    )
+    code = _run_job(spec, nproc, verbose=args.verbose, env=hook.environment())
+    if code != 0:
+        return code
+    fs, path = filesystem(join(spec.run_dir, "result.json"))
+    comparison = compare(logged, json.loads(fs.cat_file(path)))
+    print(comparison.table())
+    if comparison.identical:
+        print("identical: the same weights and every metric, bit for bit")
+        return 0
+    print("DIFFERENT; likely causes:\n" + "\n".join(f"  - {cause}" for cause in comparison.causes))
+    return 1
+
+
 def _today() -> str:
     from datetime import datetime
 
@@ -293,6 +336,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_make_data(commands)
     _add_render(commands)
     _add_alias_commands(commands)
+    reproduce = commands.add_parser(
+        "reproduce",
+        help="train a registered model version again from its run's logged spec; exit 0 and print "
+        "'identical' only for the same weights and metrics",
+    )
+    reproduce.add_argument(
+        "reference", metavar="MODEL@ALIAS|MODEL/VERSION", help="e.g. fraud_detector@champion"
+    )
+    reproduce.add_argument("--nproc", type=int, help="processes (default: the original run's world size)")
+    reproduce.add_argument(
+        "--conn-id", default="mlflow_default", help="Airflow connection of the MLflow server"
+    )
+    reproduce.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
+    reproduce.set_defaults(handler=_reproduce)
     schema = commands.add_parser("schema", help="print the config JSON Schema (for editors) or its reference")
     schema.add_argument("--format", choices=("json", "markdown"), default="json")
     schema.set_defaults(handler=_schema)

@@ -2,31 +2,81 @@
 example configs as the factory builds them, through Airflow's own dag.test(), on synthetic days
 from `trainpipe make-data`'s kinds.
 
-Day 1 bootstraps the champion; day 2's candidate is scored against it on day 2's holdout, with
-the bootstrap interval (by query for ranking) and the per-slice checks the configs declare.
+Day 1 bootstraps each champion; day 2's candidate is scored against it on day 2's holdout, with
+the bootstrap interval (by query for ranking), the per-slice checks and the gate's report. The
+three pipelines run in one process (one Airflow start and DAG parse), one epoch each: what is
+tested is the path through the tasks, not how well the models learn.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.airflow_dags import run_dag_file_for_dates
+from tests.helpers.airflow_dags import RESULT_MARK
 
-SOURCE = """
+# (pipeline, make-data kind, gate metric, sliced column)
+CASES = [
+    ("house_prices", "house_sales", "rmse", "building_type"),
+    ("support_tickets", "support_tickets", "macro_f1", "customer_tier"),
+    ("search_ranking", "search_results", "ndcg_at_10", "device"),  # 2 ranks: queries gathered whole
+]
+TASKS = ["wait_for_data", "validate_data", "train", "gate", "register"]
+DAG_FILE = f"""
+import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 from airflow_trainpipe.factory import register_pipelines
 
 register_pipelines(Path(__file__).parent / "configs", globals())
-dag = globals()[{pipeline!r}]
+
+if __name__ == "__main__":
+    for dag_id in {[case[0] for case in CASES]!r}:
+        for day in ("2026-01-01", "2026-01-02"):
+            run = globals()[dag_id].test(logical_date=datetime.fromisoformat(day).replace(tzinfo=timezone.utc))
+            tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+            print({RESULT_MARK!r} + json.dumps({{"dag": dag_id, "state": str(run.state), "tasks": tasks}}), flush=True)
 """
-TASKS = ["wait_for_data", "validate_data", "train", "gate", "register"]
+
+
+def _local(config: dict) -> None:
+    """house_prices.yaml runs on Kubernetes GPUs over CSV weeks: here, a CPU rank over parquet
+    days, with a bootstrap interval and a slice guardrail, as the other two examples have."""
+    config["schedule"]["start_date"] = date(2026, 1, 1)  # weekly from 2026-01-05 in the example
+    config["data"].update(uri="data/house_sales", partition="ds={{ ds }}", format="parquet")
+    training = config["training"]
+    for key in ("image", "kubernetes"):
+        training.pop(key)
+    training.update(launcher="local", resources={"gpus_per_node": 0, "processes_per_node": 1})
+    training["deepspeed"] = {"zero_stage": 2}
+    training["checkpoint"].update(uri="checkpoints")
+    training["hyperparameters"].update(batch_size=128, learning_rate=0.003, warmup_steps=0)
+    config["evaluation"] = {"slices": [{"column": "building_type"}]}
+    config["gate"].update(
+        confidence=0.95, slice_guardrail={"max_regression": 50_000, "min_rows": 100}
+    )  # EUR of rmse
+
+
+def _write_configs(configs: Path) -> None:
+    import yaml
+
+    configs.mkdir(exist_ok=True)
+    for pipeline, _, _, _ in CASES:
+        config = yaml.safe_load((EXAMPLE_CONFIGS / f"{pipeline}.yaml").read_text())
+        config["training"]["hyperparameters"]["epochs"] = 1
+        if pipeline == "house_prices":
+            _local(config)
+        elif pipeline == "support_tickets":
+            config["training"]["resources"]["processes_per_node"] = 1
+        (configs / f"{pipeline}.yaml").write_text(yaml.safe_dump(config))
 
 
 def _xcoms(airflow_home: Path, dag_id: str, task_id: str) -> list[dict]:
@@ -40,77 +90,57 @@ def _xcoms(airflow_home: Path, dag_id: str, task_id: str) -> list[dict]:
     return [json.loads(value) for (value,) in rows]
 
 
-def _local(config: dict) -> None:
-    """house_prices.yaml runs on Kubernetes GPUs over CSV weeks: here, CPU ranks over parquet days,
-    with a bootstrap interval and a slice, as the other two examples have."""
-    config["schedule"]["start_date"] = date(2026, 1, 1)  # weekly from 2026-01-05 in the example
-    config["data"].update(uri="data/house_sales", partition="ds={{ ds }}", format="parquet")
-    training = config["training"]
-    for key in ("image", "kubernetes"):
-        training.pop(key)
-    training.update(launcher="local", resources={"gpus_per_node": 0, "processes_per_node": 2})
-    training["deepspeed"] = {"zero_stage": 2}
-    training["checkpoint"].update(uri="checkpoints")
-    training["hyperparameters"].update(epochs=3, batch_size=128, learning_rate=0.003, warmup_steps=0)
-    config["evaluation"] = {"slices": [{"column": "building_type"}]}
-    config["gate"].update(
-        confidence=0.95, slice_guardrail={"max_regression": 50_000, "min_rows": 100}
-    )  # EUR of rmse
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("pipeline", "kind", "metric", "slice_column"),
-    [
-        ("house_prices", "house_sales", "rmse", "building_type"),
-        ("support_tickets", "support_tickets", "macro_f1", "customer_tier"),
-        ("search_ranking", "search_results", "ndcg_at_10", "device"),
-    ],
-)
-def test_a_task_type_trains_gates_and_registers_through_dag_test(
-    pipeline: str, kind: str, metric: str, slice_column: str, airflow_env: dict[str, str]
-) -> None:
-    import yaml
+@pytest.mark.timeout(900)
+def test_each_task_type_trains_gates_and_registers_through_dag_test(airflow_env: dict[str, str]) -> None:
     from mlflow import MlflowClient
 
     from airflow_trainpipe.synthetic import write_day
 
     home = Path(airflow_env["TRAINPIPE_HOME"])
-    for day in (1, 2):
-        write_day((home / "data" / kind).as_uri(), date(2026, 1, day), 6000, seed=day, kind=kind)
-    configs = Path(airflow_env["AIRFLOW__CORE__DAGS_FOLDER"]) / "configs"
-    configs.mkdir(exist_ok=True)
-    config = yaml.safe_load((EXAMPLE_CONFIGS / f"{pipeline}.yaml").read_text())
-    config["training"]["hyperparameters"]["epochs"] = 2
-    if pipeline == "house_prices":
-        _local(config)
-    (configs / f"{pipeline}.yaml").write_text(yaml.safe_dump(config))
-
-    first, second = run_dag_file_for_dates(
-        airflow_env, pipeline, SOURCE.format(pipeline=pipeline), ["2026-01-01", "2026-01-02"], timeout=900
+    for _, kind, _, _ in CASES:
+        for day in (1, 2):
+            write_day((home / "data" / kind).as_uri(), date(2026, 1, day), 3000, seed=day, kind=kind)
+    dags = Path(airflow_env["AIRFLOW__CORE__DAGS_FOLDER"])
+    _write_configs(dags / "configs")
+    (dags / "task_types.py").write_text(DAG_FILE)
+    done = subprocess.run(
+        [sys.executable, str(dags / "task_types.py")],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        timeout=840,
     )
-    assert first.tasks == dict.fromkeys(TASKS, "success"), first.output[-6000:]
-    assert second.state == "success" and second.tasks["gate"] == "success", second.output[-6000:]
+    output = done.stdout + done.stderr
+    runs = [
+        json.loads(line.split(RESULT_MARK, 1)[1]) for line in done.stdout.splitlines() if RESULT_MARK in line
+    ]
+    assert len(runs) == 2 * len(CASES), output[-6000:]
 
     airflow_home = Path(airflow_env["AIRFLOW_HOME"])
-    trained = _xcoms(airflow_home, pipeline, "train")
-    bootstrap, compared = _xcoms(airflow_home, pipeline, "gate")
-    assert bootstrap["promote"] and bootstrap["champion_version"] is None
-    # Day 2: both models on day 2's holdout, the interval and every slice of the column decided on.
-    assert compared["metric"] == metric and compared["champion_version"] == "1"
-    low, high = compared["improvement_interval"]
-    assert low <= compared["improvement"] <= high
-    assert compared["promote"] == (second.tasks["register"] == "success")
-    assert {check["slice"].split("=")[0] for check in compared["slice_checks"]} == {slice_column}
-    evaluation = trained[1]["evaluation"]
-    assert evaluation["holdout_rows"] > 0
-    assert {s["slice"].split("=")[0] for s in evaluation["slices"]} == {slice_column}
-    assert all(s["champion"] is not None for s in evaluation["slices"])
-
     client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
-    run = client.get_run(trained[1]["mlflow_run_id"])
-    assert run.data.metrics[f"candidate_{metric}"] > 0 and run.data.metrics[f"champion_{metric}"] > 0
-    assert "gate/report.html" in {a.path for a in client.list_artifacts(run.info.run_id, "gate")}
-    assert str(client.get_registered_model(pipeline).aliases["champion"]) == (
-        "2" if compared["promote"] else "1"
-    )
+    for (pipeline, _, metric, column), first, second in zip(CASES, runs[::2], runs[1::2], strict=True):
+        assert first["tasks"] == dict.fromkeys(TASKS, "success"), (pipeline, output[-6000:])
+        assert second["state"] == "success" and second["tasks"]["gate"] == "success", (
+            pipeline,
+            output[-6000:],
+        )
+        trained = _xcoms(airflow_home, pipeline, "train")
+        bootstrap, compared = _xcoms(airflow_home, pipeline, "gate")
+        assert bootstrap["promote"] and bootstrap["champion_version"] is None
+        # Day 2: both models on day 2's holdout, the interval and every slice of the column decided on.
+        assert compared["metric"] == metric and compared["champion_version"] == "1"
+        low, high = compared["improvement_interval"]
+        assert low <= compared["improvement"] <= high
+        assert compared["promote"] == (second["tasks"]["register"] == "success")
+        assert {check["slice"].split("=")[0] for check in compared["slice_checks"]} == {column}
+        evaluation = trained[1]["evaluation"]
+        assert evaluation["holdout_rows"] > 0
+        assert {s["slice"].split("=")[0] for s in evaluation["slices"]} == {column}
+        assert all(s["champion"] is not None for s in evaluation["slices"])
+
+        run = client.get_run(trained[1]["mlflow_run_id"])
+        assert run.data.metrics[f"candidate_{metric}"] > 0 and run.data.metrics[f"champion_{metric}"] > 0
+        assert "gate/report.html" in {a.path for a in client.list_artifacts(run.info.run_id, "gate")}
+        champion = str(client.get_registered_model(pipeline).aliases["champion"])
+        assert champion == ("2" if compared["promote"] else "1")

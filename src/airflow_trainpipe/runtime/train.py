@@ -28,6 +28,7 @@ from airflow_trainpipe.digest import content_digest
 from airflow_trainpipe.events import emit
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.payloads import TrainResult
+from airflow_trainpipe.reproduce import SPEC_ARTIFACT, library_versions
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager, CompleteCheckpoint
@@ -234,9 +235,13 @@ class Trainer:
                 "trainpipe.code_version": __version__,
                 "trainpipe.transform_hash": self.prepared.transform.hash,
                 "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
+                "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
                 **(self.spec.manifest.window_tags() if self.spec.manifest is not None else {}),
             }
         )
+        # Everything this job was told (config, files and their manifest, effective
+        # hyperparameters): what `trainpipe reproduce` trains again from.
+        tracker.log_dict(json.loads(self.spec.to_json()), SPEC_ARTIFACT)
         windowed = self.spec.manifest is not None and self.spec.manifest.window
         source = resolve(self.config.data.uri) if windowed else self.spec.data_files[0].rsplit("/", 1)[0]
         tracker.log_data_input(f"{self.config.pipeline}-snapshot", source, digest)

@@ -1,0 +1,196 @@
+"""`trainpipe reproduce`: train a registered model version again from what its run logged, and
+say whether the very same model came out.
+
+Every training job logs `spec.json` on its MLflow run: the validated config, exactly the data files
+with the manifest of their bytes, and the effective hyperparameters (form overrides included);
+its tags record the code version, the world size and the library versions (`trainpipe.libraries`).
+Reproducing is that spec trained again under a new run id on the same world size, with the
+local launcher. The job checks every file's bytes against the manifest before training, so
+changed data stops it (naming the file) rather than producing a different model. The comparison
+is of every holdout metric, the candidate's final evaluation and the weights' sha256: equal
+weights mean the same model bit for bit, and anything else is listed with its likely causes.
+
+mlflow is imported inside the functions; the module is light, imported by the training job too.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_trainpipe.registry import RegistryError
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.hooks.mlflow import MlflowHook
+    from airflow_trainpipe.train_spec import TrainSpec
+
+SPEC_ARTIFACT = "spec.json"
+LIBRARIES = ("torch", "deepspeed", "numpy", "pyarrow", "pandas", "mlflow")
+
+
+def library_versions() -> dict[str, str]:
+    """The versions a model's numbers can depend on (read from package metadata: no imports)."""
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What a registered version's run logged: enough to train it again and to compare."""
+
+    model_name: str
+    version: str
+    run_id: str
+    spec: dict[str, Any]
+    result: dict[str, Any]
+    tags: dict[str, str]
+
+
+def parse_reference(reference: str) -> tuple[str, str | None, str | None]:
+    """`name@alias` or `name/version` -> (name, alias, version)."""
+    if "@" in reference:
+        name, alias = reference.rsplit("@", 1)
+        if name and alias:
+            return name, alias, None
+    elif "/" in reference:
+        name, number = reference.rsplit("/", 1)
+        if name and number.isdigit():
+            return name, None, number
+    raise RegistryError(f"expected MODEL@ALIAS or MODEL/VERSION, got {reference!r}")
+
+
+def logged_version(hook: MlflowHook, reference: str) -> Logged:
+    from mlflow.exceptions import MlflowException
+
+    name, alias, number = parse_reference(reference)
+    with hook.activated(), tempfile.TemporaryDirectory(prefix="trainpipe-reproduce-") as directory:
+        client = hook.get_conn()
+        try:
+            if alias is not None:
+                found = client.get_model_version_by_alias(name, alias)
+            else:
+                found = client.get_model_version(name, str(number))
+            run = client.get_run(str(found.run_id))
+        except MlflowException as exc:
+            raise RegistryError(f"cannot find {reference} in the MLflow registry: {exc.message}") from exc
+        documents = {}
+        for artifact in (SPEC_ARTIFACT, "result.json"):
+            try:
+                documents[artifact] = json.loads(
+                    Path(client.download_artifacts(run.info.run_id, artifact, directory)).read_text()
+                )
+            except (MlflowException, OSError) as exc:
+                raise RegistryError(
+                    f"{name} version {found.version}'s run {run.info.run_id} has no {artifact} "
+                    "(trained before runs logged what reproducing needs): it cannot be reproduced"
+                ) from exc
+    return Logged(
+        name,
+        str(found.version),
+        run.info.run_id,
+        documents[SPEC_ARTIFACT],
+        documents["result.json"],
+        dict(run.data.tags),
+    )
+
+
+def reproduction_spec(logged: Logged, run_id: str) -> TrainSpec:
+    """The logged spec under a new run id (a fresh run directory and MLflow run), tagged with
+    what it reproduces."""
+    from airflow_trainpipe.train_spec import TrainSpec
+
+    spec = TrainSpec.model_validate(logged.spec)
+    tags = {
+        **spec.tags,
+        "trainpipe.reproduces": f"{logged.model_name}/{logged.version}",
+        "trainpipe.launched_by": "reproduce",
+    }
+    return spec.model_copy(update={"run_id": run_id, "mlflow_run_id": None, "tags": tags})
+
+
+@dataclass
+class Comparison:
+    rows: list[tuple[str, Any, Any]] = field(default_factory=list)
+    """(what, logged, reproduced) for the weights and every metric."""
+
+    causes: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return all(_same(a, b) for _, a, b in self.rows)
+
+    def table(self) -> str:
+        width = max(len(name) for name, _, _ in self.rows)
+        lines = [f"{'':{width}}  {'logged':>22}  {'reproduced':>22}"]
+        for name, logged, reproduced in self.rows:
+            mark = "" if _same(logged, reproduced) else "  <- differs"
+            lines.append(f"{name:{width}}  {_shown(logged):>22}  {_shown(reproduced):>22}{mark}")
+        return "\n".join(lines)
+
+
+def compare(logged: Logged, reproduced: dict[str, Any]) -> Comparison:
+    result = logged.result
+    comparison = Comparison([("weights sha256", result["weights_sha256"], reproduced["weights_sha256"])])
+    for section, label in (("holdout_metrics", "holdout"), ("candidate", "final")):
+        before = (
+            result["holdout_metrics"] if section == "holdout_metrics" else result["evaluation"]["candidate"]
+        )
+        after = (
+            reproduced["holdout_metrics"]
+            if section == "holdout_metrics"
+            else reproduced["evaluation"]["candidate"]
+        )
+        for name in sorted(set(before) | set(after)):
+            comparison.rows.append((f"{label} {name}", before.get(name), after.get(name)))
+    if not comparison.identical:
+        comparison.causes = likely_causes(logged, reproduced)
+    return comparison
+
+
+def likely_causes(logged: Logged, reproduced: dict[str, Any]) -> list[str]:
+    from airflow_trainpipe import __version__
+
+    causes = []
+    code = logged.tags.get("trainpipe.code_version")
+    if code != __version__:
+        causes.append(f"code version: trained with airflow-trainpipe {code}, reproduced with {__version__}")
+    if int(logged.result.get("world_size", 0)) != int(reproduced.get("world_size", 0)):
+        causes.append(
+            f"world size: {logged.result.get('world_size')} then, {reproduced.get('world_size')} now"
+        )
+    then = json.loads(logged.tags.get("trainpipe.libraries", "{}"))
+    now = library_versions()
+    changed = [f"{k} {then.get(k)} -> {now[k]}" for k in now if then.get(k) not in (None, now[k])]
+    if changed:
+        causes.append("library versions: " + ", ".join(changed))
+    if not then:
+        causes.append("library versions: not recorded by the original run")
+    if logged.result.get("resumed_from_step"):
+        causes.append(
+            f"the original run resumed from step {logged.result['resumed_from_step']} (a resume on another world size is not bit-exact)"
+        )
+    if logged.result.get("compute_hours_gpu"):
+        causes.append("the original run trained on GPUs; this reproduction ran on this machine's devices")
+    return causes or ["none recorded: non-deterministic kernels or hardware are left"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)  # NaN equals NaN here: both runs computed "undefined"
+    return bool(a == b)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str) and len(value) > 22:
+        return value[:19] + "..."
+    return f"{value:.10g}" if isinstance(value, float) else str(value)
