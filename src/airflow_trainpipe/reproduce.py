@@ -141,15 +141,11 @@ class Comparison:
 def compare(logged: Logged, reproduced: dict[str, Any]) -> Comparison:
     result = logged.result
     comparison = Comparison([("weights sha256", result["weights_sha256"], reproduced["weights_sha256"])])
-    for section, label in (("holdout_metrics", "holdout"), ("candidate", "final")):
-        before = (
-            result["holdout_metrics"] if section == "holdout_metrics" else result["evaluation"]["candidate"]
-        )
-        after = (
-            reproduced["holdout_metrics"]
-            if section == "holdout_metrics"
-            else reproduced["evaluation"]["candidate"]
-        )
+    sections = (
+        ("holdout", result["holdout_metrics"], reproduced["holdout_metrics"]),
+        ("final", result["evaluation"]["candidate"], reproduced["evaluation"]["candidate"]),
+    )
+    for label, before, after in sections:
         for name in sorted(set(before) | set(after)):
             comparison.rows.append((f"{label} {name}", before.get(name), after.get(name)))
     if not comparison.identical:
