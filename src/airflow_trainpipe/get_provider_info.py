@@ -28,6 +28,8 @@ def get_provider_info() -> dict:
                     "airflow_trainpipe.operators.validate",
                     "airflow_trainpipe.operators.gate",
                     "airflow_trainpipe.operators.register",
+                    "airflow_trainpipe.operators.approval",
+                    "airflow_trainpipe.operators.promote",
                     "airflow_trainpipe.operators.config_error",
                 ],
             },
@@ -48,6 +50,7 @@ def get_provider_info() -> dict:
                 "hook-name": "MLflow",
             },
         ],
+        "notifications": ["airflow_trainpipe.notifications.email.PipelineEmailNotifier"],
         "extra-links": [
             "airflow_trainpipe.links.mlflow.MlflowRunLink",
             "airflow_trainpipe.links.mlflow.MlflowModelVersionLink",

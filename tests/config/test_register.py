@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -70,3 +71,35 @@ def test_aliases_mlflow_refuses_are_rejected(field: str, alias: str, reason: str
 def test_tag_values_are_strings() -> None:
     assert _errors(tags={"team": 7}) == [(("tags", "team"), "Input should be a valid string")]
     assert RegisterSection(tags={"team": "risk"}).tags == {"team": "risk"}
+
+
+def test_approval_is_off_by_default_and_stages_under_challenger_when_on() -> None:
+    assert RegisterSection().approval == "none"
+    section = RegisterSection.model_validate({"approval": "required", "approval_timeout": "2h"})
+    assert (section.staging_alias, section.approval_timeout, section.on_approval_timeout) == (
+        "challenger",
+        timedelta(hours=2),
+        "reject",
+    )
+
+
+def test_the_staging_alias_must_not_be_a_serving_alias() -> None:
+    with pytest.raises(ValidationError) as caught:
+        RegisterSection.model_validate({"approval": "required", "staging_alias": "previous_champion"})
+    [error] = caught.value.errors()
+    assert error["ctx"]["problems"] == [
+        (("staging_alias",), "must differ from alias 'champion' and previous_alias")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("approval", "maybe", "Input should be 'none' or 'required'"),
+        ("on_approval_timeout", "ignore", "Input should be 'reject', 'approve' or 'fail'"),
+        ("approval_timeout", "0s", "expected a duration greater than zero"),
+    ],
+)
+def test_approval_settings_name_what_they_accept(field: str, value: str, expected: str) -> None:
+    [(loc, message)] = _errors(**{field: value})
+    assert loc[0] == field and expected in message

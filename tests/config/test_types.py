@@ -26,3 +26,15 @@ def test_a_duration_timedelta_cannot_hold_is_a_located_problem(value: str) -> No
     assert str(problem).startswith(
         "x.yaml:13:16: schedule.retry_delay: expected a finite duration of at most 999999999 days, got "
     )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(3600, "1h"), (259200, "3d"), (90, "90s"), (120, "2m"), (5400, "90m"), (1.5, "1.5s")],
+)
+def test_short_duration_uses_the_largest_whole_unit(seconds: float, text: str) -> None:
+    from datetime import timedelta
+
+    from airflow_trainpipe.config.types import short_duration
+
+    assert short_duration(timedelta(seconds=seconds)) == text

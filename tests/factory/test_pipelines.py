@@ -280,3 +280,58 @@ def test_hostile_neighbours_leave_the_valid_pipeline_alone(tmp_path: Path) -> No
     )
     for dag in dags.values():
         DagSerialization.to_dict(dag)  # what the DAG processor stores
+
+
+APPROVED = (
+    FRAUD.replace("  retry_delay: 2m\n", "  retry_delay: 2m\n  deadline: 6h\n").replace(
+        "\nregister:\n", "\nregister:\n  approval: required\n  approval_timeout: 2h\n  approvers: [alice]\n"
+    )
+    + "\nnotify:\n  email: [ml-oncall@example.com]\n  events: [failure, promotion, approval_needed, deadline_missed]\n"
+)
+
+
+def test_approval_adds_approve_and_promote_and_the_asset_moves_with_the_champion(tmp_path: Path) -> None:
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    dag = _dags(_folder(tmp_path, **{"fraud.yaml": APPROVED}))["fraud_detector"]
+    order = ["wait_for_data", "validate_data", "train", "gate", "register", "approve", "promote"]
+    assert sorted(dag.task_ids) == sorted(order)
+    for upstream, downstream in itertools.pairwise(order):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    approve = dag.get_task("approve")
+    assert isinstance(approve, ApprovalOperator)
+    assert (approve.defaults, approve.response_timeout, approve.retries) == (
+        ["Reject"],
+        timedelta(hours=2),
+        0,
+    )
+    assert approve.assigned_users == [{"id": "alice", "name": "alice"}]
+    assert list(approve.params.keys()) == ["reason"]
+    assert dag.get_task("register").outlets == []
+    [asset] = dag.get_task("promote").outlets
+    assert asset.name == "fraud_detector@champion"
+    dag.validate()
+    DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def test_notify_wires_failure_promotion_approval_and_deadline(tmp_path: Path) -> None:
+    from airflow.sdk import DeadlineReference
+
+    from airflow_trainpipe.notifications.deadline import CALLBACK_PATH
+    from airflow_trainpipe.notifications.email import PipelineEmailNotifier
+
+    dag = _dags(_folder(tmp_path, **{"fraud.yaml": APPROVED}))["fraud_detector"]
+    for task in dag.tasks:  # a failure anywhere, after its retries, is announced
+        [notifier] = task.on_failure_callback
+        assert isinstance(notifier, PipelineEmailNotifier) and notifier.event == "failure"
+    assert [n.event for n in dag.get_task("promote").on_success_callback] == ["promotion"]
+    assert not dag.get_task("register").on_success_callback  # with approval, register only stages
+    assert [n.event for n in dag.get_task("approve").notifiers] == ["approval_needed"]
+    [alert] = dag.deadline
+    assert alert.interval == timedelta(hours=6) and alert.reference == DeadlineReference.DAGRUN_LOGICAL_DATE
+    assert alert.callback.path == CALLBACK_PATH
+    assert alert.callback.kwargs["email"] == ["ml-oncall@example.com"]
+    # Without a notify section nothing is attached.
+    plain = _dags(EXAMPLE_CONFIGS)["fraud_detector"]
+    assert all(not t.on_failure_callback for t in plain.tasks) and not plain.deadline
+    assert not plain.get_task("register").on_success_callback

@@ -22,11 +22,13 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT, free_port
+from tests.helpers.smtp_server import SmtpServer
 
 PARTITION = date(
     2026, 1, 3
 )  # the last of the days written for the REST test; the day before is its drift reference
 BROKEN_FILE = "fraud_broken.yaml"
+APPROVAL_PIPELINE = "fraud_approval"  # register.approval: required, notify: the stack's SMTP server
 ADMIN_PASSWORD = "e2e-admin-pw"
 ROWS_PER_DAY = 10_000
 ARTIFACTS = REPO_ROOT / "var" / "test-artifacts"  # gitignored; what a failed browser test saw
@@ -48,6 +50,7 @@ class Stack:
     airflow_home: Path
     home: Path  # TRAINPIPE_HOME of the Airflow processes
     mlflow: object  # tests.helpers.mlflow_server.MlflowServer
+    smtp: object  # tests.helpers.smtp_server.SmtpServer, Airflow's smtp_default
     username: str = "admin"
     password: str = ADMIN_PASSWORD
 
@@ -157,6 +160,7 @@ def running_stack(
             "zero_stage: 1", "zero_stage: 7"
         )
     )
+    (dags / "configs" / f"{APPROVAL_PIPELINE}.yaml").write_text(approval_config(fraud))
     for name, text in (dag_files or {}).items():
         (dags / name).write_text(text)
     for day in (date(2026, 1, 1), date(2026, 1, 2), PARTITION):
@@ -168,10 +172,12 @@ def running_stack(
     )
 
     mlflow = start_mlflow_server(root / "mlflow")
+    smtp = SmtpServer().__enter__()
     airflow = None
     try:
         port = free_port()
         env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
+        env["AIRFLOW_CONN_SMTP_DEFAULT"] = smtp.connection_json()
         env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
         env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(scheduled_runs)
         airflow = up.start_airflow(env, airflow_home / "standalone.log")
@@ -188,11 +194,24 @@ def running_stack(
         assert token.status_code == 201, token.text
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
-        yield Stack(url, session, dags / "configs", airflow_home, home, mlflow)
+        yield Stack(url, session, dags / "configs", airflow_home, home, mlflow, smtp)
     finally:
         if airflow is not None:
             up.stop(airflow)
+        smtp.__exit__(None, None, None)
         stop_mlflow_server(mlflow.process)
+
+
+def approval_config(fraud: str) -> str:
+    """fraud_detector.yaml registering into its own model, promoted only after a person approves,
+    e-mailing the stack's SMTP server; its 1h deadline is long past for a run of 2026-01-03."""
+    text = fraud.replace("pipeline: fraud_detector", f"pipeline: {APPROVAL_PIPELINE}").replace(
+        "model_name: fraud_detector", f"model_name: {APPROVAL_PIPELINE}"
+    )
+    text = text.replace("  retry_delay: 2m\n", "  retry_delay: 2m\n  deadline: 1h\n")
+    text = text.replace("\nregister:\n", "\nregister:\n  approval: required\n  approval_timeout: 1d\n")
+    assert "approval: required" in text and "deadline: 1h" in text
+    return text + "\nnotify:\n  email: [ml-oncall@example.com]\n  from_email: trainpipe@example.com\n"
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.evaluation import EvaluationSection
 from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.config.gate import GateSection
+from airflow_trainpipe.config.notify import NotifySection
 from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.suggest import did_you_mean
@@ -58,6 +59,9 @@ class PipelineConfig(Section):
     registration: RegisterSection = Field(default=RegisterSection(), alias="register")
     """Where promoted models go."""
 
+    notify: NotifySection | None = None
+    """Who is e-mailed about failures, promotions, approvals and missed deadlines; null: nobody."""
+
     @property
     def registered_model_name(self) -> str:
         return self.registration.model_name or self.pipeline
@@ -84,9 +88,23 @@ class PipelineConfig(Section):
                 *self._feature_problems(),
                 *self._data_problems(),
                 *self._evaluation_problems(),
+                *self._notify_problems(),
             ]
         )
         return self
+
+    def _notify_problems(self) -> FieldProblems:
+        # A deadline or an approval whose alert goes nowhere is a silent misconfiguration.
+        events = self.notify.events if self.notify is not None else []
+        if self.schedule.deadline is not None and "deadline_missed" not in events:
+            return [
+                (
+                    ("schedule", "deadline"),
+                    "a missed deadline is announced by e-mail: add a `notify` section whose events "
+                    "include deadline_missed",
+                )
+            ]
+        return []
 
     def _gate_problems(self) -> FieldProblems:
         problems: FieldProblems = []

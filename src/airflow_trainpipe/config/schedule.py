@@ -86,6 +86,10 @@ class ScheduleSection(Section):
     dagrun_timeout: PositiveDuration | None = None
     """Fail a DAG run that takes longer than this."""
 
+    deadline: PositiveDuration | None = None
+    """Alert (`notify`'s `deadline_missed`) when a run has not finished this long after its logical
+    date (Airflow's DeadlineAlert; the run goes on). E.g. `6h` for a nightly retrain due by 8am."""
+
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, value: str | None) -> str | None:

@@ -42,6 +42,15 @@ def format_duration(value: timedelta) -> str:
     return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds}s"
 
 
+def short_duration(value: timedelta) -> str:
+    """The largest whole unit, as a config writes it: `1h`, `3d`, `90s` (for messages)."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return format_duration(value)
+
+
 def _non_negative(value: timedelta) -> timedelta:
     if value < timedelta(0):
         raise ValueError(f"a duration cannot be negative, got {format_duration(value)}")

@@ -1,4 +1,4 @@
-"""Config -> DAG: wait_for_data -> validate_data -> train -> gate -> register."""
+"""Config -> DAG: wait_for_data -> validate_data -> train -> gate -> register (-> approve -> promote)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,20 @@ from airflow.sdk import (
     StartOfDayMapper,
     StartOfHourMapper,
 )
+from airflow.sdk.definitions.callback import AsyncCallback
+from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.loader import duplicate_pipeline
 from airflow_trainpipe.config.schedule import aware_datetime
+from airflow_trainpipe.config.types import short_duration
 from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.factory import params
 from airflow_trainpipe.factory.broken import broken_config_dag, stand_in_dag_id
 from airflow_trainpipe.factory.configs import read_config_folder
 from airflow_trainpipe.factory.docs import pipeline_doc
+from airflow_trainpipe.notifications.deadline import CALLBACK_PATH
+from airflow_trainpipe.notifications.email import PipelineEmailNotifier
 from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
@@ -128,12 +133,7 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
     s = config.schedule
     asset = model_asset(config)
     partition = params.partition_template(config)
-    task_defaults: dict[str, Any] = {
-        "owner": config.owner,
-        "retries": s.retries,
-        "retry_delay": s.retry_delay,
-        "retry_exponential_backoff": s.retry_exponential_backoff,
-    }
+    task_defaults = _task_defaults(config)
     dag = DAG(
         dag_id=config.pipeline,
         description=config.description,
@@ -147,6 +147,7 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         tags=["trainpipe", *config.tags],
         params=params.trigger_params(config),
         default_args=task_defaults,
+        deadline=_deadline(config),
     )
     # Built outside `with dag:` and added after: inside the context every operator deep-copies
     # the DAG's Params (once per class in its hierarchy), the largest per-DAG parse cost. A task
@@ -173,11 +174,97 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         force=params.force_template(),
         **task_defaults,
     )
+    approval = config.registration.approval == "required"
     register = RegisterModelOperator(
-        task_id="register", config=config, gate_task_id=gate.task_id, outlets=[asset], **task_defaults
+        task_id="register",
+        config=config,
+        gate_task_id=gate.task_id,
+        outlets=[] if approval else [asset],
+        **_with_promotion_notice(task_defaults, config, not approval),
     )
     wait >> validate >> train >> gate >> register
+    if approval:
+        _approval_tasks(config, register, asset, task_defaults)
     return dag
+
+
+def _task_defaults(config: PipelineConfig) -> dict[str, Any]:
+    """What every task gets: the owner, the schedule's retries, the `failure` e-mail."""
+    s = config.schedule
+    defaults: dict[str, Any] = {
+        "owner": config.owner,
+        "retries": s.retries,
+        "retry_delay": s.retry_delay,
+        "retry_exponential_backoff": s.retry_exponential_backoff,
+    }
+    failure = PipelineEmailNotifier.for_event(config.notify, config.pipeline, "failure")
+    if failure is not None:
+        defaults["on_failure_callback"] = [failure]
+    return defaults
+
+
+def _approval_tasks(
+    config: PipelineConfig, register: Any, asset: Asset, task_defaults: dict[str, Any]
+) -> None:
+    """register -> approve (Required Actions) -> promote; a rejection skips promote."""
+    # Imported only for pipelines that ask for approval: the HITL operator is the standard
+    # provider's, and most DAG folders never need it at parse time.
+    from airflow_trainpipe.operators.approval import ModelApprovalOperator
+    from airflow_trainpipe.operators.promote import PromoteModelOperator
+
+    asked = PipelineEmailNotifier.for_event(config.notify, config.pipeline, "approval_needed")
+    approve = ModelApprovalOperator(
+        task_id="approve",
+        config=config,
+        register_task_id=register.task_id,
+        notifiers=[asked] if asked is not None else None,
+        # The wait is the human's: no retries of a request that is answered once.
+        **{**task_defaults, "retries": 0},
+    )
+    promote = PromoteModelOperator(
+        task_id="promote",
+        config=config,
+        register_task_id=register.task_id,
+        approval_task_id=approve.task_id,
+        outlets=[asset],
+        **_with_promotion_notice(task_defaults, config, True),
+    )
+    register >> approve >> promote
+
+
+def _with_promotion_notice(
+    task_defaults: dict[str, Any], config: PipelineConfig, promotes: bool
+) -> dict[str, Any]:
+    """The task's arguments, with the `promotion` e-mail on success when this task moves the champion."""
+    notice = (
+        PipelineEmailNotifier.for_event(config.notify, config.pipeline, "promotion") if promotes else None
+    )
+    return {**task_defaults, "on_success_callback": [notice]} if notice is not None else task_defaults
+
+
+def _deadline(config: PipelineConfig) -> DeadlineAlert | None:
+    s, notify = config.schedule, config.notify
+    if s.deadline is None or notify is None:  # the config requires notify with a deadline
+        return None
+    # A run of a partitioned asset has no logical date: its clock starts when it is queued.
+    reference = (
+        DeadlineReference.DAGRUN_QUEUED_AT if s.asset is not None else DeadlineReference.DAGRUN_LOGICAL_DATE
+    )
+    return DeadlineAlert(
+        reference=reference,
+        interval=s.deadline,
+        callback=AsyncCallback(
+            CALLBACK_PATH,
+            kwargs={
+                "pipeline": config.pipeline,
+                "email": list(notify.email),
+                "smtp_conn_id": notify.smtp_conn_id,
+                "from_email": notify.from_email,
+                "deadline": short_duration(s.deadline),
+            },
+        ),
+        name=f"{config.pipeline} deadline",
+    )
 
 
 def _schedule(config: PipelineConfig) -> Any:

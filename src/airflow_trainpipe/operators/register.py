@@ -1,5 +1,8 @@
 """RegisterModelOperator: the `register` task, the promoted candidate into the MLflow registry.
 
+With `register.approval: required` the version only gets `register.staging_alias` here; the
+`approve` and `promote` tasks (operators/approval.py, operators/promote.py) do the rest.
+
 Idempotent: the version for an MLflow run is looked up by run id before one is created, so a
 retry of this task or a re-run of the DAG run finds the version the first attempt created
 instead of adding a second one. Promotion moves aliases (`register.alias`, default `champion`;
@@ -111,12 +114,11 @@ class RegisterModelOperator(BaseOperator):
 def register_candidate(
     hook: Any, config: PipelineConfig, run_id: str, decision: GateDecision, lineage: dict[str, str], log: Any
 ) -> dict[str, Any]:
-    """Find or create the version of `run_id`, tag it, and move the aliases. Safe to repeat."""
-    name, alias, previous_alias = (
-        config.registered_model_name,
-        config.registration.alias,
-        config.registration.previous_alias,
-    )
+    """Find or create the version of `run_id`, tag it, and move the aliases. Safe to repeat.
+
+    With `register.approval: required` the version only gets the staging alias: the champion
+    moves when a person approves (operators/promote.py)."""
+    name = config.registered_model_name
     run = hook.finished_run(run_id)
     version, created = hook.find_or_create_version(name, run, f"trainpipe pipeline {config.pipeline}")
     if created:
@@ -124,17 +126,65 @@ def register_candidate(
     else:
         log.info("run %s is already registered as %s version %s: not creating another", run_id, name, version)
     hook.set_version_tags(name, version, version_tags(config, run, decision, lineage))
+    result = {
+        "model_name": name,
+        "version": version,
+        "created": created,
+        "model_uri": f"models:/{name}/{version}",
+        "mlflow_run_id": run_id,
+        "gate_reason": decision.reason,
+        "model_version_url": hook.model_version_url(name, version),
+    }
+    if config.registration.approval == "required":
+        staging = config.registration.staging_alias
+        hook.move_alias(name, staging, version, None, None)
+        log.info(
+            "%s version %s is @%s: it waits for approval before it becomes @%s",
+            name,
+            version,
+            staging,
+            config.registration.alias,
+        )
+        return {
+            **result,
+            "alias": staging,
+            "promoted": False,
+            "previous_version": None,
+            "previous_alias": None,
+        }
+    return {**result, **promote_version(hook, config, version, decision, log)}
+
+
+def check_champion_unchanged(
+    hook: Any, config: PipelineConfig, version: str, decision: GateDecision
+) -> str | None:
+    """The version holding `register.alias` now; raises when it is neither `version` nor the one the
+    gate compared against (unless forced): the comparison is stale, so nothing may move."""
+    name, alias = config.registered_model_name, config.registration.alias
     holder = hook.current_champion(name, alias)
     holder_version = holder[0] if holder else None
+    if holder_version not in (version, decision.champion_version) and not decision.forced:
+        raise AirflowFailException(
+            f"{name}@{alias} is version {holder_version or 'none'}, but the gate compared against "
+            f"{decision.champion_version or 'none'}; the champion changed in between, so this version is not promoted"
+        )
+    return holder_version
+
+
+def promote_version(
+    hook: Any, config: PipelineConfig, version: str, decision: GateDecision, log: Any
+) -> dict[str, Any]:
+    """Move `register.alias` to `version`; the version holding it gets `previous_alias`."""
+    name, alias, previous_alias = (
+        config.registered_model_name,
+        config.registration.alias,
+        config.registration.previous_alias,
+    )
+    holder_version = check_champion_unchanged(hook, config, version, decision)
     previous = None
     if holder_version == version:
         log.info("%s version %s already holds alias %r", name, version, alias)
     else:
-        if holder_version != decision.champion_version and not decision.forced:
-            raise AirflowFailException(
-                f"{name}@{alias} is version {holder_version or 'none'}, but the gate compared against "
-                f"{decision.champion_version or 'none'}; the champion changed in between, so this version is not promoted"
-            )
         previous = hook.move_alias(name, alias, version, previous_alias, holder_version)
         log.info(
             "%s version %s is now @%s%s",
@@ -144,14 +194,10 @@ def register_candidate(
             f"; version {previous} is @{previous_alias}" if previous else "",
         )
     return {
-        "model_name": name,
-        "version": version,
         "alias": alias,
-        "created": created,
+        "promoted": True,
         "previous_version": previous,
         "previous_alias": previous_alias if previous else None,
-        "model_uri": f"models:/{name}/{version}",
-        "mlflow_run_id": run_id,
     }
 
 

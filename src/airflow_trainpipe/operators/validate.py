@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from airflow_trainpipe.validation.validate import ValidationReport
 
 
+class DataValidationFailed(AirflowFailException):
+    """The data failed its checks: final (another try reads the same bytes), and its own alert."""
+
+
 class DataValidateOperator(BaseOperator):
     """Freeze the run's partition into a snapshot and run the config's checks on it.
 
@@ -77,7 +81,7 @@ class DataValidateOperator(BaseOperator):
         if not summary.passed:
             self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
             if self.config.validation.fail_on == "error":
-                raise AirflowFailException(
+                raise DataValidationFailed(
                     f"snapshot {manifest.digest} of {manifest.partition_uri} failed validation "
                     f"({report.failure_summary()}); nothing is trained on it. Report: {summary.report_uri}"
                 )
@@ -119,7 +123,7 @@ class DataValidateOperator(BaseOperator):
                 summary, report = self._validate(manifest, partition)
                 validated_now += 1
                 if not summary.passed and self.config.validation.fail_on == "error":
-                    raise AirflowFailException(
+                    raise DataValidationFailed(
                         f"partition {partition} of the window failed validation ({report.failure_summary()}); "
                         f"nothing is trained on the window. Report: {summary.report_uri}"
                     )
