@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import GateReportLink
 from airflow_trainpipe.payloads import GateDecision
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,7 +47,7 @@ def as_bool(value: Any, name: str) -> bool:
     raise AirflowFailException(f"{name} must be true or false, got {value!r}")
 
 
-class BaselineGateOperator(BaseOperator, SkipMixin):
+class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
     """Decide whether the candidate replaces the champion; skip registration when it does not.
 
     :param config: the parsed pipeline config, or the path of its YAML file.

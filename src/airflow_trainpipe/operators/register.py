@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -37,7 +38,7 @@ LINEAGE_RUN_TAGS = (
 )
 
 
-class RegisterModelOperator(BaseOperator):
+class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Register the candidate run's model, tag its lineage, and make it the champion.
 
     :param config: the parsed pipeline config, or the path of its YAML file.

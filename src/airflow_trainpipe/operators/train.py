@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import MlflowRunLink
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, XComArg
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.train_spec import TrainSpec
 
 
-class DistributedTrainOperator(BaseOperator):
+class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Train the pipeline's model; returns the job's TrainResult (payloads.py) as XCom.
 
     :param config: the parsed pipeline config, or the path of its YAML file.

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.validation.validate import ValidationReport
 
 
-class DataValidateOperator(BaseOperator):
+class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Freeze the run's partition into a snapshot and run the config's checks on it.
 
     Checks: the schema contract, volume against the previous validated snapshot, the Great

@@ -10,12 +10,13 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DataSnapshotSensor(BaseSensorOperator):
+class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     """Wait until the run's partition `<data.uri>/<partition>/` is complete.
 
     Complete means the writer's marker file exists (`data.wait.marker`, `_SUCCESS` by default)
