@@ -57,15 +57,13 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
         from airflow_trainpipe.window import run_window
 
         data = self.config.data
-        with as_airflow_errors():  # a bad partition fails at once; a late file or a store hiccup is retried
-            window = run_window(data, context, self.partition, self.render_template)
-            missing = missing_partitions(data, window, self.conn_id)
-            manifest = resolve_snapshot(data, self.partition, self.conn_id)
+        window = run_window(data, context, self.partition, self.render_template)
+        missing = missing_partitions(data, window, self.conn_id)
+        manifest = resolve_snapshot(data, self.partition, self.conn_id)
         self.log.info(
             "snapshot %s: %d file(s), %d rows, %d columns",
             manifest.digest,
@@ -84,8 +82,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 )
             self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
         if len(window) > 1:
-            with as_airflow_errors():
-                spanned = window_snapshot(data, [*earlier, (self.partition, manifest)], missing, self.conn_id)
+            spanned = window_snapshot(data, [*earlier, (self.partition, manifest)], missing, self.conn_id)
             self.log.info(
                 "window %s .. %s: snapshot %s of %d partition(s) (%d missing: %s), %d file(s), %d rows",
                 window[0],
@@ -104,7 +101,6 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         """The window's earlier partitions, oldest first, each with its validated manifest: the
         one its validation record names while the partition still holds those files, else
         validated now (oldest first, so each is checked against its predecessor, as on its day)."""
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.snapshot import resolve_snapshot
 
         earlier: list[tuple[str, Manifest]] = []
@@ -112,8 +108,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         for partition in partitions:
             manifest = self._recorded(partition)
             if manifest is None:
-                with as_airflow_errors():
-                    manifest = resolve_snapshot(self.config.data, partition, self.conn_id)
+                manifest = resolve_snapshot(self.config.data, partition, self.conn_id)
                 self.log.info(
                     "window partition %s has no current validation record: validating it now", partition
                 )

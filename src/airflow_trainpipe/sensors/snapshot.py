@@ -54,11 +54,9 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     @property
     def partition_uri(self) -> str:
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.snapshot import partition_uri
 
-        with as_airflow_errors():  # waiting longer cannot fix a bad value: PartitionError is final
-            return partition_uri(self.data, self.partition)
+        return partition_uri(self.data, self.partition)
 
     def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.snapshot import partition_ready
