@@ -6,6 +6,7 @@ import importlib
 import inspect
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +33,8 @@ from airflow_trainpipe.snapshot import PartitionError, SnapshotError
 from airflow_trainpipe.window import WindowError
 from tests.conftest import EXAMPLE_CONFIGS
 
-FRAUD = str(EXAMPLE_CONFIGS / "fraud_detector.yaml")
+FRAUD_PATH = EXAMPLE_CONFIGS / "fraud_detector.yaml"
+FRAUD = str(FRAUD_PATH)
 
 
 def _decide(exception: BaseException, try_number: int = 1, max_tries: int = 3) -> RetryDecision:
@@ -198,3 +200,42 @@ def test_a_dag_using_the_policy_serializes_with_only_a_flag() -> None:
     assert "TrainpipeRetryPolicy" not in json.dumps(data)  # no object, no memory address
     stored = DagSerialization.from_dict(data)
     assert {t.task_id: t.has_retry_policy for t in stored.tasks} == {"validate_data": True, "train": True}
+
+
+# -- through Airflow's task runner --------------------------------------------------------------
+
+RUNNER_DAG = """
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
+
+retried_at_once = {{"retries": 2, "retry_delay": timedelta(0)}}
+with DAG("retry_policy", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args=retried_at_once) as dag:
+    data = load_config({config!r}).data
+    DataSnapshotSensor(task_id="bad_partition", data=data, partition="../elsewhere")
+    DataSnapshotSensor(task_id="bad_partition_no_policy", data=data, partition="../elsewhere", retry_policy=None)
+    DataValidateOperator(task_id="partition_not_written", config={config!r}, partition="ds=2026-01-01")
+"""
+
+
+@pytest.mark.slow
+def test_airflow_fails_a_final_error_after_one_try_and_retries_a_retryable_one(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.helpers.airflow_dags import run_dag_file
+
+    text = FRAUD_PATH.read_text().replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}")
+    (tmp_path / "fraud.yaml").write_text(text)
+    run = run_dag_file(airflow_env, "retry_policy", RUNNER_DAG.format(config=str(tmp_path / "fraud.yaml")))
+    assert run.tasks == dict.fromkeys(
+        ("bad_partition", "bad_partition_no_policy", "partition_not_written"), "failed"
+    ), run.output[-5000:]
+    # retries=2 everywhere: the policy spends none on a bad value; without it Airflow spends both.
+    assert run.tries == {"bad_partition": 1, "bad_partition_no_policy": 3, "partition_not_written": 3}
+    assert "PartitionError is not retryable: another try would fail the same way" in run.output
+    assert "SnapshotError is retryable: another try can succeed" in run.output
