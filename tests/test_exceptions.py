@@ -1,9 +1,8 @@
-"""exceptions: located config problems, ConfigError's message, and which errors Airflow retries."""
+"""exceptions: located config problems, ConfigError's message, and which errors are retryable."""
 
 from __future__ import annotations
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.exceptions import (
     ConfigError,
@@ -11,7 +10,6 @@ from airflow_trainpipe.exceptions import (
     PayloadError,
     TrainingJobError,
     TrainpipeError,
-    as_airflow_errors,
 )
 
 
@@ -90,27 +88,3 @@ def test_only_errors_another_try_can_fix_are_retryable(error: TrainpipeError, re
 
 def test_config_errors_are_never_retried() -> None:
     assert ConfigError([_problem()]).retryable is False
-
-
-def test_a_retryable_error_becomes_an_airflow_exception_that_is_retried() -> None:
-    cause = TrainingJobError("node 1 lost")
-    with pytest.raises(AirflowException, match=r"^node 1 lost$") as caught, as_airflow_errors():
-        raise cause
-    assert not isinstance(caught.value, AirflowFailException)
-    assert caught.value.__cause__ is cause
-
-
-def test_a_permanent_error_fails_the_task_at_once() -> None:
-    with pytest.raises(AirflowFailException, match=r"^train is not a TrainResult"), as_airflow_errors():
-        raise PayloadError("train is not a TrainResult")
-
-
-def test_other_exceptions_pass_through_unchanged() -> None:
-    with pytest.raises(KeyError), as_airflow_errors():
-        raise KeyError("not ours")
-
-
-def test_nothing_happens_without_an_error() -> None:
-    with as_airflow_errors():
-        value = 1 + 1
-    assert value == 2

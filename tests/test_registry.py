@@ -104,19 +104,21 @@ def test_validate_with_champion_reference_retries_when_the_registry_is_unreachab
 def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
     unreachable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_trainpipe.exceptions import as_airflow_errors
+    from airflow.sdk.definitions.retry_policy import RetryAction
+
     from airflow_trainpipe.hooks.mlflow import MlflowHook
+    from airflow_trainpipe.retry_policy import TRAINPIPE_RETRY_POLICY
 
     _unreachable_connection(monkeypatch, unreachable)
-    with pytest.raises(AirflowException) as retried, as_airflow_errors():
+    with pytest.raises(RegistryUnavailable, match="cannot read MLflow run 'abc'") as retried:
         MlflowHook().finished_run("abc")
-    assert not isinstance(retried.value, AirflowFailException)
+    assert retried.value.retryable is True
+    assert TRAINPIPE_RETRY_POLICY.evaluate(retried.value, 1, 3).action is RetryAction.RETRY
     monkeypatch.setenv(
         "AIRFLOW_CONN_MLFLOW_DEFAULT",
         json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}),
     )
-    with (
-        pytest.raises(AirflowFailException, match="candidate MLflow run 'abc' not found"),
-        as_airflow_errors(),
-    ):
+    with pytest.raises(RegistryError, match="candidate MLflow run 'abc' not found") as final:
         MlflowHook().finished_run("abc")
+    assert type(final.value) is RegistryError and final.value.retryable is False
+    assert TRAINPIPE_RETRY_POLICY.evaluate(final.value, 1, 3).action is RetryAction.FAIL

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -12,7 +10,9 @@ class TrainpipeError(Exception):
 
     `retryable` says whether another try of the task can succeed (a store or server that comes
     back, data that is still arriving); tasks fail at once on the others (bad data, a bad value,
-    a missing run), whatever their `retries` (see `as_airflow_errors`).
+    a missing run), whatever their `retries`. The package's operators raise these errors as they
+    are and their retry policy reads the flag (`retry_policy.TrainpipeRetryPolicy`); an instance
+    may set its own `retryable` where only the raiser knows.
     """
 
     retryable = False
@@ -73,14 +73,3 @@ class TrainingJobError(TrainpipeError):
 
 class PayloadError(TrainpipeError):
     """What a task received from another task is not the payload it expects."""
-
-
-@contextmanager
-def as_airflow_errors() -> Iterator[None]:
-    """Inside a task: our errors become Airflow's, retried only when `retryable`."""
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-    try:
-        yield
-    except TrainpipeError as exc:
-        raise (AirflowException if exc.retryable else AirflowFailException)(str(exc)) from exc

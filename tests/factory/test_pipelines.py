@@ -14,6 +14,7 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow_trainpipe.factory import build_pipeline_dags, register_pipelines
 from airflow_trainpipe.factory.broken import BROKEN_TAG
 from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.retry_policy import TRAINPIPE_RETRY_POLICY
 from tests.config.test_hostile_configs import HOSTILE_DIR
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -51,9 +52,11 @@ def test_example_configs_become_the_five_task_pipeline() -> None:
     assert dag.max_active_runs == 1 and dag.catchup is False
     for task in dag.tasks:  # the schedule section's retry defaults and the owner reach every task
         assert (task.owner, task.retries, task.retry_delay) == ("risk-ml", 2, timedelta(minutes=2))
+        assert task.retry_policy is TRAINPIPE_RETRY_POLICY  # retries are spent on retryable errors only
     assert dags["house_prices"].timetable.timezone == "Europe/Amsterdam"
     dag.validate()
-    DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the DAG processor stores
+    stored = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the DAG processor stores
+    assert {task.task_id for task in stored.tasks if task.has_retry_policy} == set(order)
 
 
 def test_train_takes_the_validated_snapshot_and_register_emits_the_model_asset() -> None:

@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.gate import BaselineGateOperator, as_bool
+from airflow_trainpipe.registry import RegistryError
 from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run
 
@@ -78,8 +79,9 @@ def test_bootstrap_decision_and_report_on_the_run(gate_setup) -> None:
 
 def test_missing_run_fails_naming_it(gate_setup) -> None:
     _, config, _, _ = gate_setup
-    with pytest.raises(AirflowFailException, match="candidate MLflow run 'deadbeef' not found"):
+    with pytest.raises(RegistryError, match="candidate MLflow run 'deadbeef' not found") as caught:
         BaselineGateOperator(task_id="gate", config=str(config), mlflow_run_id="deadbeef").execute({})
+    assert type(caught.value) is RegistryError and caught.value.retryable is False  # fails at once
 
 
 def test_metric_not_logged_fails_naming_run_and_metric(gate_setup) -> None:

@@ -46,7 +46,7 @@ def test_invalid_hyperparameter_override_fails_without_retry(tmp_path: Path) -> 
 
 
 def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    from airflow_trainpipe.snapshot import SnapshotError
 
     text = (
         (EXAMPLE_CONFIGS / "fraud_detector.yaml")
@@ -57,10 +57,10 @@ def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
     config_file.write_text(text)
     operator = DistributedTrainOperator(task_id="train", config=str(config_file), partition="ds=2026-01-01")
     with pytest.raises(
-        AirflowException, match=f"no \\*.parquet files under {tmp_path.as_uri()}/ds=2026-01-01"
+        SnapshotError, match=f"no \\*.parquet files under {tmp_path.as_uri()}/ds=2026-01-01"
     ) as caught:
         operator._spec(store=None, context={})
-    assert not isinstance(caught.value, AirflowFailException)
+    assert type(caught.value) is SnapshotError and caught.value.retryable is True
 
 
 DAG_FILE = '''

@@ -20,6 +20,7 @@ from airflow.sdk import Param
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.config.types import short_duration
 from airflow_trainpipe.links.mlflow import GateReportLink, MlflowModelVersionLink
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -30,7 +31,7 @@ REASON_PARAM = "reason"
 TIMED_OUT_BY = "timeout"
 
 
-class ModelApprovalOperator(ApprovalOperator):
+class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
     """Ask for approval of the version the `register` task staged; record the answer on it.
 
     Approve: downstream `promote` moves the champion. Reject (or a timeout that rejects): the

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class ConfigErrorOperator(BaseOperator):
+class ConfigErrorOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Fails, without retries, with the problems of a pipeline config that does not parse.
 
     :param config_file: the config file, as shown to users (relative to the dags folder).

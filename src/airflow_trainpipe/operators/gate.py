@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import GateReportLink
 from airflow_trainpipe.payloads import GateDecision
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,7 +47,7 @@ def as_bool(value: Any, name: str) -> bool:
     raise AirflowFailException(f"{name} must be true or false, got {value!r}")
 
 
-class BaselineGateOperator(BaseOperator, SkipMixin):
+class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
     """Decide whether the candidate replaces the champion; skip registration when it does not.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -81,24 +82,22 @@ class BaselineGateOperator(BaseOperator, SkipMixin):
         self.mlflow_conn_id = mlflow_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.report import gate_report_html
 
         force = as_bool(self.force, "force")
         hook = MlflowHook(self.mlflow_conn_id)
-        with as_airflow_errors():
-            run_id, evaluation = self._evaluation(context, hook)
-            decision = self._decide(hook, run_id, evaluation, force)
-            figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
-            try:
-                curves = (hook.logged_evaluation(run_id) or {}).get("curves")
-                report = gate_report_html(decision, evaluation, self.config.training.task, curves, figure)
-                GateReportLink.persist(context, hook.record_gate_decision(run_id, decision, figure, report))
-            finally:
-                import matplotlib.pyplot as plt
+        run_id, evaluation = self._evaluation(context, hook)
+        decision = self._decide(hook, run_id, evaluation, force)
+        figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
+        try:
+            curves = (hook.logged_evaluation(run_id) or {}).get("curves")
+            report = gate_report_html(decision, evaluation, self.config.training.task, curves, figure)
+            GateReportLink.persist(context, hook.record_gate_decision(run_id, decision, figure, report))
+        finally:
+            import matplotlib.pyplot as plt
 
-                plt.close(figure)
+            plt.close(figure)
         result = decision.as_dict()
         if decision.fail:
             raise AirflowFailException(f"gate for run {run_id}: {decision.reason}")

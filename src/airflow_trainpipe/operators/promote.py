@@ -15,12 +15,13 @@ from airflow.sdk import BaseOperator
 
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PromoteModelOperator(BaseOperator):
+class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Move `register.alias` to the approved version; the one it replaces gets `previous_alias`.
 
     :param config: the parsed pipeline config, or the path of its YAML file.

@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +41,7 @@ LINEAGE_RUN_TAGS = (
 )
 
 
-class RegisterModelOperator(BaseOperator):
+class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Register the candidate run's model, tag its lineage, and make it the champion.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -74,37 +75,33 @@ class RegisterModelOperator(BaseOperator):
         self.mlflow_conn_id = mlflow_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.payloads import GateDecision, read_payload
 
         hook = MlflowHook(self.mlflow_conn_id)
-        with as_airflow_errors():
-            raw = (
-                self.gate_decision
-                if self.gate_decision is not None
-                else context["ti"].xcom_pull(task_ids=self.gate_task_id)
+        raw = (
+            self.gate_decision
+            if self.gate_decision is not None
+            else context["ti"].xcom_pull(task_ids=self.gate_task_id)
+        )
+        source = (
+            "gate_decision" if self.gate_decision is not None else f"the XCom of task {self.gate_task_id!r}"
+        )
+        decision = read_payload(GateDecision, raw, source)
+        if not decision.promote:
+            raise AirflowFailException(f"the gate did not promote this candidate: {decision.reason}")
+        run_id = str(self.mlflow_run_id or decision.mlflow_run_id or "")
+        if not run_id:
+            raise AirflowFailException(
+                "no MLflow run id: pass mlflow_run_id or a gate decision that names it"
             )
-            source = (
-                "gate_decision"
-                if self.gate_decision is not None
-                else f"the XCom of task {self.gate_task_id!r}"
-            )
-            decision = read_payload(GateDecision, raw, source)
-            if not decision.promote:
-                raise AirflowFailException(f"the gate did not promote this candidate: {decision.reason}")
-            run_id = str(self.mlflow_run_id or decision.mlflow_run_id or "")
-            if not run_id:
-                raise AirflowFailException(
-                    "no MLflow run id: pass mlflow_run_id or a gate decision that names it"
-                )
-            dag_run = context.get("dag_run")
-            lineage = {
-                "trainpipe.pipeline": self.config.pipeline,
-                "airflow.dag_id": self.dag_id,
-                "airflow.dag_run_id": str(dag_run.run_id) if dag_run is not None else "",
-            }
-            result = register_candidate(hook, self.config, run_id, decision, lineage, log=self.log)
+        dag_run = context.get("dag_run")
+        lineage = {
+            "trainpipe.pipeline": self.config.pipeline,
+            "airflow.dag_id": self.dag_id,
+            "airflow.dag_run_id": str(dag_run.run_id) if dag_run is not None else "",
+        }
+        result = register_candidate(hook, self.config, run_id, decision, lineage, log=self.log)
         MlflowModelVersionLink.persist(
             context, hook.model_version_url(result["model_name"], result["version"])
         )

@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.links.mlflow import MlflowRunLink
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, XComArg
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.train_spec import TrainSpec
 
 
-class DistributedTrainOperator(BaseOperator):
+class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Train the pipeline's model; returns the job's TrainResult (payloads.py) as XCom.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -129,23 +130,19 @@ class DistributedTrainOperator(BaseOperator):
 
         Files given without a digest (a hand-written task) train unverified, as given.
         """
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.payloads import ValidationSummary, read_payload
         from airflow_trainpipe.snapshot import load_manifest, resolve_window
         from airflow_trainpipe.window import run_window
 
         files, digest = self._given_files(), self.data_digest
-        with (
-            as_airflow_errors()
-        ):  # a bad payload or partition fails at once; missing data or a store hiccup is retried
-            if self.validation is not None:
-                return read_payload(ValidationSummary, self.validation, "validation").manifest
-            if not files:
-                window = run_window(self.config.data, context, self.partition, self.render_template)
-                return resolve_window(self.config.data, window)
-            if digest is None:
-                return None
-            manifest = load_manifest(self.config.data, digest)
+        if self.validation is not None:
+            return read_payload(ValidationSummary, self.validation, "validation").manifest
+        if not files:
+            window = run_window(self.config.data, context, self.partition, self.render_template)
+            return resolve_window(self.config.data, window)
+        if digest is None:
+            return None
+        manifest = load_manifest(self.config.data, digest)
         if manifest.file_uris != files:
             raise AirflowFailException(
                 f"data_files are not the files of the validated snapshot {digest} "
@@ -330,7 +327,6 @@ def _stored_result(run_dir: str) -> TrainResult:
     that reattached after the pod finished)."""
     import json
 
-    from airflow_trainpipe.exceptions import as_airflow_errors
     from airflow_trainpipe.payloads import TrainResult, read_payload
     from airflow_trainpipe.storage import filesystem, join
 
@@ -341,5 +337,4 @@ def _stored_result(run_dir: str) -> TrainResult:
         raise AirflowException(
             f"the training pods finished but {run_dir}/result.json does not exist"
         ) from exc
-    with as_airflow_errors():
-        return read_payload(TrainResult, json.loads(text), f"{run_dir}/result.json")
+    return read_payload(TrainResult, json.loads(text), f"{run_dir}/result.json")

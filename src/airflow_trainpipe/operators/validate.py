@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -23,14 +24,15 @@ class DataValidationFailed(AirflowFailException):
     """The data failed its checks: final (another try reads the same bytes), and its own alert."""
 
 
-class DataValidateOperator(BaseOperator):
+class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     """Freeze the run's partition into a snapshot and run the config's checks on it.
 
     Checks: the schema contract, volume against the previous validated snapshot, the Great
     Expectations suite, and drift of each feature against the reference snapshot (the previous
     validated one, or the one the champion trained on). Writes `report.json` and GX Data Docs
     next to the snapshot, logs a table of the failures, and returns a summary. A failure raises
-    AirflowFailException: retrying cannot fix bad data, so the task fails at once.
+    DataValidationFailed (an AirflowFailException): retrying cannot fix bad data, so the task
+    fails at once, and `notify` sends it as `validation_failure`.
 
     XCom: `return_value` is a ValidationSummary (payloads.py): the verdict, and the snapshot's
     manifest, whose files the train task must read (exactly these bytes).
@@ -60,15 +62,13 @@ class DataValidateOperator(BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
         from airflow_trainpipe.window import run_window
 
         data = self.config.data
-        with as_airflow_errors():  # a bad partition fails at once; a late file or a store hiccup is retried
-            window = run_window(data, context, self.partition, self.render_template)
-            missing = missing_partitions(data, window, self.conn_id)
-            manifest = resolve_snapshot(data, self.partition, self.conn_id)
+        window = run_window(data, context, self.partition, self.render_template)
+        missing = missing_partitions(data, window, self.conn_id)
+        manifest = resolve_snapshot(data, self.partition, self.conn_id)
         self.log.info(
             "snapshot %s: %d file(s), %d rows, %d columns",
             manifest.digest,
@@ -87,8 +87,7 @@ class DataValidateOperator(BaseOperator):
                 )
             self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
         if len(window) > 1:
-            with as_airflow_errors():
-                spanned = window_snapshot(data, [*earlier, (self.partition, manifest)], missing, self.conn_id)
+            spanned = window_snapshot(data, [*earlier, (self.partition, manifest)], missing, self.conn_id)
             self.log.info(
                 "window %s .. %s: snapshot %s of %d partition(s) (%d missing: %s), %d file(s), %d rows",
                 window[0],
@@ -107,7 +106,6 @@ class DataValidateOperator(BaseOperator):
         """The window's earlier partitions, oldest first, each with its validated manifest: the
         one its validation record names while the partition still holds those files, else
         validated now (oldest first, so each is checked against its predecessor, as on its day)."""
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.snapshot import resolve_snapshot
 
         earlier: list[tuple[str, Manifest]] = []
@@ -115,8 +113,7 @@ class DataValidateOperator(BaseOperator):
         for partition in partitions:
             manifest = self._recorded(partition)
             if manifest is None:
-                with as_airflow_errors():
-                    manifest = resolve_snapshot(self.config.data, partition, self.conn_id)
+                manifest = resolve_snapshot(self.config.data, partition, self.conn_id)
                 self.log.info(
                     "window partition %s has no current validation record: validating it now", partition
                 )

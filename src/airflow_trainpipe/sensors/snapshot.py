@@ -10,12 +10,13 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DataSnapshotSensor(BaseSensorOperator):
+class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     """Wait until the run's partition `<data.uri>/<partition>/` is complete.
 
     Complete means the writer's marker file exists (`data.wait.marker`, `_SUCCESS` by default)
@@ -53,11 +54,9 @@ class DataSnapshotSensor(BaseSensorOperator):
 
     @property
     def partition_uri(self) -> str:
-        from airflow_trainpipe.exceptions import as_airflow_errors
         from airflow_trainpipe.snapshot import partition_uri
 
-        with as_airflow_errors():  # waiting longer cannot fix a bad value: PartitionError is final
-            return partition_uri(self.data, self.partition)
+        return partition_uri(self.data, self.partition)
 
     def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.snapshot import partition_ready
