@@ -17,8 +17,10 @@ from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.exceptions import ConfigError, ConfigProblem, PayloadError, TrainingJobError
+from airflow_trainpipe.operators.approval import ModelApprovalOperator
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 from airflow_trainpipe.operators.gate import BaselineGateOperator
+from airflow_trainpipe.operators.promote import PromoteModelOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
@@ -113,6 +115,8 @@ OPERATORS: list[type[BaseOperator]] = [
     DistributedTrainOperator,
     BaselineGateOperator,
     RegisterModelOperator,
+    ModelApprovalOperator,
+    PromoteModelOperator,
     ConfigErrorOperator,
 ]
 
