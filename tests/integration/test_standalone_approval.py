@@ -120,7 +120,9 @@ def test_reject_keeps_the_champion_and_records_who_and_why(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Forced, so the gate hands version 2 to review whatever its numbers against version 1.
-    _trigger(stack, "approval_2", "2026-01-03T03:00:00Z", {**FAST, "force_registration": True})
+    # A few steps are enough: the forced gate promotes it whatever it scores.
+    quick = {"hyperparameters": {**FAST["hyperparameters"], "max_steps": 5}, "force_registration": True}
+    _trigger(stack, "approval_2", "2026-01-03T03:00:00Z", quick)
     detail = _awaiting_approval(stack, "approval_2")
     assert detail["subject"] == f"Promote {DAG} version 2 to @champion?"
     _answer(stack, "approval_2", "Reject", "recall on new merchants dropped")
