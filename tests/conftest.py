@@ -117,3 +117,13 @@ def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     from tests.helpers.kubernetes import unreachable_kubeconfig
 
     return unreachable_kubeconfig(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def smtp_server(monkeypatch: pytest.MonkeyPatch):
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 for one test; Airflow connection `smtp_test`."""
+    from tests.helpers.smtp_server import SmtpServer
+
+    with SmtpServer() as server:
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_TEST", server.connection_json())
+        yield server

@@ -4,10 +4,7 @@ and connection to a real SMTP server on 127.0.0.1 (aiosmtpd)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from types import SimpleNamespace
-
-import pytest
 
 from airflow_trainpipe.config.notify import NotifySection
 from airflow_trainpipe.notifications.deadline import deadline_missed
@@ -16,13 +13,6 @@ from airflow_trainpipe.operators.validate import DataValidationFailed
 from tests.helpers.smtp_server import SmtpServer
 
 TO = ["ml-oncall@example.com", "owner@example.com"]
-
-
-@pytest.fixture
-def smtp(monkeypatch: pytest.MonkeyPatch) -> Iterator[SmtpServer]:
-    with SmtpServer() as server:
-        monkeypatch.setenv("AIRFLOW_CONN_SMTP_TEST", server.connection_json())
-        yield server
 
 
 def _section(**overrides) -> NotifySection:
@@ -88,15 +78,15 @@ def test_promotion_mail_only_when_the_task_promoted() -> None:
     assert "version 3" in body and "alice" in body
 
 
-def test_the_mail_reaches_a_real_smtp_server(smtp: SmtpServer) -> None:
+def test_the_mail_reaches_a_real_smtp_server(smtp_server: SmtpServer) -> None:
     notifier = PipelineEmailNotifier.for_event(_section(), "fraud_detector", "failure")
     notifier.notify(_context(DataValidationFailed("failed validation (drift: amount)")))
-    mail = smtp.inbox.wait_for("data validation failed", timeout=10)
+    mail = smtp_server.inbox.wait_for("data validation failed", timeout=10)
     assert sorted(mail.recipients) == sorted(TO) and mail.sender == "trainpipe@example.com"
     assert "drift: amount" in mail.html
 
 
-def test_the_deadline_callback_sends_from_the_triggerer_context(smtp: SmtpServer) -> None:
+def test_the_deadline_callback_sends_from_the_triggerer_context(smtp_server: SmtpServer) -> None:
     # What the scheduler hands the triggerer: the run as the REST API shows it, and the deadline.
     context = {
         "dag_run": {
@@ -117,58 +107,5 @@ def test_the_deadline_callback_sends_from_the_triggerer_context(smtp: SmtpServer
         )
     )
     assert subject == "[trainpipe] fraud_detector: run scheduled__2026-01-03 missed its deadline (6h)"
-    mail = smtp.inbox.wait_for("missed its deadline", timeout=10)
+    mail = smtp_server.inbox.wait_for("missed its deadline", timeout=10)
     assert "2026-01-03T08:00:00Z" in mail.html and "running" in mail.html
-
-
-FACTORY_DAG = """
-from pathlib import Path
-
-from airflow_trainpipe.factory import register_pipelines
-
-register_pipelines(Path(__file__).parent / "configs", globals())
-dag = globals()["fraud_mail"]
-"""
-
-
-@pytest.mark.slow
-def test_a_failed_validation_in_the_factory_dag_emails_the_recipients(
-    migrated_airflow_db, tmp_path, smtp: SmtpServer
-) -> None:
-    """The pipeline as the factory builds it from a config with `notify`, in dag.test(): a day whose
-    amounts are missing fails validation, and the e-mail arrives; nothing is trained."""
-    from datetime import date
-
-    from airflow_trainpipe.synthetic import Problem, write_day
-    from tests.conftest import EXAMPLE_CONFIGS
-    from tests.helpers.airflow_dags import dag_test_env, run_dag_file
-
-    env = dag_test_env(tmp_path, migrated_airflow_db)
-    env["AIRFLOW_CONN_SMTP_TEST"] = smtp.connection_json()
-    home = tmp_path / "home"
-    write_day(
-        (home / "data" / "card_transactions").as_uri(),
-        date(2026, 1, 3),
-        2000,
-        seed=3,
-        problems=[Problem.parse("nulls:amount:0.2")],
-    )
-    text = (
-        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
-        .read_text()
-        .replace("pipeline: fraud_detector", "pipeline: fraud_mail")
-    )
-    text += "\nnotify:\n  email: [ml-oncall@example.com]\n  smtp_conn_id: smtp_test\n  from_email: trainpipe@example.com\n"
-    (tmp_path / "dags" / "configs").mkdir()
-    (tmp_path / "dags" / "configs" / "fraud_mail.yaml").write_text(text)
-
-    run = run_dag_file(env, "fraud_mail_dag", FACTORY_DAG, logical_date="2026-01-03", timeout=300)
-
-    assert run.tasks["validate_data"] == "failed" and run.tasks["train"] == "upstream_failed", run.output[
-        -5000:
-    ]
-    assert run.tries["validate_data"] == 1
-    mail = smtp.inbox.wait_for("fraud_mail: data validation failed", timeout=30)
-    assert mail.recipients == ["ml-oncall@example.com"]
-    assert "amount" in mail.html and "Nothing was trained" in mail.html
-    assert len(smtp.inbox.received) == 1  # one failure, one e-mail: not also a generic "task failed"

@@ -19,6 +19,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG, task
 
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.notifications.email import PipelineEmailNotifier
 from airflow_trainpipe.operators.validate import DataValidateOperator
 
 
@@ -35,9 +37,13 @@ def train(validation):
 
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
-    validate = DataValidateOperator(task_id="validate_data", config={config!r}, retries=2)
+    validate = DataValidateOperator(task_id="validate_data", config={config!r}, retries=2{callbacks})
     train(validate.output)
 """
+
+# The failure callback the DAG factory gives every task of a config with `notify`.
+NOTIFY_CALLBACK = """,
+        on_failure_callback=[PipelineEmailNotifier.for_event(load_config({config!r}).notify, "fraud_detector", "failure")]"""
 
 
 def test_template_fields_are_the_public_api() -> None:
@@ -48,19 +54,26 @@ def test_template_fields_are_the_public_api() -> None:
 
 @pytest.mark.slow
 def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
-    airflow_env: dict[str, str], tmp_path: Path
+    airflow_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smtp_server
 ) -> None:
+    """...and the drifted day's failure e-mails the config's `notify` recipients (a real SMTP
+    server on 127.0.0.1), once: as a failed validation, not also as a failed task."""
+    monkeypatch.setitem(airflow_env, "AIRFLOW_CONN_SMTP_TEST", smtp_server.connection_json())
     data = tmp_path / "data"
     write_day(data.as_uri(), date(2026, 1, 1), 3000, seed=1)
     write_day(data.as_uri(), date(2026, 1, 2), 3000, seed=1, problems=[Problem.parse("drift:amount")])
     text = (
-        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
-        .read_text()
-        .replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
+        (
+            (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+            .read_text()
+            .replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
+        )
+        + "\nnotify:\n  email: [ml-oncall@example.com]\n  smtp_conn_id: smtp_test\n  from_email: trainpipe@example.com\n"
     )
     config = tmp_path / "fraud_detector.yaml"
     config.write_text(text)
-    source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(config))
+    callbacks = NOTIFY_CALLBACK.format(config=str(config))
+    source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(config), callbacks=callbacks)
 
     clean, drifted = run_dag_file_for_dates(
         airflow_env, "validate_then_train", source, ["2026-01-01", "2026-01-02"]
@@ -86,6 +99,10 @@ def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
     assert report["passed"] is False and report["reference"]["partition"] == "ds=2026-01-01"
     assert [c["column"] for c in report["checks"] if not c["passed"]] == ["amount"]
     assert "TRAINS-ON" not in drifted.output
+    mail = smtp_server.inbox.wait_for("fraud_detector: data validation failed", timeout=30)
+    assert mail.recipients == ["ml-oncall@example.com"]
+    assert "drift: amount" in mail.html and "Nothing was trained" in mail.html
+    assert len(smtp_server.inbox.received) == 1
 
 
 ESCAPING_PARTITION_DAG = """
