@@ -48,6 +48,20 @@ def _awaiting_approval(stack: Stack, run_id: str) -> dict:
     stack.wait_for(
         f"{run_id} to wait for approval", parked, RUN_TIMEOUT, lambda: stack.task_report(DAG, run_id)
     )
+    # Airflow 3.3.2 race: the worker that parked the task exits with "success", and the task's
+    # resumed run has the same key. If an answer resumes it before the scheduler has read that exit
+    # event (seconds on 2 busy cores), the scheduler takes the event for the resumed run, finds it
+    # "running" and fails it. A person answers later than that; the test waits for the scheduler.
+    log = stack.airflow_home / "standalone.log"
+    parked_exit = f"TaskInstance Finished: dag_id={DAG}, task_id=approve, run_id={run_id},"
+    stack.wait_for(
+        "the scheduler to see the parked worker exit",
+        lambda: any(
+            parked_exit in line and "state=awaiting_input" in line
+            for line in log.read_text(errors="replace").splitlines()
+        ),
+        120,
+    )
     return stack.get(_hitl_path(run_id))
 
 
