@@ -42,7 +42,8 @@ class AliasMove:
         return f"{self.model_name} version {self.version} is now @{self.alias} (was version {self.replaced}){where}"
 
 
-def _audit(action: str, actor: str, reason: str) -> dict[str, str]:
+def audit_tags(action: str, actor: str, reason: str) -> dict[str, str]:
+    """Who, when and why of `action` (promoted, approved, rejected, ...), as version tags."""
     return {
         f"trainpipe.{action}_by": actor,
         f"trainpipe.{action}_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -66,7 +67,7 @@ def promote(
     if holder is not None and holder[0] == version:
         return AliasMove(model_name, alias, version, None, None)
     replaced = hook.move_alias(model_name, alias, version, previous_alias, holder[0] if holder else None)
-    hook.set_version_tags(model_name, version, _audit("promoted", actor, reason))
+    hook.set_version_tags(model_name, version, audit_tags("promoted", actor, reason))
     return AliasMove(model_name, alias, version, replaced, previous_alias if replaced else None)
 
 
@@ -88,9 +89,16 @@ def rollback(
     hook.move_alias(model_name, alias, restored, None, None)
     hook.remove_alias(model_name, previous_alias)
     if holder is not None and holder[0] != restored:
-        hook.set_version_tags(model_name, holder[0], _audit("rolled_back", actor, reason))
-    hook.set_version_tags(model_name, restored, _audit("restored", actor, reason))
+        hook.set_version_tags(model_name, holder[0], audit_tags("rolled_back", actor, reason))
+    hook.set_version_tags(model_name, restored, audit_tags("restored", actor, reason))
     return AliasMove(model_name, alias, restored, holder[0] if holder else None, None)
+
+
+def release_alias(hook: MlflowHook, model_name: str, alias: str, version: str) -> None:
+    """Remove `alias` if `version` holds it (it may have moved on to a newer version meanwhile)."""
+    holder = hook.current_champion(model_name, alias)
+    if holder is not None and holder[0] == version:
+        hook.remove_alias(model_name, alias)
 
 
 def _require_version(hook: MlflowHook, model_name: str, version: str) -> None:

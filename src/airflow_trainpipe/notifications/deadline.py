@@ -7,7 +7,6 @@ it, and the deadline). It must be a coroutine: the triggerer awaits it.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 CALLBACK_PATH = "airflow_trainpipe.notifications.deadline.deadline_missed"
@@ -25,6 +24,8 @@ async def deadline_missed(
     """Send the alert; returns its subject (the triggerer records it as the callback's result)."""
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
+    from airflow_trainpipe.notifications.email import page_html
+
     run = (context or {}).get("dag_run") or {}
     due = ((context or {}).get("deadline") or {}).get("deadline_time")
     run_id = run.get("dag_run_id") or run.get("run_id") or "?"
@@ -36,11 +37,8 @@ async def deadline_missed(
         ("Due", str(due or "-")),
         ("State", run.get("state") or "-"),
     ]
-    cells = "".join(f"<tr><th align='left'>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
-    body = (
-        f"<html><body><h3>{escape(subject)}</h3><table>{cells}</table>"
-        "<p>The run is not stopped by this alert; it goes on until it finishes or times out.</p></body></html>"
-    )
+    note = "The run is not stopped by this alert; it goes on until it finishes or times out."
+    body = page_html(subject, rows, note, ("", ""))
     async with SmtpHook(smtp_conn_id=smtp_conn_id) as hook:
         await hook.asend_email_smtp(to=email, subject=subject, html_content=body, from_email=from_email)
     return subject

@@ -115,7 +115,7 @@ class PipelineEmailNotifier(BaseNotifier):
             if event == "validation_failure"
             else "The task will not be retried again; the run has failed."
         )
-        return subject, _page(subject, rows, note, ("Task log", _log_url(ti)))
+        return subject, page_html(subject, rows, note, ("Task log", _log_url(ti)))
 
     def _promotion(self, context: Context) -> tuple[str, str] | None:
         ti = context["ti"]
@@ -132,7 +132,7 @@ class PipelineEmailNotifier(BaseNotifier):
             ("Approved by", result.get("approved_by") or "-"),
             ("Gate", result.get("gate_reason") or "-"),
         ]
-        return subject, _page(subject, rows, "", ("Model version", result.get("model_version_url") or ""))
+        return subject, page_html(subject, rows, "", ("Model version", result.get("model_version_url") or ""))
 
     def _approval(self, context: Context) -> tuple[str, str]:
         ti, task = context["ti"], context["task"]
@@ -145,7 +145,7 @@ class PipelineEmailNotifier(BaseNotifier):
             link = _log_url(ti)
         rows = [("Pipeline", self.pipeline), ("Run", ti.run_id), ("Task", ti.task_id)]
         body = str(getattr(task, "body", "") or "")
-        return subject, _page(subject, rows, body, ("Required action", link), preformatted=True)
+        return subject, page_html(subject, rows, body, ("Required action", link), preformatted=True)
 
 
 def _exception(context: Context) -> BaseException | None:
@@ -166,7 +166,7 @@ def _log_url(ti: Any) -> str:
         return ""
 
 
-def _page(
+def page_html(
     title: str,
     rows: list[tuple[str, str]],
     note: str,
@@ -174,6 +174,7 @@ def _page(
     *,
     preformatted: bool = False,
 ) -> str:
+    """A small HTML e-mail: a title, a table of (label, value), a note, an optional link."""
     cells = "".join(
         f"<tr><th align='left' style='padding-right:1em'>{escape(k)}</th><td>{escape(str(v))}</td></tr>"
         for k, v in rows

@@ -11,7 +11,6 @@ stopped it and why, without anyone reading Airflow's database.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
@@ -121,6 +120,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
 
     def _record(self, context: Context, event: dict[str, Any]) -> None:
         """The answer onto the version: who, when, why; a rejected version loses the staging alias."""
+        from airflow_trainpipe.aliases import audit_tags, release_alias
         from airflow_trainpipe.hooks.mlflow import MlflowHook
 
         staged = context["ti"].xcom_pull(task_ids=self.register_task_id) or {}
@@ -129,7 +129,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
         action = "approved" if approved else "rejected"
         user = event.get("responded_by_user")
         timed_out = bool(event.get("timedout")) or not user
-        actor = TIMED_OUT_BY if timed_out or not user else str(user.get("name") or user.get("id"))
+        actor = TIMED_OUT_BY if timed_out else answered_by(user)
         reason = str((event.get("params_input") or {}).get(REASON_PARAM) or "")
         if timed_out:
             reason = (
@@ -138,21 +138,18 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
             )
         hook = MlflowHook(self.mlflow_conn_id)
         hook.set_version_tags(
-            name,
-            version,
-            {
-                f"trainpipe.{action}_by": actor,
-                f"trainpipe.{action}_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                f"trainpipe.{action}_reason": reason[:5000],
-                "trainpipe.approval": action,
-            },
+            name, version, {**audit_tags(action, actor, reason), "trainpipe.approval": action}
         )
-        staging = self.config.registration.staging_alias
-        if not approved and (hook.current_champion(name, staging) or ("",))[0] == version:
-            hook.remove_alias(name, staging)
+        if not approved:
+            release_alias(hook, name, self.config.registration.staging_alias, version)
         self.log.info(
             "%s version %s %s by %s: %s", name, version, action, actor, reason or "(no reason given)"
         )
+
+
+def answered_by(user: dict[str, Any] | None) -> str:
+    """Who answered, as recorded on the version: the Airflow user, or `timeout` for the default."""
+    return str(user.get("name") or user.get("id")) if user else TIMED_OUT_BY
 
 
 def approval_body(

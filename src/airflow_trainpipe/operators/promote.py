@@ -55,9 +55,9 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_trainpipe.aliases import promote
+        from airflow_trainpipe.aliases import promote, release_alias
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.operators.approval import REASON_PARAM, TIMED_OUT_BY
+        from airflow_trainpipe.operators.approval import REASON_PARAM, answered_by
         from airflow_trainpipe.operators.register import check_champion_unchanged
         from airflow_trainpipe.payloads import GateDecision, read_payload
 
@@ -73,7 +73,7 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         )
         section, name, version = self.config.registration, staged["model_name"], staged["version"]
         user = answer.get("responded_by_user")
-        actor = str(user.get("name") or user.get("id")) if user else TIMED_OUT_BY
+        actor = answered_by(user)
         reason = str((answer.get("params_input") or {}).get(REASON_PARAM) or "") or (
             "approved" if user else "no answer in time; register.on_approval_timeout is approve"
         )
@@ -88,8 +88,7 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             alias=section.alias,
             previous_alias=section.previous_alias,
         )
-        if (hook.current_champion(name, section.staging_alias) or ("",))[0] == version:
-            hook.remove_alias(name, section.staging_alias)
+        release_alias(hook, name, section.staging_alias, version)
         self.log.info("%s (approved by %s)", move.describe(), actor)
         MlflowModelVersionLink.persist(context, staged.get("model_version_url"))
         return {
