@@ -102,9 +102,7 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             "airflow.dag_run_id": str(dag_run.run_id) if dag_run is not None else "",
         }
         result = register_candidate(hook, self.config, run_id, decision, lineage, log=self.log)
-        MlflowModelVersionLink.persist(
-            context, hook.model_version_url(result["model_name"], result["version"])
-        )
+        MlflowModelVersionLink.persist(context, result["model_version_url"])
         return result
 
 
