@@ -91,7 +91,7 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
-SECTIONS = ("config", "parsing", "training", "step", "validation", "scale")
+SECTIONS = ("config", "parsing", "training", "step", "validation", "scale", "tuning")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
@@ -99,6 +99,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from scale_bench import bench_scale
     from step_bench import bench_step
     from train_bench import bench_training
+    from tune_bench import bench_tuning
     from validation_bench import bench_validation
 
     benches = {
@@ -108,6 +109,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "step": bench_step,
         "validation": bench_validation,
         "scale": bench_scale,
+        "tuning": bench_tuning,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
@@ -171,6 +173,7 @@ def _section_name(heading: str) -> str:
         ("validation", "data validation"),
         ("scale", "scale:"),
         ("step", "training step alone"),
+        ("tuning", "tuning:"),
     ):
         if marker in lowered:
             return name

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
 
-HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas")
+HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna")
 
 
 def _modules_after(code: str) -> set[str]:

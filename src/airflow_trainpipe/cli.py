@@ -108,6 +108,48 @@ def _train(args: argparse.Namespace) -> int:
     return _run_job(spec, nproc, verbose=args.verbose)
 
 
+def _tune(args: argparse.Namespace) -> int:
+    """The pipeline's study without Airflow; its last line is one JSON object."""
+    from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+    from airflow_trainpipe.snapshot import cli_window, resolve_window
+    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.tuning.local import tune_locally
+    from airflow_trainpipe.tuning.study import storage_url
+
+    try:
+        config = load_config(args.config)
+        if config.tuning is None:
+            print(f"{args.config}: pipeline {config.pipeline} has no `tuning` section", file=sys.stderr)
+            return 2
+        manifest = resolve_window(config.data, cli_window(config.data, args.ds))
+        base = TrainSpec(
+            config=config,
+            run_id=args.run_id or f"tune-{args.ds}",
+            data_files=manifest.file_uris,
+            data_digest=manifest.digest,
+            manifest=manifest,
+            hyperparameters=config.training.hyperparameters,
+            tags={"trainpipe.launched_by": "cli"},
+        )
+        nproc = args.nproc or config.tuning.nproc_per_trial or config.training.resources.nproc_per_node
+        done = tune_locally(config, base, args.storage or storage_url(config), nproc, verbose=args.verbose)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except TrainpipeError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 1
+    summary = done.summary
+    print(
+        f"study {summary.study_name}: best {summary.metric} {summary.best} (trial {summary.best_trial}) "
+        f"with {summary.best_params}; {summary.pruned_at_first_rung} of {summary.trials} stopped at the first rung",
+        file=sys.stderr,
+    )
+    print(json.dumps(summary.line(done.baseline)), flush=True)
+    return 0 if summary.candidate is not None else 1
+
+
 def _run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None = None) -> int:
     """The training job under torchrun here, its progress printed as the train task logs it."""
     from airflow_trainpipe.launchers.local import LocalLauncher
@@ -333,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_check(commands)
     _add_train(commands)
+    _add_tune(commands)
     _add_make_data(commands)
     _add_render(commands)
     _add_alias_commands(commands)
@@ -391,6 +434,24 @@ def _add_train(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
     train.set_defaults(handler=_train)
+
+
+def _add_tune(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tune = commands.add_parser(
+        "tune",
+        help="run a pipeline's Optuna study locally (no Airflow needed); the last line is a JSON summary",
+    )
+    tune.add_argument("config", help="pipeline config file with a `tuning` section")
+    tune.add_argument("--ds", default=_today(), help="date that renders data.partition (default: today, UTC)")
+    tune.add_argument(
+        "--run-id", help="names the study and its run directories (default tune-<ds>); the same id resumes it"
+    )
+    tune.add_argument(
+        "--storage", help="Optuna storage URL (default: an SQLite file under TRAINPIPE_HOME/optuna)"
+    )
+    tune.add_argument("--nproc", type=int, help="processes per trial (default: tuning.nproc_per_trial)")
+    tune.add_argument("-v", "--verbose", action="store_true", help="also print each job's progress")
+    tune.set_defaults(handler=_tune)
 
 
 def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -166,9 +166,22 @@ class TrainResult(Payload):
     mlflow_run_id: str
     mlflow_experiment_id: str
     transform_hash: str
-    evaluation: Evaluation
-    model_uri: str
+    evaluation: Evaluation | None
+    """Candidate vs champion on the gate's holdout; None for a tuning trial's intermediate rung."""
+    model_uri: str | None
+    """The logged model; None for a tuning trial's intermediate rung (nothing is published)."""
+    metrics_split: Literal["holdout", "validation"] = "holdout"
+    """What `holdout_metrics` were scored on: a tuning trial scores its validation split."""
     run_dir: str | None = None
+
+    def candidate(self, source: str) -> tuple[Evaluation, str]:
+        """(evaluation, model URI) of a result that can be gated; PayloadError naming `source` otherwise."""
+        if self.evaluation is None or self.model_uri is None:
+            raise PayloadError(
+                f"{source} is an intermediate tuning rung (step {self.final_step}), not a candidate: "
+                "it has no logged model or holdout evaluation"
+            )
+        return self.evaluation, self.model_uri
 
 
 # -- gate -> register ----------------------------------------------------------------------------

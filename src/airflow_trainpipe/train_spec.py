@@ -15,8 +15,23 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
+from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.snapshot import Manifest
 from airflow_trainpipe.storage import join, resolve
+
+
+class TrialRung(BaseModel):
+    """One rung of a tuning trial: trained on the training rows minus `validation`, scored on it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    number: int = Field(ge=0)
+    """The Optuna trial number."""
+    validation: ValidationSplit
+    final: bool
+    """The trial's full budget: the model is logged and scored against the champion on the gate's
+    holdout, so the study's best trial can be the gate's candidate. Earlier rungs only train,
+    checkpoint (also mid-epoch) and report the validation metrics."""
 
 
 class TrainSpec(BaseModel):
@@ -47,6 +62,9 @@ class TrainSpec(BaseModel):
 
     tags: dict[str, str] = {}
     """Extra MLflow tags: dag id, task id, try number, ..."""
+
+    trial: TrialRung | None = None
+    """Set when the job is a rung of a tuning trial."""
 
     @model_validator(mode="before")
     @classmethod

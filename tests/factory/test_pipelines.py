@@ -40,7 +40,9 @@ def _dags(folder: Path) -> dict:
 
 def test_example_configs_become_the_five_task_pipeline() -> None:
     dags = {dag.dag_id: dag for dag in build_pipeline_dags(EXAMPLE_CONFIGS, EXAMPLE_CONFIGS.parent)}
-    assert sorted(dags) == ["fraud_detector", "house_prices", "search_ranking", "support_tickets"]
+    assert sorted(dags) == [
+        "fraud_detector", "fraud_detector_tuned", "house_prices", "search_ranking", "support_tickets",
+    ]  # fmt: skip
     dag = dags["fraud_detector"]
     order = ["wait_for_data", "validate_data", "train", "gate", "register"]
     assert sorted(dag.task_ids) == sorted(order)
@@ -338,3 +340,30 @@ def test_notify_wires_failure_promotion_approval_and_deadline(tmp_path: Path) ->
     plain = _dags(EXAMPLE_CONFIGS)["fraud_detector"]
     assert all(not t.on_failure_callback for t in plain.tasks) and not plain.deadline
     assert not plain.get_task("register").on_success_callback
+
+
+def test_a_tuned_pipeline_runs_its_trials_as_mapped_tasks_before_train(tmp_path: Path) -> None:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+    from airflow_trainpipe.factory import params
+
+    dags = _dags(
+        _folder(tmp_path, **{"tuned.yaml": (EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text()})
+    )
+    dag = dags["fraud_detector_tuned"]
+    order = ["wait_for_data", "validate_data", "tune_start", "trial", "tune", "train", "gate", "register"]
+    assert sorted(dag.task_ids) == sorted(order)
+    for upstream, downstream in itertools.pairwise(order):
+        assert upstream in dag.get_task(downstream).upstream_task_ids
+    trial = dag.get_task("trial")
+    assert isinstance(trial, MappedOperator)
+    assert trial.expand_input.value == {"slot": list(range(16))}  # one task instance per trial
+    assert trial.partial_kwargs["max_active_tis_per_dagrun"] == 2
+    assert dag.get_task("tune").trigger_rule == "all_done_min_one_success"  # pruned or failed trials end
+    train = dag.get_task("train")
+    assert train.trigger_rule == "none_failed"  # trains alone when the form turned tuning off
+    assert train.tuned == "{{ ti.xcom_pull(task_ids='tune') | tojson }}"
+    assert dag.params[params.TUNE] is True and dag.get_task("tune_start").enabled == params.tune_template()
+    dag.validate()
+    stored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert sorted(stored.task_ids) == sorted(order)

@@ -22,6 +22,7 @@ def test_template_fields_are_public_api() -> None:
         "data_files",
         "data_digest",
         "hyperparameter_overrides",
+        "tuned",
     )
 
 

@@ -53,3 +53,26 @@ def test_every_holdout_seed_gives_its_own_key_split() -> None:
         )
         masks[seed] = holdout_mask(table, data).tobytes()
     assert len(set(masks.values())) == len(masks)
+
+
+@pytest.mark.parametrize("key_column", ["transaction_id", None])
+def test_a_tuning_validation_split_is_carved_from_the_training_rows_only(key_column: str | None) -> None:
+    from airflow_trainpipe.config.tuning import ValidationSplit
+
+    data = CONFIG.data.model_copy(
+        update={"holdout": CONFIG.data.holdout.model_copy(update={"key_column": key_column})}
+    )
+    table = transactions(date(2026, 1, 1), 20_000, seed=1)
+    plain = HoldoutSplit(data)
+    carved = HoldoutSplit(data, ValidationSplit(fraction=0.25, seed=7))
+    holdout = carved.mask_at(table, 0)
+    validation = carved.validation_mask_at(table, 0)
+    # The gate's holdout is exactly the one a run without tuning uses; no row is on both sides.
+    assert np.array_equal(holdout, plain.mask_at(table, 0))
+    assert not (holdout & validation).any()
+    assert 0.23 < validation.sum() / (~holdout).sum() < 0.27
+    assert not plain.validation_mask_at(table, 0).any()
+    # Position (or key) decides, not batching: a later slice gets the same validation rows.
+    assert np.array_equal(
+        carved.validation_mask_at(table.slice(5_000, 3_000), 5_000), validation[5_000:8_000]
+    )

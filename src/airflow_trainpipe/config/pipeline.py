@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import Field, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
@@ -15,6 +17,7 @@ from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
+from airflow_trainpipe.config.tuning import MODEL_ARGS_PREFIX, TUNABLE, TuningSection
 from airflow_trainpipe.config.types import DagId, DagTag
 from airflow_trainpipe.config.validation import ValidationSection
 
@@ -62,6 +65,9 @@ class PipelineConfig(Section):
     notify: NotifySection | None = None
     """Who is e-mailed about failures, promotions, approvals and missed deadlines; null: nobody."""
 
+    tuning: TuningSection | None = None
+    """Hyperparameter search (Optuna) whose best trial becomes the candidate; null: no search."""
+
     @property
     def registered_model_name(self) -> str:
         return self.registration.model_name or self.pipeline
@@ -80,6 +86,21 @@ class PipelineConfig(Section):
     def gate_direction(self) -> str:
         return self.gate.direction or METRICS[self.training.task][self.gate.metric]
 
+    @property
+    def tuning_objective(self) -> tuple[str, Literal["maximize", "minimize"]]:
+        """(metric, direction) a study optimises: tuning.objective, defaulting to the gate's."""
+        objective = self.tuning.objective if self.tuning is not None else None
+        metric = (objective.metric if objective else None) or self.gate.metric
+        return metric, (objective.direction if objective else None) or METRICS[self.training.task][metric]
+
+    @property
+    def tuning_max_resource(self) -> int:
+        """The full budget of a trial, in the pruning resource (epochs, or max_steps)."""
+        hp = self.training.hyperparameters
+        if self.tuning is not None and self.tuning.pruning.resource == "steps":
+            return hp.max_steps or 0  # the config requires max_steps with this resource
+        return hp.epochs
+
     @model_validator(mode="after")
     def _sections_agree(self) -> PipelineConfig:
         field_problems(
@@ -89,9 +110,74 @@ class PipelineConfig(Section):
                 *self._data_problems(),
                 *self._evaluation_problems(),
                 *self._notify_problems(),
+                *self._tuning_problems(),
             ]
         )
         return self
+
+    def _tuning_problems(self) -> FieldProblems:
+        if self.tuning is None:
+            return []
+        problems: FieldProblems = []
+        metrics, task, objective = METRICS[self.training.task], self.training.task, self.tuning.objective
+        if objective.metric is not None and objective.metric not in metrics:
+            problems.append(
+                (
+                    ("tuning", "objective", "metric"),
+                    f"{objective.metric!r} is not a {task} metric"
+                    f"{did_you_mean(objective.metric, metrics)}; expected one of {', '.join(metrics)}",
+                )
+            )
+        elif objective.direction and objective.direction != metrics[self.tuning_objective[0]]:
+            metric = self.tuning_objective[0]
+            problems.append(
+                (
+                    ("tuning", "objective", "direction"),
+                    f"{metric} is better when it is {'higher' if metrics[metric] == 'maximize' else 'lower'}",
+                )
+            )
+        if self.tuning.pruning.resource == "steps" and self.training.hyperparameters.max_steps is None:
+            problems.append(
+                (
+                    ("tuning", "pruning", "resource"),
+                    "rungs in steps need training.hyperparameters.max_steps (a trial's full budget)",
+                )
+            )
+        return [*problems, *self._search_space_problems()]
+
+    def _search_space_problems(self) -> FieldProblems:
+        """Every name is tunable, and every bound and choice is a valid value of its hyperparameter."""
+        from pydantic import ValidationError
+
+        assert self.tuning is not None
+        problems: FieldProblems = []
+        hp = self.training.hyperparameters
+        for name, dimension in self.tuning.space.items():
+            where = ("tuning", "space", name)
+            if not (
+                name in TUNABLE or (name.startswith(MODEL_ARGS_PREFIX) and len(name) > len(MODEL_ARGS_PREFIX))
+            ):
+                problems.append(
+                    (
+                        where,
+                        f"{name!r} cannot be tuned{did_you_mean(name, TUNABLE)}; expected one of "
+                        f"{', '.join(TUNABLE)} or model_args.<argument>",
+                    )
+                )
+                continue
+            values = dimension.choices if dimension.type == "categorical" else [dimension.low, dimension.high]
+            for value in values:
+                override: dict[str, Any]
+                if name.startswith(MODEL_ARGS_PREFIX):
+                    override = {"model_args": {**hp.model_args, name[len(MODEL_ARGS_PREFIX) :]: value}}
+                else:
+                    override = {name: value}
+                try:
+                    hp.with_overrides(override)
+                except ValidationError as exc:
+                    problems.append((where, f"{value!r} is not a valid {name}: {exc.errors()[0]['msg']}"))
+                    break
+        return problems
 
     def _notify_problems(self) -> FieldProblems:
         # A deadline or an approval whose alert goes nowhere is a silent misconfiguration.

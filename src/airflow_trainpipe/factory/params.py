@@ -20,12 +20,14 @@ from airflow_trainpipe.config.training import Hyperparameters
 PARTITION = "partition"
 HYPERPARAMETERS = "hyperparameters"
 FORCE = "force_registration"
+TUNE = "tune"
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def trigger_params(config: PipelineConfig) -> dict[str, Param]:
     current = config.training.hyperparameters
     return {
+        **_tuning_param(config),
         PARTITION: _param(
             None,
             # Optional, so no `type`: the Airflow 3.3 trigger form requires a Param whose schema has
@@ -59,6 +61,26 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
             "(recorded on the model version as trainpipe.gate.forced).",
         ),
     }
+
+
+def _tuning_param(config: PipelineConfig) -> dict[str, Param]:
+    if config.tuning is None:
+        return {}
+    budget = config.tuning.budget
+    return {
+        TUNE: _param(
+            True,
+            type="boolean",
+            title="Tune hyperparameters",
+            description=f"Run the Optuna study ({budget.trials} trials, {budget.max_parallel} at a time) and "
+            "make its best trial the candidate. Off: train once with the hyperparameters below.",
+        )
+    }
+
+
+def tune_template() -> str:
+    """True unless the form turned tuning off (a scheduled run: the default, on)."""
+    return f"{{{{ params.{TUNE} if params.{TUNE} is defined else True }}}}"
 
 
 def _param(default: Any, **schema: Any) -> Param:

@@ -159,14 +159,18 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
     # Tasks join the DAG through their relations (train through its XComArgs of validate,
     # gate and register through `>>`), which need one end to be in the DAG already.
     dag.add_tasks([wait, validate])
+    tuned = _tuning_tasks(config, dag, validate, partition, task_defaults) if config.tuning else None
     train = DistributedTrainOperator(
         task_id="train",
         config=config,
         partition=partition,
         validation=validate.output,  # the ValidationSummary: train reads exactly its manifest's bytes
         hyperparameter_overrides=params.hyperparameter_template(),
+        **_after_tuning(tuned),
         **task_defaults,
     )
+    if tuned is not None:
+        tuned >> train
     gate = BaselineGateOperator(
         task_id="gate",
         config=config,
@@ -186,6 +190,48 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
     if approval:
         _approval_tasks(config, register, asset, task_defaults)
     return dag
+
+
+def _after_tuning(tuned: Any) -> dict[str, Any]:
+    """After the study, train adopts its best trial (or retrains with it); alone when it was off."""
+    if tuned is None:
+        return {}
+    return {
+        "tuned": f"{{{{ ti.xcom_pull(task_ids='{tuned.task_id}') | tojson }}}}",
+        "trigger_rule": "none_failed",
+    }
+
+
+def _tuning_tasks(
+    config: PipelineConfig, dag: DAG, validate: Any, partition: str, task_defaults: dict[str, Any]
+) -> Any:
+    """tune_start -> trial (one mapped task instance per trial) -> tune; returns `tune`."""
+    # Imported only for pipelines that tune: most DAG folders never need them at parse time.
+    from airflow_trainpipe.operators.tune import (
+        TuningResultOperator,
+        TuningStartOperator,
+        TuningTrialOperator,
+    )
+
+    assert config.tuning is not None
+    start = TuningStartOperator(
+        task_id="tune_start", config=config, enabled=params.tune_template(), dag=dag, **task_defaults
+    )
+    validate >> start
+    trials = TuningTrialOperator.partial(
+        task_id="trial",
+        config=config,
+        partition=partition,
+        validation=validate.output,
+        hyperparameter_overrides=params.hyperparameter_template(),
+        study=start.output,
+        max_active_tis_per_dagrun=config.tuning.budget.max_parallel,
+        dag=dag,
+        **task_defaults,
+    ).expand(slot=list(range(config.tuning.budget.trials)))
+    result = TuningResultOperator(task_id="tune", config=config, study=start.output, dag=dag, **task_defaults)
+    trials >> result
+    return result
 
 
 def _task_defaults(config: PipelineConfig) -> dict[str, Any]:

@@ -34,10 +34,11 @@ def describe(event: dict[str, Any]) -> str | None:
     if kind == "checkpoint":
         return f"checkpoint complete: step {event['step']} at {event['uri']}"
     if kind == "epoch":
+        scored = "validation" if any(k.startswith("validation_") for k in event) else "holdout"
         metrics = ", ".join(
-            f"{k.removeprefix('holdout_')}={v:.4f}" for k, v in event.items() if k.startswith("holdout_")
+            f"{k.removeprefix(scored + '_')}={v:.4f}" for k, v in event.items() if k.startswith(scored + "_")
         )
-        return f"epoch {event['epoch']} done at step {event['step']}: holdout {metrics}"
+        return f"epoch {event['epoch']} done at step {event['step']}: {scored} {metrics}"
     if kind == "result":
         return (
             f"training finished at step {event['final_step']}: weights sha256 {event['weights_sha256'][:16]}..., "

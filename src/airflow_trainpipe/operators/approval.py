@@ -110,7 +110,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
         raw = ti.xcom_pull(task_ids=self.train_task_id)
         if raw is None:  # a gate on a named MLflow run: no train task to read the metrics from
             return {}, None
-        evaluation = TrainResult.model_validate(raw).evaluation
+        evaluation, _ = TrainResult.model_validate(raw).candidate(f"the XCom of task {self.train_task_id!r}")
         return dict(evaluation.candidate), (dict(evaluation.champion) if evaluation.champion else None)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

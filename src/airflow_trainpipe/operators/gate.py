@@ -128,8 +128,9 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
             context["ti"].xcom_pull(task_ids=self.train_task_id),
             f"the XCom of task {self.train_task_id!r}",
         )
+        evaluation, _ = result.candidate(f"the XCom of task {self.train_task_id!r}")
         hook.finished_run(result.mlflow_run_id)
-        return result.mlflow_run_id, result.evaluation
+        return result.mlflow_run_id, evaluation
 
     def _decide(self, hook: Any, run_id: str, evaluation: Evaluation, force: bool) -> GateDecision:
         from airflow_trainpipe.promotion import comparison_table, decide

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.payloads import TrainResult
     from airflow_trainpipe.snapshot import Manifest
     from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.tuning.outcomes import TuningSummary
 
 
 class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
@@ -49,6 +50,9 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     :param env: extra environment for the job (never put secrets here; use connections).
     :param mlflow_conn_id: `mlflow` connection the job logs to; its URI and credentials reach the
         job as environment variables. Undefined `mlflow_default`: the embedded sqlite store.
+    :param tuned: the `tune` task's TuningSummary (templated; JSON `null` or empty: no study ran).
+        Its best trial's model becomes this task's result, or, with `tuning.retrain`, its
+        hyperparameters are trained once more on every training row.
     """
 
     template_fields: Sequence[str] = (
@@ -58,6 +62,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         "data_files",
         "data_digest",
         "hyperparameter_overrides",
+        "tuned",
     )
     template_fields_renderers = {
         "validation": "json",
@@ -81,10 +86,12 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         nproc: int | None = None,
         env: dict[str, str] | None = None,
         mlflow_conn_id: str | None = "mlflow_default",
+        tuned: dict[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.tuned = tuned
         self.run_id = run_id
         self.partition = partition if partition is not None else self.config.data.partition
         self.validation = validation
@@ -154,7 +161,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         """The config's, with this run's overrides and step limit: validated once, here."""
         from pydantic import ValidationError
 
-        overrides = self._overrides()
+        overrides = {**self._overrides(), **self._tuned_overrides()}
         if overrides:
             self.log.info("hyperparameters overridden for this run: %s", overrides)
         try:
@@ -181,12 +188,56 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             name: getattr(merged, name) for name in raw if getattr(merged, name) != getattr(current, name)
         }
 
+    def _tuning_summary(self) -> TuningSummary | None:
+        from airflow_trainpipe.payloads import read_payload
+        from airflow_trainpipe.tuning.outcomes import TuningSummary
+
+        raw = self.tuned
+        if isinstance(raw, str):
+            raw = _mapping(raw) if raw.strip() not in ("", "null", "None") else None
+        return read_payload(TuningSummary, raw, "the XCom of task tune") if raw else None
+
+    def _tuned_overrides(self) -> dict[str, Any]:
+        """With `tuning.retrain`: the best trial's hyperparameters (they win over the form's)."""
+        from airflow_trainpipe.tuning.study import as_overrides
+
+        summary = self._tuning_summary()
+        if summary is None or self.config.tuning is None or not self.config.tuning.retrain:
+            return {}
+        self.log.info(
+            "retraining with the best trial's (%s) hyperparameters %s",
+            summary.best_trial,
+            summary.best_params,
+        )
+        return as_overrides(
+            self.config.training.hyperparameters.with_overrides(self._overrides()), summary.best_params
+        )
+
+    def _adopt(self, context: Context, summary: TuningSummary) -> dict[str, Any]:
+        """The best trial's full-budget model is the candidate: no second training."""
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
+
+        result = summary.candidate
+        if result is None:  # the tune task fails first
+            raise AirflowFailException(f"study {summary.study_name} has no completed trial")
+        self.log.info(
+            "the candidate is trial %s of study %s (%s %s = %s on the validation split) with %s; MLflow run %s",
+            summary.best_trial, summary.study_name, summary.direction, summary.metric, summary.best,
+            summary.best_params, result.mlflow_run_id,
+        )  # fmt: skip
+        hook = MlflowHook(self.mlflow_conn_id)
+        MlflowRunLink.persist(context, hook.run_url(result.mlflow_experiment_id, result.mlflow_run_id))
+        return result.to_xcom()
+
     # -- running it -----------------------------------------------------------------------------
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.launchers.watcher import JobWatcher
 
+        summary = self._tuning_summary()
+        if summary is not None and not (self.config.tuning is not None and self.config.tuning.retrain):
+            return self._adopt(context, summary)
         store = context.get("task_state_store")
         try_number = context["ti"].try_number
         spec = self._spec(store, context)
@@ -241,12 +292,11 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     ) -> Any:
         """The KubernetesPodOperator (one node) or KubernetesJobOperator (several) of this try."""
         from airflow_trainpipe.launchers import kubernetes_cluster as cluster
-        from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
         from airflow_trainpipe.launchers.watcher import JobWatcher
 
         watcher = watcher or JobWatcher()
 
-        labels = RunLabels(self.dag_id, self.task_id, context["run_id"], context["ti"].try_number)
+        labels = self._labels(context, spec, context["ti"].try_number)
         build = cluster.pod_operator if self.config.training.resources.nodes == 1 else cluster.job_operator
         return build(self.config, spec, labels, self.task_id, watcher)
 
@@ -254,7 +304,6 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self, context: Context, spec: TrainSpec, watcher: JobWatcher, try_number: int
     ) -> TrainResult:
         from airflow_trainpipe.launchers import kubernetes_cluster as cluster
-        from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
 
         operator = self._k8s_operator = self.kubernetes_operator(context, spec, watcher)
         resources = self.config.training.resources
@@ -264,7 +313,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             resources.nproc_per_node,
             spec.run_dir,
         )
-        labels = RunLabels(self.dag_id, self.task_id, context["run_id"], try_number)
+        labels = self._labels(context, spec, try_number)
         try:
             run = cluster.run_pod if resources.nodes == 1 else cluster.run_job
             run(operator, self.config, labels, context, self.log)
@@ -276,6 +325,17 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 cause=exc,
             ) from exc
         return watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
+
+    def _labels(self, context: Context, spec: TrainSpec, try_number: int) -> Any:
+        """Who the pods belong to. A tuning trial runs one workload per rung and the mapped task
+        instances share their task id: its trial run id and budget make each name its own."""
+        from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
+
+        run = context["run_id"]
+        if spec.trial is not None:
+            hp = spec.hyperparameters
+            run = f"{spec.run_id}.e{hp.epochs}s{hp.max_steps or 0}"
+        return RunLabels(self.dag_id, self.task_id, run, try_number)
 
     def on_kill(self) -> None:
         if self._k8s_operator is not None:

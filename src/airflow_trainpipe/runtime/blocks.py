@@ -22,6 +22,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.runtime.data import (
     ChangedDataError,
     DataError,
@@ -48,20 +49,26 @@ class Block:
 
     train_rows: int
     holdout_rows: int
+    validation_rows: int = 0
+    """A tuning trial's validation rows (carved out of the training rows)."""
 
     @property
     def rows(self) -> int:
-        return self.train_rows + self.holdout_rows
+        return self.train_rows + self.holdout_rows + self.validation_rows
 
     def to_list(self) -> list[int | None]:
-        return [self.file, self.row_group, self.first_row, self.train_rows, self.holdout_rows]
+        return [
+            self.file, self.row_group, self.first_row, self.train_rows, self.holdout_rows, self.validation_rows,
+        ]  # fmt: skip
 
     @classmethod
     def from_list(cls, values: list[int | None]) -> Block:
-        file, row_group, first_row, train_rows, holdout_rows = values
+        file, row_group, first_row, train_rows, holdout_rows, *validation = values
         assert file is not None and first_row is not None and train_rows is not None
         assert holdout_rows is not None
-        return cls(file, row_group, first_row, train_rows, holdout_rows)
+        return cls(
+            file, row_group, first_row, train_rows, holdout_rows, int(validation[0] or 0) if validation else 0
+        )
 
 
 def file_identity(uri: str, fmt: str) -> str:
@@ -111,9 +118,16 @@ def scan_blocks(
 class BlockReader:
     """Reads single blocks of the files the fit stage saw, refusing any file changed since."""
 
-    def __init__(self, files: list[str], identities: list[str], data: DataSection, columns: list[str]):
+    def __init__(
+        self,
+        files: list[str],
+        identities: list[str],
+        data: DataSection,
+        columns: list[str],
+        validation: ValidationSplit | None = None,
+    ):
         self.files, self.identities, self.data, self.columns = files, identities, data, columns
-        self.split = HoldoutSplit(data)
+        self.split = HoldoutSplit(data, validation)
 
     def read(self, block: Block) -> pa.Table:
         uri = self.files[block.file]
@@ -140,4 +154,12 @@ class BlockReader:
         """(training rows, holdout rows) of one block."""
         table = self.read(block)
         mask = self.holdout_mask(block, table)
-        return table.filter(pa.array(~mask)), table.filter(pa.array(mask))
+        if self.split.validation is None:
+            return table.filter(pa.array(~mask)), table.filter(pa.array(mask))
+        validation = self.split.validation_mask_at(table, block.first_row)
+        return table.filter(pa.array(~mask & ~validation)), table.filter(pa.array(mask))
+
+    def validation_part(self, block: Block) -> pa.Table:
+        """A tuning trial's validation rows of one block."""
+        table = self.read(block)
+        return table.filter(pa.array(self.split.validation_mask_at(table, block.first_row)))

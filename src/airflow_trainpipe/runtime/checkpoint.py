@@ -110,6 +110,7 @@ class CheckpointManager:
         self._local_fs = filesystem(self.staging.as_uri())[0]
         self._pending: _PendingSave | None = None
         self._last_save_time = time.monotonic()
+        self.last_saved_step: int | None = None
 
     # -- when ---------------------------------------------------------------------------------
 
@@ -151,6 +152,7 @@ class CheckpointManager:
             pending.thread.start()
         self._pending = pending
         self._last_save_time = time.monotonic()
+        self.last_saved_step = step
         if not (self.remote and self.cfg.async_upload):
             self.complete_pending()
 

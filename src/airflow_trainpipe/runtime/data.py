@@ -16,6 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.snapshot import Manifest, SnapshotFile
 from airflow_trainpipe.storage import filesystem
@@ -115,17 +116,19 @@ class HoldoutSplit:
 
     Row-wise draws come in fixed blocks seeded by (seed, block number), so the mask of a row
     depends on its position only, never on how the files were batched.
+
+    With a `validation` split (a tuning trial), a second, independent draw carves the trial's
+    validation rows out of the training rows; the holdout stays exactly the gate's holdout.
     """
 
-    def __init__(self, data: DataSection):
+    def __init__(self, data: DataSection, validation: ValidationSplit | None = None):
         self.data = data
+        self.validation = validation
         self.threshold = int(data.holdout.fraction * 10_000)
         self.offset = 0
         # pandas wants exactly 16 bytes of key; the whole seed must enter them (a text prefix
         # cut to 16 characters once dropped its last digit, so seeds 0-9 gave one split).
-        self._hash_key = hashlib.blake2b(
-            f"trainpipe.holdout:{data.holdout.seed}".encode(), digest_size=8
-        ).hexdigest()
+        self._hash_key = _hash_key(f"trainpipe.holdout:{data.holdout.seed}")
 
     def mask(self, table: pa.Table) -> np.ndarray:
         """The mask of the next rows: `table` follows the rows of the previous call."""
@@ -135,23 +138,40 @@ class HoldoutSplit:
 
     def mask_at(self, table: pa.Table, start: int) -> np.ndarray:
         """The mask of `table`, whose first row is row `start` of the snapshot."""
+        return self._draws(table, start, self._hash_key, [self.data.holdout.seed]) < self.threshold
+
+    def validation_mask_at(self, table: pa.Table, start: int) -> np.ndarray:
+        """The trial's validation rows of `table` (never holdout rows); all False without a split."""
+        if self.validation is None:
+            return np.zeros(table.num_rows, bool)
+        key = _hash_key(f"trainpipe.validation:{self.validation.seed}")
+        # A third seed element: a stream independent of the holdout's draws of the same block.
+        draws = self._draws(table, start, key, [self.validation.seed, 1])
+        return (draws < int(self.validation.fraction * 10_000)) & ~self.mask_at(table, start)
+
+    def _draws(self, table: pa.Table, start: int, hash_key: str, seed: list[int]) -> np.ndarray:
+        """A number in [0, 10000) per row: of its key's hash, or of a seeded draw at its position."""
         n = table.num_rows
         if self.data.split_key:
             import pandas as pd
 
             keys = table.column(self.data.split_key).to_pandas().astype(str)
-            hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=self._hash_key)
-            return (hashed.to_numpy() % 10_000) < self.threshold
+            hashed = pd.util.hash_pandas_object(keys, index=False, hash_key=hash_key)
+            return hashed.to_numpy() % 10_000
         draws = (
             [
-                np.random.default_rng([self.data.holdout.seed, block]).integers(0, 10_000, size=SPLIT_BLOCK)
+                np.random.default_rng([seed[0], block, *seed[1:]]).integers(0, 10_000, size=SPLIT_BLOCK)
                 for block in range(start // SPLIT_BLOCK, (start + n - 1) // SPLIT_BLOCK + 1)
             ]
             if n
             else [np.zeros(0, np.int64)]
         )
         first = start - (start // SPLIT_BLOCK) * SPLIT_BLOCK
-        return np.concatenate(draws)[first : first + n] < self.threshold
+        return np.concatenate(draws)[first : first + n]
+
+
+def _hash_key(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:

@@ -20,6 +20,9 @@ class EpochEndConfig:
     patience: int | None = None
     """`early_stopping_patience`: epochs without improvement before the run stops."""
 
+    prefix: str = "holdout"
+    """What the metrics are named after: `holdout`, or `validation` in a tuning trial."""
+
 
 class EpochEnd:
     def __init__(
@@ -38,7 +41,8 @@ class EpochEnd:
         state["best"] = value if improved else best
         state["stale_epochs"] = 0 if improved else state["stale_epochs"] + 1
         if self.tracker is not None:
-            self.tracker.log_metrics({f"holdout_{k}": v for k, v in metrics.items()}, step, flush=True)
-            emit("epoch", epoch=epoch, step=step, **{f"holdout_{k}": v for k, v in metrics.items()})
+            named = {f"{self.cfg.prefix}_{k}": v for k, v in metrics.items()}
+            self.tracker.log_metrics(named, step, flush=True)
+            emit("epoch", epoch=epoch, step=step, **named)
         patience = self.cfg.patience
         return value, bool(patience and state["stale_epochs"] >= patience)

@@ -3,8 +3,10 @@
 `TRAINPIPE_PAUSE_AT=save:20` pauses after step 20's checkpoint files are written but before its
 completion marker, so a test can kill -9 the job there; `mid_step:17` pauses between backward and
 optimizer step of step 17; `step:13` pauses after step 13. `TRAINPIPE_CRASH_AT` takes the same
-values and makes every rank SIGKILL itself there instead (a worker dying on its own). Unset in
-production, where each call is one environment lookup.
+values and makes every rank SIGKILL itself there instead (a worker dying on its own).
+`TRAINPIPE_FAULT_TRY=1` limits both to the task's try 1 (`TRAINPIPE_TRY_NUMBER`, set by the
+launchers): the retry runs clean, as after a real crash. Unset in production, where each call is
+one environment lookup.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from airflow_trainpipe.events import write_line
 
 def fault_point(name: str, step: int) -> None:
     point = f"{name}:{step}"
+    only_try = os.environ.get("TRAINPIPE_FAULT_TRY")
+    if only_try is not None and only_try != os.environ.get("TRAINPIPE_TRY_NUMBER"):
+        return
     if os.environ.get("TRAINPIPE_PAUSE_AT") == point:
         write_line(f"TRAINPIPE PAUSED {point}")
         time.sleep(3600)

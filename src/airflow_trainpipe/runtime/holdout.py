@@ -49,23 +49,27 @@ class ShardedHoldout:
         world_size: int = 1,
         group: Any = None,
         threshold: Any = 0.5,
+        validation: bool = False,
     ):
+        """`validation`: score a tuning trial's validation rows instead of the holdout."""
         self.transform, self.reader, self.task = prepared.transform, reader, task
         self.threshold = threshold  # config.evaluation.threshold: a number or a rule
         self.rank, self.world_size, self.group = rank, world_size, group
-        blocks = [b for b in prepared.blocks if b.holdout_rows]
+        self.validation = validation
+        counts = {id(b): b.validation_rows if validation else b.holdout_rows for b in prepared.blocks}
+        blocks = [b for b in prepared.blocks if counts[id(b)]]
         self.mine = blocks[rank::world_size]
         # ZeRO-3 gathers parameters inside forward: every rank must run as many forwards as the
         # busiest one, so the others pad with one-row forwards whose outputs are dropped.
         self.forwards = max(
-            sum(-(-b.holdout_rows // PREDICT_BATCH) for b in blocks[r::world_size]) for r in range(world_size)
+            sum(-(-counts[id(b)] // PREDICT_BATCH) for b in blocks[r::world_size]) for r in range(world_size)
         )
 
     def evaluate(self, engine: Any, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
-        """Collective: the holdout metrics, the same on every rank."""
+        """Collective: the holdout (or validation) metrics, the same on every rank."""
         outputs, labels, groups, forwards = [], [], [], 0
         for block in self.mine:
-            _, held = self.reader.parts(block)
+            held = self.reader.validation_part(block) if self.validation else self.reader.parts(block)[1]
             outputs.append(predict(engine, self.transform.features(held), device, dtype))
             labels.append(self.transform.labels(held))
             if self.task == "ranking":

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
+from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.runtime.blocks import Block, BlockReader, file_identity, scan_blocks
 from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, check_label, data_columns
 from airflow_trainpipe.runtime.fitting import TransformFitter
@@ -53,6 +54,10 @@ class PreparedData:
     def holdout_rows(self) -> int:
         return sum(b.holdout_rows for b in self.blocks)
 
+    @property
+    def validation_rows(self) -> int:
+        return sum(b.validation_rows for b in self.blocks)
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -77,7 +82,12 @@ class PreparedData:
 
 
 def prepared_key(
-    files: list[str], data: DataSection, features: FeaturesSection, task: str, manifest: Manifest | None
+    files: list[str],
+    data: DataSection,
+    features: FeaturesSection,
+    task: str,
+    manifest: Manifest | None,
+    validation: ValidationSplit | None = None,
 ) -> str:
     document: dict[str, Any] = {
         "files": files,
@@ -86,6 +96,8 @@ def prepared_key(
         "features": features.model_dump(mode="json", by_alias=True),
         "task": task,
         "transform_format": FORMAT,
+        # Only a tuning trial's fit depends on it: the keys of every other run stay as they were.
+        **({"validation": validation.model_dump(mode="json")} if validation is not None else {}),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
@@ -96,33 +108,39 @@ def fit(
     features: FeaturesSection,
     task: str,
     manifest: Manifest | None = None,
+    validation: ValidationSplit | None = None,
 ) -> PreparedData:
-    """Fit on the training rows only: each block's holdout rows are dropped before fitting."""
+    """Fit on the training rows only: each block's holdout (and validation) rows are dropped first."""
     started = time.perf_counter()
     columns = data_columns(data)
     # Stamped before the bytes are read: a file replaced during the scan fails the later block reads.
     identities = [file_identity(uri, data.format) for uri in files]
-    fitter, split = TransformFitter(data, features, task), HoldoutSplit(data)
+    fitter, split = TransformFitter(data, features, task), HoldoutSplit(data, validation)
     blocks: list[Block] = []
     position = 0
     for file_index, group, table in scan_blocks(files, data.format, columns, manifest):
         check_label(table, data.label)
-        mask = split.mask_at(table, position)
-        train = table.filter(pa.array(~mask))
+        held = split.mask_at(table, position)
+        validating = split.validation_mask_at(table, position)
+        train = table.filter(pa.array(~held & ~validating))
         fitter.update(train)
-        blocks.append(Block(file_index, group, position, train.num_rows, table.num_rows - train.num_rows))
+        blocks.append(
+            Block(file_index, group, position, train.num_rows, int(held.sum()), int(validating.sum()))
+        )
         position += table.num_rows
     if fitter.needs_second_pass:
         fitter.start_second_pass()
-        reader = BlockReader(files, identities, data, columns)
+        reader = BlockReader(files, identities, data, columns, validation)
         for block in blocks:
             fitter.update_clipped(reader.parts(block)[0])
     train_rows = sum(b.train_rows for b in blocks)
     holdout_rows = sum(b.holdout_rows for b in blocks)
     if train_rows == 0 or holdout_rows == 0:
         raise DataError(f"holdout split left {train_rows} training and {holdout_rows} holdout rows")
+    if validation is not None and not sum(b.validation_rows for b in blocks):
+        raise DataError(f"the tuning validation split left no rows of {train_rows} training rows")
     return PreparedData(
-        key=prepared_key(files, data, features, task, manifest),
+        key=prepared_key(files, data, features, task, manifest, validation),
         transform=fitter.result(),
         blocks=blocks,
         identities=identities,
@@ -137,10 +155,11 @@ def prepare(
     task: str,
     manifest: Manifest | None,
     run_dir: str,
+    validation: ValidationSplit | None = None,
 ) -> PreparedData:
     """The run's fit: the one an earlier attempt saved when it still holds, else a new one (saved)."""
     fs, path = filesystem(join(run_dir, PREPARED_FILE))
-    key = prepared_key(files, data, features, task, manifest)
+    key = prepared_key(files, data, features, task, manifest, validation)
     if fs.exists(path):
         try:
             saved = PreparedData.from_json(fs.cat_file(path).decode())
@@ -151,7 +170,7 @@ def prepare(
                 log.info("reusing the fit of an earlier attempt (%s)", path)
                 return saved
             log.warning("refitting: %s was fitted on other data or config", path)
-    prepared = fit(files, data, features, task, manifest)
+    prepared = fit(files, data, features, task, manifest, validation)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     # Written whole to a temporary name, then renamed: an attempt killed mid-write leaves no
     # half file for the next one to trust (object stores publish a PUT whole anyway).

@@ -83,6 +83,10 @@ class Trainer:
         self.gate_metric = self.config.gate.metric
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
         self.run_dir = spec.run_dir
+        # A tuning trial scores its validation split at epoch ends (the gate's holdout is only
+        # for the candidate-vs-champion comparison at the trial's full budget).
+        self.validation = spec.trial.validation if spec.trial is not None else None
+        self.scored = "holdout" if self.validation is None else "validation"
         self.checkpoints = CheckpointManager(
             self.training.checkpoint,
             self.run_dir,
@@ -100,11 +104,12 @@ class Trainer:
         prepared = self._prepare()
         self.prepared = prepared
         self.reader = BlockReader(
-            self.spec.data_files, prepared.identities, self.config.data, data_columns(self.config.data)
-        )
+            self.spec.data_files, prepared.identities, self.config.data, data_columns(self.config.data),
+            self.validation,
+        )  # fmt: skip
         self.holdout = ShardedHoldout(
             prepared, self.reader, self.task, self.rank, self.world_size, self.data_group,
-            threshold=self.config.evaluation.threshold,
+            threshold=self.config.evaluation.threshold, validation=self.validation is not None,
         )  # fmt: skip
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = (
@@ -261,6 +266,7 @@ class Trainer:
                         self.task,
                         self.spec.manifest,
                         self.run_dir,
+                        self.validation,
                     ).to_json()
                 ]
             except TrainpipeError as exc:
@@ -317,7 +323,9 @@ class Trainer:
             tracker,
         )
         epoch_end = EpochEnd(
-            EpochEndConfig(self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience),
+            EpochEndConfig(
+                self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience, prefix=self.scored
+            ),
             self._evaluate,
             tracker,
         )
@@ -344,6 +352,7 @@ class Trainer:
                     train_loss = outcome.train_loss
                     self._checkpoint_after_sync(outcome, state, sampler, step, timing)
             if not sampler.epoch_done():
+                self._save_rung_end(state, sampler, step, timing)
                 break  # stopped by max_steps mid-epoch
             value, stop = epoch_end.run(state, sampler.epoch, step, timing)
             sampler.next_epoch()
@@ -363,6 +372,13 @@ class Trainer:
         if self.rank == 0:
             high_water.flush()
         return state
+
+    def _save_rung_end(
+        self, state: dict[str, Any], sampler: ResumableSampler, step: int, timing: Timing
+    ) -> None:
+        """A tuning trial's rung that ends mid-epoch: the next rung continues from exactly here."""
+        if self.spec.trial is not None and self.checkpoints.last_saved_step != step:
+            self._save(state, sampler, step, timing)
 
     def _checkpoint_after_sync(
         self,
@@ -456,31 +472,44 @@ class Trainer:
             "mlflow_run_id": tracker.run_id,
             "mlflow_experiment_id": tracker.experiment_id,
             "transform_hash": transform.hash,
-            # Candidate and champion scored by one function on the same raw holdout rows (the gate's input).
-            "evaluation": evaluate_final(
-                model,
-                transform,
-                lambda: holdout_tables(self.prepared, self.reader),
-                self.config,
-                tracker,
-                state["step"],
-            ),
-            "model_uri": tracker.log_model(
-                model,
-                transform,
-                first_rows.select(transform.input_names).slice(0, 5).to_pandas(),
-            ),
+            "metrics_split": self.scored,
+            **self._candidate(model, first_rows, tracker, state["step"]),
         }
         fields["peak_rss_mib"][0] = _peak_rss_mib()  # after the final evaluation: the others only wait
         result = TrainResult.model_validate(fields)
         self._publish(result, tracker)
         return result
 
+    def _candidate(
+        self, model: torch.nn.Module, first_rows: Any, tracker: Tracker, step: int
+    ) -> dict[str, Any]:
+        """The logged model and its evaluation against the champion (the gate's input); nothing
+        for a tuning trial's intermediate rung, which only reports its validation metrics."""
+        if self.spec.trial is not None and not self.spec.trial.final:
+            return {"evaluation": None, "model_uri": None}
+        transform = self.prepared.transform
+        return {
+            # Candidate and champion scored by one function on the same raw holdout rows.
+            "evaluation": evaluate_final(
+                model,
+                transform,
+                lambda: holdout_tables(self.prepared, self.reader),
+                self.config,
+                tracker,
+                step,
+            ),
+            "model_uri": tracker.log_model(
+                model, transform, first_rows.select(transform.input_names).slice(0, 5).to_pandas()
+            ),
+        }
+
     def _log_final(
         self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any
     ) -> None:
         """The final holdout metrics and device hours, the fitted transform, the job's own predictions."""
-        tracker.log_metrics({**{f"holdout_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True)
+        tracker.log_metrics(
+            {**{f"{self.scored}_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True
+        )
         tracker.log_dict(self.prepared.transform.document, "transform.json")
         tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
 

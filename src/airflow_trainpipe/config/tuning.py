@@ -1,0 +1,182 @@
+"""`tuning`: an Optuna study over the hyperparameters, its trials Airflow mapped tasks.
+
+Each trial trains with the pipeline's own entrypoint and launcher on the training rows minus a
+validation split carved from them (never the gate's holdout), rung by rung: a successive-halving
+pruner (Optuna's) stops the weak ones at the end of a rung, and a survivor continues from its own
+checkpoint. The best trial is the gate's candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.training import Scalar
+
+# Hyperparameters a search may vary; `model_args.<name>` may be varied too. The others are the
+# study's own (epochs or max_steps are the pruner's resource, the seed is held fixed so trials
+# differ by their hyperparameters only).
+TUNABLE = (
+    "learning_rate",
+    "weight_decay",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "warmup_steps",
+)
+MODEL_ARGS_PREFIX = "model_args."
+
+
+class FloatRange(Section):
+    """A float drawn from [low, high], uniformly or on a log scale (Optuna `suggest_float`)."""
+
+    type: Literal["float"]
+    low: float
+    """Smallest value (inclusive)."""
+    high: float
+    """Largest value (inclusive)."""
+    log: bool = False
+    """Draw on a log scale (learning rates, weight decay); needs low > 0."""
+    step: PositiveFloat | None = None
+    """Discretise to multiples of `step` from `low` (not with log)."""
+
+    @model_validator(mode="after")
+    def _valid_range(self) -> FloatRange:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low >= self.high:
+            raise ValueError(f"low {self.low} must be below high {self.high} (both finite)")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log-scale range needs low > 0, got {self.low}")
+        if self.log and self.step is not None:
+            raise ValueError("step and log cannot be combined (Optuna refuses it)")
+        return self
+
+
+class IntRange(Section):
+    """An integer drawn from [low, high] (Optuna `suggest_int`)."""
+
+    type: Literal["int"]
+    low: int
+    """Smallest value (inclusive)."""
+    high: int
+    """Largest value (inclusive)."""
+    log: bool = False
+    """Draw on a log scale; needs low > 0 and step 1."""
+    step: PositiveInt = 1
+    """Only low, low + step, ... are drawn."""
+
+    @model_validator(mode="after")
+    def _valid_range(self) -> IntRange:
+        if self.low >= self.high:
+            raise ValueError(f"low {self.low} must be below high {self.high}")
+        if self.log and (self.low <= 0 or self.step != 1):
+            raise ValueError("a log-scale integer range needs low > 0 and step 1")
+        return self
+
+
+class Choice(Section):
+    """One of `choices` (Optuna `suggest_categorical`); a choice may be a list, e.g. layer sizes."""
+
+    type: Literal["categorical"]
+    choices: list[Scalar | list[Scalar]] = Field(min_length=2)
+    """The values to choose from (at least two)."""
+
+
+SearchDimension = Annotated[FloatRange | IntRange | Choice, Field(discriminator="type")]
+
+
+class Objective(Section):
+    """What the study optimises on the validation split; default: the gate's metric and direction."""
+
+    metric: str | None = None
+    """A metric of the task, scored on the validation split; null: gate.metric."""
+    direction: Literal["maximize", "minimize"] | None = None
+    """null: the metric's own (roc_auc is maximized, log_loss minimized)."""
+
+
+class SamplerSection(Section):
+    """How trials pick hyperparameters (Optuna's samplers)."""
+
+    kind: Literal["tpe", "random", "qmc"] = "tpe"
+    """`tpe` (Bayesian, Tree-structured Parzen Estimator), `random`, or `qmc` (scrambled Sobol)."""
+    seed: int = Field(default=0, ge=0)
+    """The same seed and the same finished trials give the same next suggestion."""
+    startup_trials: PositiveInt = 4
+    """TPE: random trials before the model of good and bad regions is used."""
+
+
+class PruningSection(Section):
+    """Early stopping of weak trials at rung ends: successive halving or Hyperband (Optuna's pruners)."""
+
+    kind: Literal["successive_halving", "hyperband", "none"] = "successive_halving"
+    """`successive_halving` (asynchronous, Optuna's SuccessiveHalvingPruner), `hyperband` (several
+    brackets of it), or `none`: every trial trains its full budget."""
+    resource: Literal["epochs", "steps"] = "epochs"
+    """What a rung is measured in: epochs, or optimizer steps (needs hyperparameters.max_steps)."""
+    min_resource: PositiveInt = 1
+    """The first rung: every trial trains this much before it can be stopped."""
+    reduction_factor: int = Field(default=3, ge=2)
+    """About 1 in `reduction_factor` trials continues past each rung."""
+
+
+class BudgetSection(Section):
+    """How much searching: the trials, their parallelism, a ceiling on device-hours."""
+
+    trials: PositiveInt = 16
+    """Trials in the study (mapped task instances of the `trial` task)."""
+    max_parallel: PositiveInt = 2
+    """Trials that train at the same time (`max_active_tis_per_dagrun`)."""
+    max_compute_hours: PositiveFloat | None = None
+    """Stop starting trials once the study has used this many device-hours (trials already
+    running finish their rung)."""
+
+
+class ValidationSplit(Section):
+    """The rows a trial is scored on: a seeded share of the training rows (the gate's holdout is
+    neither trained on nor scored by a trial)."""
+
+    fraction: float = Field(gt=0.0, lt=1.0)
+    seed: int = Field(ge=0)
+
+
+class TuningSection(Section):
+    """Hyperparameter search before the candidate is chosen; the trigger form can turn it off."""
+
+    space: dict[str, SearchDimension] = Field(min_length=1)
+    """Name -> range: a hyperparameter (learning_rate, weight_decay, batch_size,
+    gradient_accumulation_steps, warmup_steps) or `model_args.<name>`, e.g.
+    `{learning_rate: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}}`."""
+
+    objective: Objective = Objective()
+    """What the study optimises; default: the gate's metric and direction."""
+    validation_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Share of the training rows each trial is scored on (carved out, seeded by data.holdout.seed)."""
+    sampler: SamplerSection = SamplerSection()
+    """How trials pick their hyperparameters."""
+    pruning: PruningSection = PruningSection()
+    """When weak trials stop early."""
+    budget: BudgetSection = BudgetSection()
+    """How many trials, how many at a time, and a compute ceiling."""
+    retrain: bool = False
+    """false: the best trial's model is the candidate. true: train once more with the best
+    hyperparameters on every training row (the validation split included)."""
+    storage_conn_id: str | None = None
+    """Airflow connection whose URI is the Optuna RDB storage (PostgreSQL in production);
+    null: an SQLite file under TRAINPIPE_HOME/optuna."""
+    nproc_per_trial: PositiveInt | None = None
+    """Processes per trial; default training.resources.processes_per_node."""
+
+    def rungs(self, max_resource: int) -> list[int]:
+        """The resource at the end of each rung: min_resource * reduction_factor**k, then the full budget."""
+        p = self.pruning
+        if p.kind == "none" or p.min_resource >= max_resource:
+            return [max_resource]
+        rungs, r = [], p.min_resource
+        while r < max_resource:
+            rungs.append(r)
+            r *= p.reduction_factor
+        return [*rungs, max_resource]
+
+    def validation_split(self, holdout_seed: int) -> ValidationSplit:
+        return ValidationSplit(fraction=self.validation_fraction, seed=holdout_seed)

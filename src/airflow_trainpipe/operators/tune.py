@@ -1,0 +1,206 @@
+"""The tuning tasks: tune_start -> trial (mapped, one task instance per trial) -> tune.
+
+    tune_start   opens the run's Optuna study (RDB storage) and its MLflow parent run;
+    trial[i]     runs trial i rung by rung with the train task's own launcher (local torchrun or
+                 Kubernetes), each rung a training job that resumes from the trial's checkpoint;
+    tune         summarises the study from its storage, logs the plots, hands the best trial on.
+
+The `train` task then adopts the best trial's model as the candidate (or retrains with its
+hyperparameters when `tuning.retrain`), so the gate and register are the same as without tuning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context, XComArg
+
+    from airflow_trainpipe.payloads import TrainResult
+    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.tuning.outcomes import StudyRef
+
+
+def _storage_url(config: PipelineConfig) -> str:
+    from airflow_trainpipe.tuning.study import storage_url
+
+    assert config.tuning is not None
+    conn_id = config.tuning.storage_conn_id
+    return storage_url(config, BaseHook.get_connection(conn_id).get_uri() if conn_id else None)
+
+
+def _study_ref(raw: Any) -> StudyRef:
+    from airflow_trainpipe.payloads import read_payload
+    from airflow_trainpipe.tuning.outcomes import StudyRef
+
+    return read_payload(StudyRef, raw, "the XCom of task tune_start")
+
+
+class TuningStartOperator(TrainpipeRetryPolicyMixin, BaseOperator):
+    """Open the run's study and its MLflow parent run; skipped (with every trial) when the trigger
+    form's `tune` is off.
+
+    :param config: the parsed pipeline config, or the path of its YAML file.
+    :param run_id: names the study (`<pipeline>:<run_id>`) and scopes the trials' run directories.
+    :param enabled: templated; "False" skips tuning for this run.
+    :param mlflow_conn_id: the `mlflow` connection of the parent run (undefined: embedded store).
+    """
+
+    template_fields: Sequence[str] = ("run_id", "enabled")
+    ui_color = "#f5e6d5"
+
+    def __init__(
+        self,
+        *,
+        config: PipelineConfig | str,
+        run_id: str = "{{ run_id }}",
+        enabled: bool | str = True,
+        mlflow_conn_id: str | None = "mlflow_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.run_id = run_id
+        self.enabled = enabled
+        self.mlflow_conn_id = mlflow_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.config.secrets import redact_uri
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.tuning.outcomes import StudyRef
+        from airflow_trainpipe.tuning.report import start_parent_run
+        from airflow_trainpipe.tuning.study import open_study, study_name
+
+        if str(self.enabled).strip().lower() in ("false", "0", "no", "off", "none"):
+            raise AirflowSkipException(
+                "tuning is off for this run (the trigger form's `tune`): train trains once"
+            )
+        name, url = study_name(self.config.pipeline, self.run_id), _storage_url(self.config)
+        study = open_study(self.config, name, url)
+        finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+        self.log.info("study %s in %s: %d trial(s) already finished", name, redact_uri(url), finished)
+        hook = MlflowHook(self.mlflow_conn_id)
+        with hook.activated():
+            parent = start_parent_run(
+                hook.get_conn(),
+                self.config.pipeline,
+                name,
+                {"airflow.dag_id": self.dag_id, "trainpipe.pipeline": self.config.pipeline},
+                hook.tracking_uri,
+            )
+        return StudyRef(
+            study_name=name, storage=redact_uri(url), parent_run_id=parent, run_id=self.run_id
+        ).to_xcom()
+
+
+class TuningTrialOperator(DistributedTrainOperator):
+    """One trial of the study (a mapped task instance per `slot`), rung by rung.
+
+    A retry of the task continues the slot's trial from its newest complete checkpoint; a task
+    instance that runs again after its trial ended (a cleared DAG run) returns the stored outcome.
+
+    :param study: tune_start's StudyRef (e.g. `tune_start.output`).
+    :param slot: this trial's index in the study's budget (the map index).
+    Every other parameter is DistributedTrainOperator's: the trials run its launcher.
+    """
+
+    template_fields: Sequence[str] = (*DistributedTrainOperator.template_fields, "study")
+    ui_color = "#ead5f5"
+
+    def __init__(self, *, study: dict[str, Any] | XComArg, slot: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.study = study
+        self.slot = slot
+        if self.nproc is None and self.config.tuning is not None:
+            self.nproc = self.config.tuning.nproc_per_trial
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.tuning.report import tag_trial_run
+        from airflow_trainpipe.tuning.study import open_study
+        from airflow_trainpipe.tuning.trials import run_trial
+
+        ref = _study_ref(self.study)
+        ti = context["ti"]
+        base = self._spec(None, context)
+        study = open_study(self.config, ref.study_name, _storage_url(self.config))
+        hook = MlflowHook(self.mlflow_conn_id)
+
+        def launch(spec: TrainSpec) -> TrainResult:
+            return self._launch(context, spec, hook, ti.try_number)
+
+        # The last try tells the study the trial failed; an earlier one leaves it running for the retry.
+        outcome = run_trial(
+            self.config, study, ref, self.slot, base, launch, last_attempt=ti.try_number > ti.max_tries
+        )
+        with hook.activated():
+            tag_trial_run(hook.get_conn(), outcome)
+        return outcome.to_xcom()
+
+    def _launch(self, context: Context, spec: TrainSpec, hook: Any, try_number: int) -> TrainResult:
+        from airflow_trainpipe.launchers.watcher import JobWatcher
+
+        watcher = JobWatcher(None)  # the trial's run directory, not the task's state, carries the resume
+        if self.config.training.launcher == "kubernetes":
+            result = self._run_on_kubernetes(context, spec, watcher, try_number)
+        else:
+            result = self._run_locally(spec, watcher, hook, try_number)
+        return result.model_copy(update={"run_dir": spec.run_dir})
+
+
+class TuningResultOperator(TrainpipeRetryPolicyMixin, BaseOperator):
+    """The study's summary and its best trial, read from the study's storage; fails when no
+    trial completed. Runs when every trial has ended and at least one succeeded.
+
+    :param study: tune_start's StudyRef.
+    """
+
+    template_fields: Sequence[str] = ("study",)
+    ui_color = "#f5e6d5"
+
+    def __init__(
+        self,
+        *,
+        config: PipelineConfig | str,
+        study: dict[str, Any] | XComArg,
+        mlflow_conn_id: str | None = "mlflow_default",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("trigger_rule", "all_done_min_one_success")
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.study = study
+        self.mlflow_conn_id = mlflow_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.tuning.report import log_study, summarize
+        from airflow_trainpipe.tuning.study import open_study
+
+        ref = _study_ref(self.study)
+        study = open_study(self.config, ref.study_name, _storage_url(self.config))
+        summary = summarize(study, ref)
+        hook = MlflowHook(self.mlflow_conn_id)
+        with hook.activated():
+            log_study(hook.get_conn(), study, summary)
+        self.log.info(
+            "study %s: %d trial(s), %d pruned (%d at the first rung), %d failed; best %s = %s (trial %s) "
+            "with %s; %.4f device-hours (every trial at the full budget: %.4f)",
+            summary.study_name, summary.trials, summary.pruned, summary.pruned_at_first_rung, summary.failed,
+            summary.metric, summary.best, summary.best_trial, summary.best_params, summary.compute_hours,
+            summary.full_budget_compute_hours,
+        )  # fmt: skip
+        if summary.candidate is None:
+            raise AirflowFailException(
+                f"no trial of study {summary.study_name} completed ({summary.pruned} pruned, "
+                f"{summary.failed} failed): there is no candidate"
+            )
+        return summary.to_xcom()

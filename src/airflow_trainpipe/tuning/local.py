@@ -1,0 +1,120 @@
+"""`trainpipe tune`: the DAG's study without a scheduler, its trials one after another here.
+
+The same study (same storage and name for the same pipeline and run id), the same trial code and
+the same training entrypoint as the mapped trial tasks; a rerun after a kill resumes the study:
+finished trials are read back, the interrupted one continues from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.payloads import TrainResult
+from airflow_trainpipe.train_spec import TrainSpec, TrialRung
+from airflow_trainpipe.tuning.outcomes import StudyRef, TuningSummary
+from airflow_trainpipe.tuning.trials import max_resource, run_trial, trial_run_id
+
+log = logging.getLogger(__name__)
+
+Printer = Callable[[str], None]
+
+
+class TrainingJobFailed(TrainpipeError):
+    retryable = True
+
+
+@dataclass(frozen=True)
+class LocalTuning:
+    summary: TuningSummary
+    baseline: float | None
+    """The config's own hyperparameters at the full budget, scored on the same validation split."""
+    baseline_compute_hours: float
+
+
+def launch_locally(nproc: int, printer: Printer, verbose: bool = False) -> Callable[[TrainSpec], TrainResult]:
+    """Run a job under torchrun here and return its result (TrainingJobFailed if it fails)."""
+    from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.launchers.watcher import JobWatcher
+
+    def launch(spec: TrainSpec) -> TrainResult:
+        launcher = LocalLauncher(spec, nproc)
+        watcher = JobWatcher(show_raw=False, tail=40)
+        launcher.start()
+        try:
+            for line in launcher.lines():
+                if (shown := watcher.feed(line.text)) is not None and verbose:
+                    printer(shown)
+            code = launcher.wait()
+        finally:
+            launcher.kill()
+        if code != 0 or watcher.result is None:
+            tail = "\n".join(watcher.tail)
+            raise TrainingJobFailed(f"the training job of {spec.run_id} exited with code {code}:\n{tail}")
+        return watcher.result.model_copy(update={"run_dir": spec.run_dir})
+
+    return launch
+
+
+def tune_locally(
+    config: PipelineConfig,
+    base: TrainSpec,
+    url: str,
+    nproc: int,
+    printer: Printer = lambda text: print(text, file=sys.stderr, flush=True),
+    verbose: bool = False,
+) -> LocalTuning:
+    from airflow_trainpipe.runtime.tracking import default_tracking_uri
+    from airflow_trainpipe.tuning.report import log_study, start_parent_run, summarize, tag_trial_run
+    from airflow_trainpipe.tuning.study import open_study, study_name
+
+    assert config.tuning is not None
+    import os
+
+    from mlflow import MlflowClient
+
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    client = MlflowClient(tracking_uri=tracking_uri)
+    name = study_name(config.pipeline, base.run_id)
+    study = open_study(config, name, url)
+    parent = start_parent_run(client, config.pipeline, name, {"trainpipe.launched_by": "cli"}, tracking_uri)
+    ref = StudyRef(study_name=name, storage=url, parent_run_id=parent, run_id=base.run_id)
+    launch = launch_locally(nproc, printer, verbose)
+    for slot in range(config.tuning.budget.trials):
+        outcome = run_trial(config, study, ref, slot, base, launch)
+        tag_trial_run(client, outcome)
+        rungs = ", ".join(f"{r.value:.4f}@{r.resource}" for r in outcome.rungs)
+        printer(f"trial {outcome.number} (slot {slot}): {outcome.state} [{rungs}] {outcome.params}")
+    summary = summarize(study, ref)
+    baseline = _baseline(config, base, ref, launch)
+    log_study(client, study, summary)
+    return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric), _hours(baseline))
+
+
+def _baseline(
+    config: PipelineConfig, base: TrainSpec, ref: StudyRef, launch: Callable[[TrainSpec], TrainResult]
+) -> TrainResult:
+    """The config's hyperparameters trained to the full budget on the trials' split (resumed
+    like a trial when a rerun finds its checkpoint)."""
+    assert config.tuning is not None
+    resource = max_resource(config.tuning, base.hyperparameters)
+    spec = base.model_copy(
+        update={
+            "run_id": trial_run_id(ref.run_id, 0).replace("trial-000", "baseline"),
+            "trial": TrialRung(
+                number=0, validation=config.tuning.validation_split(config.data.holdout.seed), final=False
+            ),
+            "tags": {**base.tags, "mlflow.parentRunId": ref.parent_run_id, "trainpipe.study": ref.study_name,
+                     "trainpipe.trial": "baseline"},
+        }
+    )  # fmt: skip
+    log.info("baseline: the config's hyperparameters for %d %s", resource, config.tuning.pruning.resource)
+    return launch(spec)
+
+
+def _hours(result: TrainResult) -> float:
+    return (result.compute_hours_cpu or 0.0) + (result.compute_hours_gpu or 0.0)

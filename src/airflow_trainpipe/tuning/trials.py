@@ -1,0 +1,269 @@
+"""One trial of the study, rung by rung, each rung a run of the pipeline's training job.
+
+A trial belongs to a slot (the mapped task index, or the CLI's loop index): a slot that runs again
+finds its trial in the study. A finished trial is returned as it ended, never trained again; a
+trial whose task died mid-rung keeps its hyperparameters and its run directory, so the retry's job
+resumes from the rung's newest complete checkpoint. A survivor of a rung continues from its own
+checkpoint the same way: the next rung is the same job with a larger budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.training import Hyperparameters
+from airflow_trainpipe.config.tuning import TuningSection
+from airflow_trainpipe.payloads import TrainResult
+from airflow_trainpipe.train_spec import TrainSpec, TrialRung
+from airflow_trainpipe.tuning.outcomes import RungReport, StudyRef, TrialOutcome
+from airflow_trainpipe.tuning.study import sampler, suggest, trial_hyperparameters
+
+if TYPE_CHECKING:
+    import optuna
+
+Launch = Callable[[TrainSpec], TrainResult]
+"""Runs one training job to its end and returns its result (raises when the job fails)."""
+
+log = logging.getLogger(__name__)
+
+
+def trial_run_id(run_id: str, number: int) -> str:
+    return f"{run_id}.trial-{number:03d}"
+
+
+def run_trial(
+    config: PipelineConfig,
+    study: optuna.Study,
+    ref: StudyRef,
+    slot: int,
+    base: TrainSpec,
+    launch: Launch,
+    *,
+    last_attempt: bool = True,
+) -> TrialOutcome:
+    """The slot's trial, run or continued to its end (complete, pruned or failed)."""
+    import optuna
+
+    assert config.tuning is not None
+    existing = trial_of_slot(study, slot)
+    if existing is not None and existing.state.is_finished():
+        log.info(
+            "slot %d: trial %d already ended (%s); not trained again",
+            slot,
+            existing.number,
+            existing.state.name,
+        )
+        return stored_outcome(existing)
+    if existing is None:
+        spent = spent_compute_hours(study)
+        budget = config.tuning.budget.max_compute_hours
+        if budget is not None and spent >= budget:
+            log.warning(
+                "slot %d: the study used %.4f of its %.4f device-hours; no trial started", slot, spent, budget
+            )
+            return TrialOutcome(
+                number=-1, slot=slot, state="not_started", params={}, value=None, rungs=[],
+                compute_hours=0.0, full_budget_compute_hours=None, mlflow_run_id=None, run_dir=None,
+            )  # fmt: skip
+        study.sampler = sampler(config.tuning.sampler, slot)
+        trial = study.ask()
+        trial.set_user_attr("slot", slot)
+    else:
+        trial = optuna.Trial(study, existing._trial_id)
+        log.info("slot %d: continuing trial %d, which an earlier attempt started", slot, trial.number)
+    params = suggest(trial, config.tuning)
+    log.info("slot %d: trial %d with %s", slot, trial.number, params)
+    hp = trial_hyperparameters(base.hyperparameters, params)
+    # Rungs an earlier attempt finished and reported are not trained again (their checkpoint is
+    # already past them): the trial continues with the first unreported rung.
+    reported = dict(existing.intermediate_values) if existing is not None else {}
+    try:
+        return _rungs(config, config.tuning, study, trial, ref, slot, base, hp, params, launch, reported)
+    except Exception:
+        if last_attempt:
+            failed = _outcome(trial, slot, params, "failed", None, [], None)
+            _end(study, trial, failed, optuna.trial.TrialState.FAIL)
+        raise
+
+
+def _rungs(
+    config: PipelineConfig,
+    tuning: TuningSection,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    ref: StudyRef,
+    slot: int,
+    base: TrainSpec,
+    hp: Hyperparameters,
+    params: dict[str, Any],
+    launch: Launch,
+    reported: dict[int, float],
+) -> TrialOutcome:
+    from optuna.trial import TrialState
+
+    metric = config.tuning_objective[0]
+    rungs = tuning.rungs(max_resource(tuning, base.hyperparameters))
+    reports: list[RungReport] = []
+    for index, resource in enumerate(rungs):
+        final = index == len(rungs) - 1
+        if resource in reported and not final:
+            reports.append(RungReport(resource=resource, value=reported[resource]))
+            if trial.should_prune():  # the decision, if the earlier attempt died before making it
+                return _end(study, trial, _outcome(trial, slot, params, "pruned", reported[resource], reports, None),
+                            TrialState.PRUNED, rungs[-1])  # fmt: skip
+            continue
+        spec = rung_spec(base, ref, trial.number, hp, tuning, resource, final)
+        result = launch(spec)
+        value = result.holdout_metrics.get(metric, math.nan)
+        hours = (result.compute_hours_gpu or 0.0) + (result.compute_hours_cpu or 0.0)
+        trial.set_user_attr("mlflow_run_id", result.mlflow_run_id)
+        trial.set_user_attr("compute_hours", hours)
+        trial.set_user_attr("run_dir", spec.run_dir)
+        reports.append(RungReport(resource=resource, value=value))
+        if not math.isfinite(value):  # diverged: an answer of the search, not a broken task
+            log.warning("trial %d: %s is %s at %d; the trial failed", trial.number, metric, value, resource)
+            return _end(
+                study,
+                trial,
+                _outcome(trial, slot, params, "failed", None, reports, result),
+                TrialState.FAIL,
+                rungs[-1],
+            )
+        if resource not in reported:
+            trial.report(value, resource)
+        log.info(
+            "trial %d: %s %.6f after %d %s", trial.number, metric, value, resource, tuning.pruning.resource
+        )
+        if final:
+            return _end(
+                study,
+                trial,
+                _outcome(trial, slot, params, "complete", value, reports, result),
+                value,
+                rungs[-1],
+            )
+        if trial.should_prune():
+            log.info(
+                "trial %d pruned at rung %d (%d %s)", trial.number, index, resource, tuning.pruning.resource
+            )
+            return _end(
+                study,
+                trial,
+                _outcome(trial, slot, params, "pruned", value, reports, result),
+                TrialState.PRUNED,
+                rungs[-1],
+            )
+    raise AssertionError("unreachable: the last rung ends the trial")
+
+
+def rung_spec(
+    base: TrainSpec,
+    ref: StudyRef,
+    number: int,
+    hp: Hyperparameters,
+    tuning: TuningSection,
+    resource: int,
+    final: bool,
+) -> TrainSpec:
+    """The training job of one rung: the trial's hyperparameters, trained up to `resource`."""
+    budget = {"epochs": resource} if tuning.pruning.resource == "epochs" else {"max_steps": resource}
+    return base.model_copy(
+        update={
+            "run_id": trial_run_id(ref.run_id, number),
+            "hyperparameters": hp.with_overrides(budget),
+            "trial": TrialRung(
+                number=number, validation=tuning.validation_split(base.config.data.holdout.seed), final=final
+            ),
+            "mlflow_run_id": None,  # the trial's run directory remembers its own MLflow run
+            "tags": {
+                **base.tags,
+                "mlflow.parentRunId": ref.parent_run_id,
+                "trainpipe.study": ref.study_name,
+                "trainpipe.trial": str(number),
+            },
+        }
+    )
+
+
+def _outcome(
+    trial: optuna.Trial,
+    slot: int,
+    params: dict[str, Any],
+    state: str,
+    value: float | None,
+    reports: list[RungReport],
+    result: TrainResult | None,
+) -> TrialOutcome:
+    hours = float(trial.user_attrs.get("compute_hours", 0.0))
+    reached = reports[-1].resource if reports else None
+    return TrialOutcome.model_validate(
+        {
+            "number": trial.number,
+            "slot": slot,
+            "state": state,
+            "params": params,
+            "value": value,
+            "rungs": reports,
+            "compute_hours": hours,
+            "full_budget_compute_hours": None if reached is None else hours,  # scaled by the caller
+            "mlflow_run_id": trial.user_attrs.get("mlflow_run_id"),
+            "run_dir": trial.user_attrs.get("run_dir"),
+            "result": result if state == "complete" else None,
+        }
+    )
+
+
+def _end(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    outcome: TrialOutcome,
+    told: Any,
+    full_resource: int | None = None,
+) -> TrialOutcome:
+    """Store the outcome on the trial, then finish it in the study (attributes are frozen after)."""
+    from optuna.trial import TrialState
+
+    if outcome.rungs and full_resource is not None:
+        # This trial's own device-hours per unit of resource, times the full budget.
+        full = outcome.compute_hours * full_resource / outcome.rungs[-1].resource
+        outcome = outcome.model_copy(update={"full_budget_compute_hours": full})
+    trial.set_user_attr("outcome", outcome.to_xcom())
+    if isinstance(told, TrialState):
+        study.tell(trial, state=told)
+    else:
+        study.tell(trial, told)
+    return outcome
+
+
+def max_resource(tuning: TuningSection, hp: Hyperparameters) -> int:
+    """A trial's full budget in the pruning resource: the run's epochs, or its max_steps."""
+    if tuning.pruning.resource == "steps":
+        assert hp.max_steps is not None  # the config requires it with this resource
+        return hp.max_steps
+    return hp.epochs
+
+
+def trial_of_slot(study: optuna.Study, slot: int) -> optuna.trial.FrozenTrial | None:
+    found = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("slot") == slot]
+    return found[-1] if found else None
+
+
+def stored_outcome(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
+    raw = trial.user_attrs.get("outcome")
+    if raw is not None:
+        return TrialOutcome.model_validate(raw)
+    # Ended without an outcome: told FAIL by something else (a crashed process's heartbeat).
+    return TrialOutcome(
+        number=trial.number, slot=int(trial.user_attrs.get("slot", -1)), state="failed", params=trial.params,
+        value=None, rungs=[], compute_hours=float(trial.user_attrs.get("compute_hours", 0.0)),
+        full_budget_compute_hours=None, mlflow_run_id=trial.user_attrs.get("mlflow_run_id"),
+        run_dir=trial.user_attrs.get("run_dir"),
+    )  # fmt: skip
+
+
+def spent_compute_hours(study: optuna.Study) -> float:
+    return sum(float(t.user_attrs.get("compute_hours", 0.0)) for t in study.get_trials(deepcopy=False))

@@ -1,0 +1,108 @@
+"""`trainpipe tune`: the study without Airflow, killed mid-way and run again.
+
+The first run is SIGKILLed (its whole process group, torchrun and ranks included) while the third
+trial is mid-rung with a complete checkpoint; the second run with the same arguments finds the
+same study: the two finished trials are not trained again, the interrupted trial continues from its
+checkpoint, and the last line is the study's JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import EXAMPLE_CONFIGS
+
+TRIALS = 4
+RUN = "tune-2026-01-02"
+
+
+def _config(path: Path) -> None:
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text())
+    config["training"]["hyperparameters"].update(batch_size=64, epochs=3)
+    config["training"]["checkpoint"].update(every_steps=5, keep_last=2)
+    config["tuning"]["space"].pop("batch_size")
+    config["tuning"]["budget"].update(trials=TRIALS)
+    path.write_text(yaml.safe_dump(config))
+
+
+def _tune(config: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    command = [
+        str(Path(sys.executable).parent / "trainpipe"),
+        "tune",
+        str(config),
+        "--ds",
+        "2026-01-02",
+        "-v",
+    ]
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def _finished(home: Path) -> dict[int, tuple[str, float | None, object]]:
+    import optuna
+
+    study = optuna.load_study(
+        study_name=f"fraud_detector_tuned:{RUN}",
+        storage=f"sqlite:///{home / 'optuna' / 'fraud_detector_tuned.db'}",
+    )
+    return {
+        t.number: (t.state.name, t.value, t.datetime_complete)
+        for t in study.get_trials()
+        if t.state.is_finished()
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path) -> None:
+    from airflow_trainpipe.synthetic import write_day
+
+    home = tmp_path / "home"
+    write_day((home / "data" / "card_transactions").as_uri(), date(2026, 1, 2), 3000, seed=2)
+    config = tmp_path / "tuned.yaml"
+    _config(config)
+    env = {**os.environ, "TRAINPIPE_HOME": str(home)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+
+    first = _tune(config, env)
+    seen = []
+    assert first.stdout is not None
+    for line in first.stdout:  # slots run in order: trial 2 starts once trials 0 and 1 ended
+        seen.append(line)
+        if f"{RUN}.trial-002/checkpoints/step_000000015" in line and line.startswith("checkpoint complete"):
+            os.killpg(first.pid, signal.SIGKILL)  # torchrun and its ranks too
+            break
+    first.wait()
+    assert first.returncode == -signal.SIGKILL, "".join(seen)[-4000:]
+    before = _finished(home)
+    assert sorted(before) == [0, 1]
+
+    second = _tune(config, env)
+    output, _ = second.communicate(timeout=400)
+    assert second.returncode == 0, output[-6000:]
+    summary = json.loads(output.strip().splitlines()[-1])
+    after = _finished(home)
+    assert sorted(after) == list(range(TRIALS))  # one trial per slot: nothing started twice
+    assert {n: after[n] for n in before} == before  # finished trials untouched (state, value, end time)
+    # The rerun's first job is trial 2's interrupted rung, from its mid-epoch checkpoint: the
+    # finished trials were read back, not trained again.
+    started = [line for line in output.splitlines() if line.startswith("training started")]
+    assert "resuming from step 15" in started[0], started
+    assert set(summary) == {
+        "trials", "pruned", "best", "baseline", "direction", "compute_hours", "full_budget_compute_hours",
+    }  # fmt: skip
+    assert summary["trials"] == TRIALS and summary["direction"] == "maximize"
+    assert summary["pruned"] == sum(state == "PRUNED" for state, _, _ in after.values())
+    assert summary["best"] == max(v for s, v, _ in after.values() if s == "COMPLETE" and v is not None)
+    assert summary["baseline"] is not None and 0.5 < summary["baseline"] < 1.0
+    assert 0 < summary["compute_hours"] <= summary["full_budget_compute_hours"]
