@@ -21,13 +21,17 @@ from typing import Any
 RESULT_MARK = "TEST-RESULT "
 
 # Appended to each DAG file: run it once per logical date and print the states (and XComs) the
-# test asserts on, flushed, so each run's output ends at its result line.
+# test asserts on, flushed, so each run's output ends at its result line. With wait_between, each
+# run after the first waits for a line on stdin: the test changes the data in between.
 RUNNER = """
 if __name__ == "__main__":
     import json as _json
+    import sys as _sys
     from datetime import datetime as _datetime, timezone as _timezone
 
-    for _date in {logical_dates!r}:
+    for _number, _date in enumerate({logical_dates!r}):
+        if _number and {wait_between!r}:
+            _sys.stdin.readline()  # the test's before_run is done
         _run = dag.test(logical_date=_datetime.fromisoformat(_date).replace(tzinfo=_timezone.utc))
         _tis = {{ti.task_id: ti for ti in _run.get_task_instances()}}
         print({mark!r} + _json.dumps({{
@@ -81,22 +85,39 @@ def run_dag_file_for_dates(
     logical_dates: list[str],
     timeout: float = 300,
     on_line: Callable[[str], None] | None = None,
+    before_run: Callable[[str], None] | None = None,
 ) -> list[DagTestRun]:
-    """One DAG run per logical date, in order, in one process (one interpreter start and DAG parse)."""
+    """One DAG run per logical date, in order, in one process (one interpreter start and DAG parse).
+
+    before_run(date) is called before each run but the first, while the process waits for it: the
+    test rewrites or removes partitions between the runs of one process."""
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     path = dags / f"{name}.py"
-    path.write_text(source + RUNNER.format(logical_dates=logical_dates, mark=RESULT_MARK))
+    runner = RUNNER.format(logical_dates=logical_dates, mark=RESULT_MARK, wait_between=before_run is not None)
+    path.write_text(source + runner)
     process = subprocess.Popen(
-        [sys.executable, str(path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, str(path)],
+        env=env,
+        stdin=subprocess.PIPE if before_run is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     killer = threading.Timer(timeout, process.kill)
     killer.start()
     lines = []
+    finished = 0
     try:
         for line in process.stdout:  # type: ignore[union-attr]
             lines.append(line)
             if on_line is not None:
                 on_line(line)
+            if RESULT_MARK in line:
+                finished += 1
+                if before_run is not None and finished < len(logical_dates):
+                    before_run(logical_dates[finished])
+                    process.stdin.write("\n")  # type: ignore[union-attr]
+                    process.stdin.flush()  # type: ignore[union-attr]
         code = process.wait()
     finally:
         killer.cancel()

@@ -39,6 +39,28 @@ class MlflowServer:
             }
         )
 
+    def wait_healthy(self, timeout: float = 120.0) -> None:
+        """Until /health answers; a server that exits or stays unhealthy is stopped, with its log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"mlflow server exited with {self.process.returncode}:\n{self._log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                stop_mlflow_server(self.process)
+                raise RuntimeError(f"mlflow server not healthy after {timeout}s:\n{self._log_tail()}")
+            time.sleep(0.3)
+
+    def _log_tail(self) -> str:
+        return (self.root / "server.log").read_text()[-3000:]
+
     def client_env(self) -> dict[str, str]:
         return {
             "MLFLOW_TRACKING_URI": self.url,
@@ -47,7 +69,9 @@ class MlflowServer:
         }
 
 
-def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
+def start_mlflow_server(root: Path, timeout: float = 120.0, *, wait: bool = True) -> MlflowServer:
+    """Start the server; with `wait=False` return at once and call `wait_healthy` later (the e2e
+    stack starts Airflow meanwhile: on 2 cores the two startups overlap by several seconds)."""
     root.mkdir(parents=True, exist_ok=True)
     password = "pw-" + secrets.token_hex(12)
     auth_ini = root / "basic_auth.ini"
@@ -91,26 +115,12 @@ def start_mlflow_server(root: Path, timeout: float = 120.0) -> MlflowServer:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"mlflow server exited with {process.returncode}:\n{(root / 'server.log').read_text()[-3000:]}"
-            )
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            stop_mlflow_server(process)
-            raise RuntimeError(
-                f"mlflow server not healthy after {timeout}s:\n{(root / 'server.log').read_text()[-3000:]}"
-            )
-        time.sleep(0.3)
-    return MlflowServer(url=url, username="admin", password=password, root=root, process=process)
+    server = MlflowServer(
+        url=f"http://127.0.0.1:{port}", username="admin", password=password, root=root, process=process
+    )
+    if wait:
+        server.wait_healthy(timeout)
+    return server
 
 
 def stop_mlflow_server(process: subprocess.Popen[bytes]) -> None:

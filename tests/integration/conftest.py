@@ -1,8 +1,10 @@
-"""The end-to-end stack, started once per test session: `airflow standalone` (api-server,
+"""The end-to-end stack, started once for this package: `airflow standalone` (api-server,
 scheduler, dag-processor, triggerer on SQLite) started the way `make up` starts it, and a real
 `mlflow server` with basic auth, both on loopback ports. Startup is the expensive part (minutes
 on 2 cores), so every e2e module shares one stack; modules run in file order and share its dags
-folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry.
+folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry. It stops
+after the package's last test: idle, its processes still take ~7% of a core, which the rest of
+the suite (tests/launchers ... tests/validation, after this package) would otherwise share.
 """
 
 from __future__ import annotations
@@ -171,7 +173,9 @@ def running_stack(
         json.dumps({"admin": ADMIN_PASSWORD})
     )
 
-    mlflow = start_mlflow_server(root / "mlflow")
+    # Both start at once: Airflow needs only the server's address and credentials, and on 2 cores
+    # the two startups overlap (the server is waited for after Airflow answers).
+    mlflow = start_mlflow_server(root / "mlflow", wait=False)
     smtp = SmtpServer().__enter__()
     airflow = None
     try:
@@ -188,6 +192,7 @@ def running_stack(
             raise RuntimeError(
                 f"{exc}\n{(airflow_home / 'standalone.log').read_text(errors='replace')[-4000:]}"
             ) from None
+        mlflow.wait_healthy()
         token = requests.post(
             f"{url}/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=30
         )
@@ -214,7 +219,7 @@ def approval_config(fraud: str) -> str:
     return text + "\nnotify:\n  email: [ml-oncall@example.com]\n  from_email: trainpipe@example.com\n"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("e2e")) as stack:
         yield stack

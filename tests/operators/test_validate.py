@@ -208,7 +208,26 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     config = _window_config(tmp_path, data, minimum=29)
     source = WINDOW_DAG.format(dag_id="windowed", config=str(config))
 
-    first, second = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-01-30", "2026-01-31"], 600)
+    def change_the_data(logical_date: str) -> None:
+        if logical_date == "2026-02-01":
+            # An earlier partition rewritten since its record (a backfill upstream).
+            write_day(data.as_uri(), date(2026, 1, 10), 650, seed=5)
+            write_day(data.as_uri(), date(2026, 2, 1), 600, seed=4)
+        elif logical_date == "2026-02-02":
+            # One more partition lost.
+            write_day(data.as_uri(), date(2026, 2, 2), 600, seed=4)
+            for path in (data / "ds=2026-01-20").glob("*.parquet"):
+                path.unlink()
+
+    # One process, the data changed between its runs (each run a dag.test of its own).
+    first, second, rewritten, short = run_dag_file_for_dates(
+        airflow_env,
+        "windowed",
+        source,
+        ["2026-01-30", "2026-01-31", "2026-02-01", "2026-02-02"],
+        600,
+        before_run=change_the_data,
+    )
     for run in (first, second):
         assert (run.state, set(run.tasks.values())) == ("success", {"success"}), run.output[-6000:]
     # The first run validates the 28 earlier partitions it has no record of, oldest first, then its own.
@@ -232,9 +251,6 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     assert "snapshot " + digest + ": 29 file(s), 17400 rows" in second.output  # what train read
 
     # An earlier partition rewritten since its record (a backfill upstream) is validated again.
-    write_day(data.as_uri(), date(2026, 1, 10), 650, seed=5)
-    write_day(data.as_uri(), date(2026, 2, 1), 600, seed=4)
-    (rewritten,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-01"])
     assert (rewritten.state, set(rewritten.tasks.values())) == ("success", {"success"}), rewritten.output[
         -6000:
     ]
@@ -246,10 +262,6 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     assert "of 29 partition(s) (1 missing: ds=2026-01-15), 29 file(s), 17450 rows" in rewritten.output
 
     # One more partition lost: below the minimum, the run stops before training, naming both.
-    write_day(data.as_uri(), date(2026, 2, 2), 600, seed=4)
-    for path in (data / "ds=2026-01-20").glob("*.parquet"):
-        path.unlink()
-    (short,) = run_dag_file_for_dates(airflow_env, "windowed", source, ["2026-02-02"])
     assert short.tasks == {
         "validate_data": "failed",
         "train": "upstream_failed",
