@@ -23,6 +23,7 @@ from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.promote import PromoteModelOperator
 from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
+from airflow_trainpipe.operators.tune import TuningResultOperator, TuningStartOperator, TuningTrialOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
 from airflow_trainpipe.registry import RegistryError, RegistryUnavailable
 from airflow_trainpipe.retry_policy import (
@@ -118,6 +119,9 @@ OPERATORS: list[type[BaseOperator]] = [
     ModelApprovalOperator,
     PromoteModelOperator,
     ConfigErrorOperator,
+    TuningStartOperator,
+    TuningTrialOperator,
+    TuningResultOperator,
 ]
 
 
@@ -126,6 +130,10 @@ def _build(cls: type[BaseOperator], **kwargs: Any) -> Any:
         return cls(data=load_config(FRAUD).data, **kwargs)
     if cls is ConfigErrorOperator:
         return cls(config_file="configs/x.yaml", problems=["configs/x.yaml: owner: missing"], **kwargs)
+    if cls is TuningTrialOperator:
+        return cls(config=FRAUD, study={}, slot=0, **kwargs)
+    if cls is TuningResultOperator:
+        return cls(config=FRAUD, study={}, **kwargs)
     return cls(config=FRAUD, **kwargs)
 
 

@@ -30,6 +30,7 @@ def get_provider_info() -> dict:
                     "airflow_trainpipe.operators.register",
                     "airflow_trainpipe.operators.approval",
                     "airflow_trainpipe.operators.promote",
+                    "airflow_trainpipe.operators.tune",
                     "airflow_trainpipe.operators.config_error",
                 ],
             },

@@ -206,3 +206,31 @@ def test_connection_credentials_stay_out_of_the_pod_and_the_error(
     with pytest.raises(AirflowException, match="/api/v1/namespaces/ml-training/secrets") as caught:
         operator.execute(context)
     assert secret_value not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)
+
+
+def test_each_rung_of_each_tuning_trial_is_its_own_pod(tmp_path: Path) -> None:
+    from airflow_trainpipe.config.tuning import TuningSection
+    from airflow_trainpipe.tuning.outcomes import StudyRef
+    from airflow_trainpipe.tuning.trials import rung_spec
+
+    operator = _operator(tmp_path, nodes=1)
+    context = task_context()
+    base = operator._spec(store=None, context={})
+    tuning = TuningSection.model_validate(
+        {"space": {"learning_rate": {"type": "float", "low": 1e-4, "high": 0.1}}}
+    )
+    ref = StudyRef(study_name="house_prices:r1", storage="sqlite:///x", parent_run_id="p", run_id="r1")
+    names, pods = set(), []
+    for number in (0, 1):
+        for resource, final in ((1, False), (3, True)):
+            spec = rung_spec(base, ref, number, base.hyperparameters, tuning, resource, final)
+            pod_operator = operator.kubernetes_operator(context, spec)
+            names.add(pod_operator.name)
+            pods.append(_serialize(pod_operator.build_pod_request_obj(context, dry_run=True)))
+    # Mapped task instances share the task id, and a trial runs a pod per rung in one try.
+    assert len(names) == 4
+    env = {e["name"]: e.get("value") for e in pods[-1]["spec"]["containers"][0]["env"]}
+    spec = json.loads(env["TRAINPIPE_SPEC"])
+    assert spec["trial"] == {"number": 1, "validation": {"fraction": 0.2, "seed": 0}, "final": True}
+    assert spec["run_id"] == "r1.trial-001" and spec["hyperparameters"]["epochs"] == 3
+    _validate(tmp_path, pods[:1])

@@ -171,3 +171,48 @@ def test_study_of_mapped_trials_picks_the_candidate_and_killed_trials_resume(
     (_, _, second) = _xcoms(airflow_home, "train")[1]
     assert second["metrics_split"] == "holdout" and 0 < second["resumed_from_step"] < CRASH_STEP
     assert second["mlflow_run_id"] not in {o["mlflow_run_id"] for o in outcomes.values()}
+
+
+def _summary(**changes: object) -> dict:
+    from airflow_trainpipe.tuning.outcomes import TuningSummary
+
+    fields: dict = {
+        "study_name": "fraud_detector_tuned:r1", "direction": "maximize", "metric": "roc_auc", "trials": 4,
+        "complete": 2, "pruned": 2, "failed": 0, "best_trial": 3, "best": 0.8,
+        "best_params": {"learning_rate": 0.005, "model_args.hidden_sizes": [32]}, "compute_hours": 0.1,
+        "full_budget_compute_hours": 0.2, "pruned_at_first_rung": 2, "parent_run_id": "p", "candidate": None,
+    }  # fmt: skip
+    return TuningSummary.model_validate({**fields, **changes}).to_xcom()
+
+
+def test_retrain_trains_with_the_best_trials_hyperparameters_over_the_forms(tmp_path: Path) -> None:
+    from airflow_trainpipe.config import parse_config
+    from airflow_trainpipe.operators.train import DistributedTrainOperator
+
+    text = (
+        (EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text().replace("retrain: false", "retrain: true")
+    )
+    operator = DistributedTrainOperator(
+        task_id="train",
+        config=parse_config(text, "tuned.yaml"),
+        data_files=[(tmp_path / "x.parquet").as_uri()],
+        hyperparameter_overrides={"learning_rate": 0.01, "epochs": 5},
+        tuned=json.dumps(_summary()),  # as the template renders it
+    )
+    hp = operator._hyperparameters()
+    assert (hp.learning_rate, hp.epochs) == (0.005, 5)  # the study's value wins; the form's epochs stay
+    assert hp.model_args == {"hidden_sizes": [32], "dropout": 0.1}
+    operator.tuned = "null"  # tuning turned off for the run: the form's values only
+    assert operator._hyperparameters().learning_rate == 0.01
+
+
+def test_adopting_needs_a_completed_trial() -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_trainpipe.operators.train import DistributedTrainOperator
+
+    operator = DistributedTrainOperator(
+        task_id="train", config=str(EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml"), tuned=_summary()
+    )
+    with pytest.raises(AirflowFailException, match="study fraud_detector_tuned:r1 has no completed trial"):
+        operator.execute({})  # type: ignore[arg-type]
