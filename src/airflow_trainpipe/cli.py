@@ -69,7 +69,7 @@ def _check(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     """The same job the operator runs, without Airflow: for debugging a training run."""
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+    from airflow_trainpipe.exceptions import TrainpipeError
     from airflow_trainpipe.snapshot import cli_window, load_manifest, resolve_window
     from airflow_trainpipe.train_spec import TrainSpec
 
@@ -84,12 +84,8 @@ def _train(args: argparse.Namespace) -> int:
         else:
             manifest = resolve_window(config.data, cli_window(config.data, args.ds))
             files, digest = manifest.file_uris, manifest.digest
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 1
     except TrainpipeError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args.config, exc)
     spec = TrainSpec(
         config=config,
         run_id=args.run_id,
@@ -111,7 +107,7 @@ def _train(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     """The pipeline's study without Airflow; its last line is one JSON object."""
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+    from airflow_trainpipe.exceptions import TrainpipeError
     from airflow_trainpipe.snapshot import cli_window, resolve_window
     from airflow_trainpipe.train_spec import TrainSpec
     from airflow_trainpipe.tuning.local import tune_locally
@@ -134,12 +130,8 @@ def _tune(args: argparse.Namespace) -> int:
         )
         nproc = args.nproc or config.tuning.nproc_per_trial or config.training.resources.nproc_per_node
         done = tune_locally(config, base, args.storage or storage_url(config), nproc, verbose=args.verbose)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 1
     except TrainpipeError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args.config, exc)
     summary = done.summary
     print(
         f"study {summary.study_name}: best {summary.metric} {summary.best} (trial {summary.best_trial}) "
@@ -148,6 +140,14 @@ def _tune(args: argparse.Namespace) -> int:
     )
     print(json.dumps(summary.line(done.baseline)), flush=True)
     return 0 if summary.candidate is not None else 1
+
+
+def _failed(config: str, exc: Exception) -> int:
+    """A config that does not load names its own file; any other error is prefixed with it."""
+    from airflow_trainpipe.exceptions import ConfigError
+
+    print(exc if isinstance(exc, ConfigError) else f"{config}: {exc}", file=sys.stderr)
+    return 1
 
 
 def _run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None = None) -> int:
@@ -218,7 +218,7 @@ def _render(args: argparse.Namespace) -> int:
     import yaml
 
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+    from airflow_trainpipe.exceptions import TrainpipeError
     from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, manifests
     from airflow_trainpipe.snapshot import partition_uri, render_partition
     from airflow_trainpipe.storage import join
@@ -227,12 +227,8 @@ def _render(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         partition = render_partition(config.data.partition, args.ds)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 1
     except TrainpipeError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args.config, exc)
     if config.training.launcher != "kubernetes":
         print(
             f"{args.config}: training.launcher is {config.training.launcher!r}; only launcher kubernetes submits manifests",

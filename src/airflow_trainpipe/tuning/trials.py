@@ -108,13 +108,18 @@ def _rungs(
     metric = config.tuning_objective[0]
     rungs = tuning.rungs(max_resource(tuning, base.hyperparameters))
     reports: list[RungReport] = []
+
+    def end(state: str, value: float | None, told: Any, result: TrainResult | None = None) -> TrialOutcome:
+        return _end(
+            study, trial, _outcome(trial, slot, params, state, value, reports, result), told, rungs[-1]
+        )
+
     for index, resource in enumerate(rungs):
         final = index == len(rungs) - 1
         if resource in reported and not final:
             reports.append(RungReport(resource=resource, value=reported[resource]))
             if trial.should_prune():  # the decision, if the earlier attempt died before making it
-                return _end(study, trial, _outcome(trial, slot, params, "pruned", reported[resource], reports, None),
-                            TrialState.PRUNED, rungs[-1])  # fmt: skip
+                return end("pruned", reported[resource], TrialState.PRUNED)
             continue
         spec = rung_spec(base, ref, trial.number, hp, tuning, resource, final)
         result = launch(spec)
@@ -126,37 +131,19 @@ def _rungs(
         reports.append(RungReport(resource=resource, value=value))
         if not math.isfinite(value):  # diverged: an answer of the search, not a broken task
             log.warning("trial %d: %s is %s at %d; the trial failed", trial.number, metric, value, resource)
-            return _end(
-                study,
-                trial,
-                _outcome(trial, slot, params, "failed", None, reports, result),
-                TrialState.FAIL,
-                rungs[-1],
-            )
+            return end("failed", None, TrialState.FAIL, result)
         if resource not in reported:
             trial.report(value, resource)
         log.info(
             "trial %d: %s %.6f after %d %s", trial.number, metric, value, resource, tuning.pruning.resource
         )
         if final:
-            return _end(
-                study,
-                trial,
-                _outcome(trial, slot, params, "complete", value, reports, result),
-                value,
-                rungs[-1],
-            )
+            return end("complete", value, value, result)
         if trial.should_prune():
             log.info(
                 "trial %d pruned at rung %d (%d %s)", trial.number, index, resource, tuning.pruning.resource
             )
-            return _end(
-                study,
-                trial,
-                _outcome(trial, slot, params, "pruned", value, reports, result),
-                TrialState.PRUNED,
-                rungs[-1],
-            )
+            return end("pruned", value, TrialState.PRUNED, result)
     raise AssertionError("unreachable: the last rung ends the trial")
 
 
