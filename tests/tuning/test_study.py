@@ -1,0 +1,94 @@
+"""tuning.study: storage URLs, per-slot samplers, the pruners, and the search space on a real study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.config.tuning import SamplerSection
+from airflow_trainpipe.tuning.study import (
+    as_overrides,
+    open_study,
+    pruner,
+    sampler,
+    storage_url,
+    suggest,
+    trial_hyperparameters,
+)
+from tests.conftest import EXAMPLE_CONFIGS
+
+TUNED = (EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text()
+
+
+def _config(**tuning: object):
+    config = yaml.safe_load(TUNED)
+    config["tuning"].update(tuning)
+    return parse_config(yaml.safe_dump(config), "tuned.yaml")
+
+
+def test_the_default_storage_is_an_sqlite_file_per_pipeline_under_the_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path))
+    assert storage_url(_config()) == f"sqlite:///{tmp_path}/optuna/fraud_detector_tuned.db"
+    # An Airflow PostgreSQL connection's URI is postgres://, which SQLAlchemy 2 does not read.
+    assert storage_url(_config(), "postgres://u:p@db:5432/optuna") == "postgresql://u:p@db:5432/optuna"
+    assert storage_url(_config(), "postgresql+psycopg2://db/o") == "postgresql+psycopg2://db/o"
+
+
+def test_each_slot_draws_its_own_values_and_the_same_again(tmp_path: Path) -> None:
+    config = _config(sampler={"kind": "random", "seed": 3})
+    assert config.tuning is not None
+
+    def first_draw(slot: int) -> dict:
+        study = optuna.create_study(sampler=sampler(config.tuning.sampler, slot))  # type: ignore[union-attr]
+        return suggest(study.ask(), config.tuning)  # type: ignore[arg-type]
+
+    assert first_draw(0) != first_draw(1)  # parallel trials in separate processes differ
+    assert first_draw(1) == first_draw(1)  # a slot that runs again draws what it drew
+    qmc = [sampler(SamplerSection(kind="qmc", seed=3), slot) for slot in (0, 5)]
+    assert all(isinstance(s, optuna.samplers.QMCSampler) for s in qmc)
+
+
+def test_list_choices_round_trip_and_become_model_args() -> None:
+    config = _config()
+    assert config.tuning is not None
+    study = optuna.create_study(sampler=sampler(config.tuning.sampler, 2))
+    trial = study.ask()
+    params = suggest(trial, config.tuning)
+    assert params["model_args.hidden_sizes"] in ([32], [64, 32], [128, 64])
+    assert params["batch_size"] in (128, 256, 512)
+    # Asking again (a continued trial) returns the stored values.
+    assert suggest(optuna.Trial(study, trial._trial_id), config.tuning) == params
+    hp = trial_hyperparameters(config.training.hyperparameters, params)
+    assert hp.model_args == {
+        "hidden_sizes": params["model_args.hidden_sizes"],
+        "dropout": params["model_args.dropout"],
+    }
+    assert hp.learning_rate == params["learning_rate"] and hp.epochs == 3
+    overrides = as_overrides(config.training.hyperparameters, params)
+    assert set(overrides) <= {"learning_rate", "weight_decay", "batch_size", "model_args"}
+
+
+def test_the_pruners_are_optunas() -> None:
+    assert isinstance(pruner(_config()), optuna.pruners.SuccessiveHalvingPruner)
+    hyperband = pruner(_config(pruning={"kind": "hyperband", "min_resource": 1, "reduction_factor": 3}))
+    assert isinstance(hyperband, optuna.pruners.HyperbandPruner) and hyperband._max_resource == 3
+    assert isinstance(pruner(_config(pruning={"kind": "none"})), optuna.pruners.NopPruner)
+
+
+def test_the_study_is_found_again_with_what_it_holds(tmp_path: Path) -> None:
+    config = _config()
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = open_study(config, "fraud_detector_tuned:r1", url)
+    study.tell(study.ask(), 0.7)
+    again = open_study(config, "fraud_detector_tuned:r1", url)
+    assert [t.value for t in again.trials] == [
+        0.7
+    ] and again.direction == optuna.study.StudyDirection.MAXIMIZE
+    assert again.user_attrs["metric"] == "roc_auc"
+    assert open_study(config, "fraud_detector_tuned:r2", url).trials == []  # one study per run
