@@ -92,3 +92,27 @@ def test_the_study_is_found_again_with_what_it_holds(tmp_path: Path) -> None:
     ] and again.direction == optuna.study.StudyDirection.MAXIMIZE
     assert again.user_attrs["metric"] == "roc_auc"
     assert open_study(config, "fraud_detector_tuned:r2", url).trials == []  # one study per run
+
+
+def test_a_trial_whose_job_cannot_succeed_is_recorded_failed_at_once(tmp_path: Path) -> None:
+    from airflow_trainpipe.runtime.data import DataError
+    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.tuning.outcomes import StudyRef
+    from airflow_trainpipe.tuning.trials import run_trial
+
+    config = _config()
+    study = open_study(config, "fraud_detector_tuned:r1", f"sqlite:///{tmp_path / 's.db'}")
+    ref = StudyRef(
+        study_name="fraud_detector_tuned:r1", storage="sqlite:///x", parent_run_id="p", run_id="r1"
+    )
+    base = TrainSpec(config=config, run_id="r1", data_files=[(tmp_path / "x.parquet").as_uri()])
+
+    def launch(spec: TrainSpec):
+        raise DataError("x.parquet lacks column(s) is_fraud")  # what a retry would meet again
+
+    with pytest.raises(DataError):
+        run_trial(config, study, ref, 0, base, launch, last_attempt=False)
+    (trial,) = study.trials
+    assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["outcome"]["state"] == "failed"
+    # A slot that runs again returns the ended trial instead of starting another.
+    assert run_trial(config, study, ref, 0, base, launch).state == "failed" and len(study.trials) == 1

@@ -18,6 +18,7 @@ from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.links.mlflow import MlflowRunLink
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
@@ -142,7 +143,11 @@ class TuningTrialOperator(DistributedTrainOperator):
             self.config, study, ref, self.slot, base, launch, last_attempt=ti.try_number > ti.max_tries
         )
         with hook.activated():
-            tag_trial_run(hook.get_conn(), outcome)
+            client = hook.get_conn()
+            tag_trial_run(client, outcome)
+            if outcome.mlflow_run_id is not None:  # the grid's "MLflow run" button of this trial
+                run = client.get_run(outcome.mlflow_run_id)
+                MlflowRunLink.persist(context, hook.run_url(run.info.experiment_id, run.info.run_id))
         return outcome.to_xcom()
 
     def _launch(self, context: Context, spec: TrainSpec, hook: Any, try_number: int) -> TrainResult:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import TuningSection
+from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.payloads import TrainResult
 from airflow_trainpipe.train_spec import TrainSpec, TrialRung
 from airflow_trainpipe.tuning.outcomes import RungReport, StudyRef, TrialOutcome
@@ -83,8 +84,10 @@ def run_trial(
     reported = dict(existing.intermediate_values) if existing is not None else {}
     try:
         return _rungs(config, config.tuning, study, trial, ref, slot, base, hp, params, launch, reported)
-    except Exception:
-        if last_attempt:
+    except Exception as exc:
+        # The last try, or an error no retry can mend (bad data): the study records the failure,
+        # so the summary counts it instead of leaving it running forever.
+        if last_attempt or (isinstance(exc, TrainpipeError) and not exc.retryable):
             failed = _outcome(trial, slot, params, "failed", None, [], None)
             _end(study, trial, failed, optuna.trial.TrialState.FAIL)
         raise
