@@ -216,3 +216,13 @@ def test_adopting_needs_a_completed_trial() -> None:
     )
     with pytest.raises(AirflowFailException, match="study fraud_detector_tuned:r1 has no completed trial"):
         operator.execute({})  # type: ignore[arg-type]
+
+
+def test_tuning_turned_off_in_the_form_skips_the_study() -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    operator = TuningStartOperator(
+        task_id="tune_start", config=str(EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml"), enabled="False"
+    )
+    with pytest.raises(AirflowSkipException, match="tuning is off for this run"):
+        operator.execute({})  # type: ignore[arg-type]

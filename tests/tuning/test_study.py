@@ -116,3 +116,25 @@ def test_a_trial_whose_job_cannot_succeed_is_recorded_failed_at_once(tmp_path: P
     assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["outcome"]["state"] == "failed"
     # A slot that runs again returns the ended trial instead of starting another.
     assert run_trial(config, study, ref, 0, base, launch).state == "failed" and len(study.trials) == 1
+
+
+def test_no_trial_starts_once_the_compute_budget_is_spent(tmp_path: Path) -> None:
+    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.tuning.outcomes import StudyRef
+    from airflow_trainpipe.tuning.trials import run_trial
+
+    config = _config(budget={"trials": 4, "max_parallel": 2, "max_compute_hours": 0.5})
+    study = open_study(config, "fraud_detector_tuned:r1", f"sqlite:///{tmp_path / 's.db'}")
+    spent = study.ask()
+    spent.set_user_attr("compute_hours", 0.5)
+    study.tell(spent, 0.7)
+    ref = StudyRef(
+        study_name="fraud_detector_tuned:r1", storage="sqlite:///x", parent_run_id="p", run_id="r1"
+    )
+    base = TrainSpec(config=config, run_id="r1", data_files=[(tmp_path / "x.parquet").as_uri()])
+
+    def launch(spec: TrainSpec):
+        raise AssertionError("no job may start")
+
+    outcome = run_trial(config, study, ref, 1, base, launch)
+    assert outcome.state == "not_started" and len(study.trials) == 1
