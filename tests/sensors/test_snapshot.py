@@ -174,3 +174,23 @@ def test_times_out_when_nothing_arrives(airflow_env: dict[str, str], tmp_path: P
     run = run_dag_file(airflow_env, "wait_timeout", source)
     assert run.state == "failed" and run.tasks == {"wait_for_data": "failed"}
     assert "AirflowSensorTimeout" in run.output
+
+
+@pytest.mark.parametrize("flag", ["soft_fail", "silent_fail"])
+@pytest.mark.parametrize("mode", ["poke", "reschedule"])
+def test_a_partition_outside_the_data_uri_fails_at_once_whatever_the_sensor_flags(
+    tmp_path: Path, flag: str, mode: str
+) -> None:
+    from airflow_trainpipe.snapshot import PartitionError
+
+    sensor = DataSnapshotSensor(
+        task_id="wait_for_data",
+        data=DataSection.model_validate(_data(tmp_path.as_uri(), mode)),
+        partition="../other_pipeline/ds=2026-01-02",  # what a form or a run's conf can send
+        **{flag: True},
+    )
+    # Not a failed poke that silent_fail would retry until the timeout, nor one soft_fail would
+    # turn into a skip: the run's own input is wrong, and no retry mends it.
+    with pytest.raises(PartitionError, match="'../other_pipeline/ds=2026-01-02'") as caught:
+        sensor.execute({})  # type: ignore[arg-type]
+    assert caught.value.retryable is False

@@ -70,6 +70,12 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         return ready
 
     def execute(self, context: Context) -> str:
+        # The rendered partition first, outside the poke loop: a path that leaves data.uri is the
+        # run's own input gone wrong (the form, a conf), not a failed poke. Inside the loop
+        # silent_fail would poke it again until the timeout and soft_fail would skip the run.
+        from airflow_trainpipe.snapshot import partition_uri
+
+        partition_uri(self.data, self.partition)  # PartitionError: not retryable, never a skip
         if not self.deferrable:
             super().execute(context)
             return self.partition_uri
