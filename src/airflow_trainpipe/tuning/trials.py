@@ -78,11 +78,11 @@ def run_trial(
         log.info("slot %d: continuing trial %d, which an earlier attempt started", slot, trial.number)
     params = suggest(trial, config.tuning)
     log.info("slot %d: trial %d with %s", slot, trial.number, params)
-    hp = trial_hyperparameters(base.hyperparameters, params)
     # Rungs an earlier attempt finished and reported are not trained again (their checkpoint is
     # already past them): the trial continues with the first unreported rung.
     reported = dict(existing.intermediate_values) if existing is not None else {}
     try:
+        hp = trial_hyperparameters(base.hyperparameters, params)
         return _rungs(config, config.tuning, study, trial, ref, slot, base, hp, params, launch, reported)
     except Exception as exc:
         # The last try, or an error no retry can mend (bad data): the study records the failure,
