@@ -28,6 +28,7 @@ lint: $(INSTALLED)
 
 test: lint
 	scripts/ensure_chromium.sh
+	scripts/ensure_postgresql.sh
 	$(BIN)/python -m pytest
 
 test-fast: $(INSTALLED)

@@ -111,6 +111,15 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     stop_mlflow_server(server.process)
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL cluster (Debian's postgresql) on 127.0.0.1 for the session."""
+    from tests.helpers.postgres import PostgresServer
+
+    with PostgresServer(free_port()) as server:
+        yield server
+
+
 @pytest.fixture
 def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A kubeconfig whose API server has nothing listening (there is no cluster here)."""

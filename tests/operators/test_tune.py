@@ -226,3 +226,40 @@ def test_tuning_turned_off_in_the_form_skips_the_study() -> None:
     )
     with pytest.raises(AirflowSkipException, match="tuning is off for this run"):
         operator.execute({})  # type: ignore[arg-type]
+
+
+def test_the_study_lives_in_postgresql_through_an_airflow_connection(
+    postgres_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Production's storage: a real PostgreSQL server, named by an Airflow connection whose URI is
+    postgres:// (as Airflow writes it); a second task opening the study finds what the first wrote."""
+    import optuna
+    import sqlalchemy
+
+    from airflow_trainpipe.config import parse_config
+    from airflow_trainpipe.operators.tune import _storage_url
+    from airflow_trainpipe.tuning.study import open_study
+
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path))  # the parent run's embedded MLflow store
+    monkeypatch.setenv("AIRFLOW_CONN_OPTUNA_DB", postgres_server.url)
+    text = (EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text()
+    config = parse_config(
+        text.replace("  retrain: false", "  retrain: false\n  storage_conn_id: optuna_db"), "t.yaml"
+    )
+    start = TuningStartOperator(task_id="tune_start", config=config, run_id="manual__2026-01-02")
+    ref = start.execute({})  # type: ignore[arg-type]
+    assert ref["study_name"] == "fraud_detector_tuned:manual__2026-01-02"
+    assert ref["storage"].startswith("postgresql://") and "@127.0.0.1:" in ref["storage"]  # user masked
+    url = _storage_url(config)
+    study = open_study(config, ref["study_name"], url)
+    trial = study.ask()
+    trial.set_user_attr("slot", 0)
+    study.tell(trial, 0.75)
+    # Another task, another process: the same study, with the finished trial, from PostgreSQL.
+    again = open_study(config, ref["study_name"], url)
+    assert [(t.state, t.value, t.user_attrs["slot"]) for t in again.trials] == [
+        (optuna.trial.TrialState.COMPLETE, 0.75, 0)
+    ]
+    with sqlalchemy.create_engine(url).connect() as db:
+        names = db.execute(sqlalchemy.text("select study_name from studies")).scalars().all()
+    assert names == [ref["study_name"]]
