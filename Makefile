@@ -27,8 +27,7 @@ lint: $(INSTALLED)
 	$(BIN)/flake8 src
 
 test: lint
-	scripts/ensure_chromium.sh
-	scripts/ensure_postgresql.sh
+	scripts/ensure_debian_packages.sh
 	$(BIN)/python -m pytest
 
 test-fast: $(INSTALLED)

@@ -19,7 +19,9 @@ from types import TracebackType
 def _bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        raise RuntimeError(f"{name} not found: install Debian's postgresql (scripts/ensure_postgresql.sh)")
+        raise RuntimeError(
+            f"{name} not found: install Debian's postgresql (scripts/ensure_debian_packages.sh)"
+        )
     return found[-1]
 
 
