@@ -65,14 +65,11 @@ def test_a_tuning_validation_split_is_carved_from_the_training_rows_only(key_col
     table = transactions(date(2026, 1, 1), 20_000, seed=1)
     plain = HoldoutSplit(data)
     carved = HoldoutSplit(data, ValidationSplit(fraction=0.25, seed=7))
-    holdout = carved.mask_at(table, 0)
-    validation = carved.validation_mask_at(table, 0)
+    holdout, validation = carved.sides_at(table, 0)
     # The gate's holdout is exactly the one a run without tuning uses; no row is on both sides.
     assert np.array_equal(holdout, plain.mask_at(table, 0))
     assert not (holdout & validation).any()
     assert 0.23 < validation.sum() / (~holdout).sum() < 0.27
-    assert not plain.validation_mask_at(table, 0).any()
+    assert not plain.sides_at(table, 0)[1].any()
     # Position (or key) decides, not batching: a later slice gets the same validation rows.
-    assert np.array_equal(
-        carved.validation_mask_at(table.slice(5_000, 3_000), 5_000), validation[5_000:8_000]
-    )
+    assert np.array_equal(carved.sides_at(table.slice(5_000, 3_000), 5_000)[1], validation[5_000:8_000])

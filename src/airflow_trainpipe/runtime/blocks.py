@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -147,19 +146,13 @@ class BlockReader:
         except (OSError, pa.ArrowInvalid) as exc:
             raise DataError(f"cannot read block {block.row_group} of {uri}: {exc}") from exc
 
-    def holdout_mask(self, block: Block, table: pa.Table) -> np.ndarray:
-        return self.split.mask_at(table, block.first_row)
-
     def parts(self, block: Block) -> tuple[pa.Table, pa.Table]:
         """(training rows, holdout rows) of one block."""
         table = self.read(block)
-        mask = self.holdout_mask(block, table)
-        if self.split.validation is None:
-            return table.filter(pa.array(~mask)), table.filter(pa.array(mask))
-        validation = self.split.validation_mask_at(table, block.first_row)
-        return table.filter(pa.array(~mask & ~validation)), table.filter(pa.array(mask))
+        holdout, validation = self.split.sides_at(table, block.first_row)
+        return table.filter(pa.array(~holdout & ~validation)), table.filter(pa.array(holdout))
 
     def validation_part(self, block: Block) -> pa.Table:
         """A tuning trial's validation rows of one block."""
         table = self.read(block)
-        return table.filter(pa.array(self.split.validation_mask_at(table, block.first_row)))
+        return table.filter(pa.array(self.split.sides_at(table, block.first_row)[1]))

@@ -129,6 +129,7 @@ class HoldoutSplit:
         # pandas wants exactly 16 bytes of key; the whole seed must enter them (a text prefix
         # cut to 16 characters once dropped its last digit, so seeds 0-9 gave one split).
         self._hash_key = _hash_key(f"trainpipe.holdout:{data.holdout.seed}")
+        self._validation_key = _hash_key(f"trainpipe.validation:{validation.seed}") if validation else ""
 
     def mask(self, table: pa.Table) -> np.ndarray:
         """The mask of the next rows: `table` follows the rows of the previous call."""
@@ -140,14 +141,15 @@ class HoldoutSplit:
         """The mask of `table`, whose first row is row `start` of the snapshot."""
         return self._draws(table, start, self._hash_key, [self.data.holdout.seed]) < self.threshold
 
-    def validation_mask_at(self, table: pa.Table, start: int) -> np.ndarray:
-        """The trial's validation rows of `table` (never holdout rows); all False without a split."""
+    def sides_at(self, table: pa.Table, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """(holdout, validation) masks of `table`: the trial's validation rows are never holdout
+        rows; without a validation split, none."""
+        holdout = self.mask_at(table, start)
         if self.validation is None:
-            return np.zeros(table.num_rows, bool)
-        key = _hash_key(f"trainpipe.validation:{self.validation.seed}")
+            return holdout, np.zeros(table.num_rows, bool)
         # A third seed element: a stream independent of the holdout's draws of the same block.
-        draws = self._draws(table, start, key, [self.validation.seed, 1])
-        return (draws < int(self.validation.fraction * 10_000)) & ~self.mask_at(table, start)
+        draws = self._draws(table, start, self._validation_key, [self.validation.seed, 1])
+        return holdout, (draws < int(self.validation.fraction * 10_000)) & ~holdout
 
     def _draws(self, table: pa.Table, start: int, hash_key: str, seed: list[int]) -> np.ndarray:
         """A number in [0, 10000) per row: of its key's hash, or of a seeded draw at its position."""

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from airflow_trainpipe.runtime.blocks import BlockReader
+from airflow_trainpipe.runtime.blocks import Block, BlockReader
 from airflow_trainpipe.runtime.engine import PREDICT_BATCH, predict
 from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.prepare import PreparedData
@@ -56,13 +56,16 @@ class ShardedHoldout:
         self.threshold = threshold  # config.evaluation.threshold: a number or a rule
         self.rank, self.world_size, self.group = rank, world_size, group
         self.validation = validation
-        counts = {id(b): b.validation_rows if validation else b.holdout_rows for b in prepared.blocks}
-        blocks = [b for b in prepared.blocks if counts[id(b)]]
+
+        def scored(block: Block) -> int:
+            return block.validation_rows if validation else block.holdout_rows
+
+        blocks = [b for b in prepared.blocks if scored(b)]
         self.mine = blocks[rank::world_size]
         # ZeRO-3 gathers parameters inside forward: every rank must run as many forwards as the
         # busiest one, so the others pad with one-row forwards whose outputs are dropped.
         self.forwards = max(
-            sum(-(-counts[id(b)] // PREDICT_BATCH) for b in blocks[r::world_size]) for r in range(world_size)
+            sum(-(-scored(b) // PREDICT_BATCH) for b in blocks[r::world_size]) for r in range(world_size)
         )
 
     def evaluate(self, engine: Any, device: torch.device, dtype: torch.dtype) -> dict[str, float]:

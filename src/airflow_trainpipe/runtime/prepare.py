@@ -120,8 +120,7 @@ def fit(
     position = 0
     for file_index, group, table in scan_blocks(files, data.format, columns, manifest):
         check_label(table, data.label)
-        held = split.mask_at(table, position)
-        validating = split.validation_mask_at(table, position)
+        held, validating = split.sides_at(table, position)
         train = table.filter(pa.array(~held & ~validating))
         fitter.update(train)
         blocks.append(

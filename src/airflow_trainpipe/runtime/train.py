@@ -437,21 +437,14 @@ class Trainer:
             else None
         )
         metrics = last or {"step": state["step"], **self._evaluate()}
-        # The job's own predictions on the first holdout rows, computed by the training engine on
-        # every rank (ZeRO-3 gathers inside forward): what the logged model must reproduce from
-        # the same raw rows.
-        transform = self.prepared.transform
-        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
-        sample = transform.predictions(
-            predict(self.engine, transform.features(first_rows), self.device, self.dtype)
-        )
+        # A tuning trial's intermediate rung publishes no model: it reads no holdout row here.
+        publishes = self.spec.trial is None or self.spec.trial.final  # the same on every rank
+        first_rows, sample = self._prediction_sample() if publishes else (None, None)
         weights = full_state_dict(self.engine, self.training.deepspeed.zero_stage)
         peak_rss = self._gather_peak_rss()
         if tracker is None:
             return None
-        model = self._build_model()
-        model.load_state_dict(weights)
-        model.eval()
+        transform = self.prepared.transform
         holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
         hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.on_gpu else "cpu"
@@ -473,20 +466,35 @@ class Trainer:
             "mlflow_experiment_id": tracker.experiment_id,
             "transform_hash": transform.hash,
             "metrics_split": self.scored,
-            **self._candidate(model, first_rows, tracker, state["step"]),
+            **(
+                self._candidate(weights, first_rows, tracker, state["step"])
+                if publishes
+                else {"evaluation": None, "model_uri": None}
+            ),
         }
         fields["peak_rss_mib"][0] = _peak_rss_mib()  # after the final evaluation: the others only wait
         result = TrainResult.model_validate(fields)
         self._publish(result, tracker)
         return result
 
+    def _prediction_sample(self) -> tuple[Any, Any]:
+        """Collective: the first holdout rows and the job's own predictions of them, computed by the
+        training engine on every rank (ZeRO-3 gathers inside forward): what the logged model must
+        reproduce from the same raw rows."""
+        transform = self.prepared.transform
+        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
+        sample = transform.predictions(
+            predict(self.engine, transform.features(first_rows), self.device, self.dtype)
+        )
+        return first_rows, sample
+
     def _candidate(
-        self, model: torch.nn.Module, first_rows: Any, tracker: Tracker, step: int
+        self, weights: dict[str, Any], first_rows: Any, tracker: Tracker, step: int
     ) -> dict[str, Any]:
-        """The logged model and its evaluation against the champion (the gate's input); nothing
-        for a tuning trial's intermediate rung, which only reports its validation metrics."""
-        if self.spec.trial is not None and not self.spec.trial.final:
-            return {"evaluation": None, "model_uri": None}
+        """The logged model and its evaluation against the champion (the gate's input)."""
+        model = self._build_model()
+        model.load_state_dict(weights)
+        model.eval()
         transform = self.prepared.transform
         return {
             # Candidate and champion scored by one function on the same raw holdout rows.
@@ -506,12 +514,16 @@ class Trainer:
     def _log_final(
         self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any
     ) -> None:
-        """The final holdout metrics and device hours, the fitted transform, the job's own predictions."""
+        """The final holdout metrics and device hours, the fitted transform, the job's own predictions
+        (when it publishes a model)."""
         tracker.log_metrics(
             {**{f"{self.scored}_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True
         )
         tracker.log_dict(self.prepared.transform.document, "transform.json")
-        tracker.log_dict({"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json")
+        if sample is not None:
+            tracker.log_dict(
+                {"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json"
+            )
 
     def _gather_peak_rss(self) -> list[float]:
         """Collective: every rank's peak resident memory so far."""
