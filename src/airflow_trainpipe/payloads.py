@@ -174,6 +174,11 @@ class TrainResult(Payload):
     """What `holdout_metrics` were scored on: a tuning trial scores its validation split."""
     run_dir: str | None = None
 
+    @property
+    def compute_hours(self) -> float:
+        """Device-hours of every attempt, on whichever device the job ran."""
+        return (self.compute_hours_cpu or 0.0) + (self.compute_hours_gpu or 0.0)
+
     def candidate(self, source: str) -> tuple[Evaluation, str]:
         """(evaluation, model URI) of a result that can be gated; PayloadError naming `source` otherwise."""
         if self.evaluation is None or self.model_uri is None:

@@ -199,11 +199,12 @@ def test_retrain_trains_with_the_best_trials_hyperparameters_over_the_forms(tmp_
         hyperparameter_overrides={"learning_rate": 0.01, "epochs": 5},
         tuned=json.dumps(_summary()),  # as the template renders it
     )
-    hp = operator._hyperparameters()
+    hp = operator._hyperparameters(retrain=operator._tuning_summary())
     assert (hp.learning_rate, hp.epochs) == (0.005, 5)  # the study's value wins; the form's epochs stay
     assert hp.model_args == {"hidden_sizes": [32], "dropout": 0.1}
     operator.tuned = "null"  # tuning turned off for the run: the form's values only
-    assert operator._hyperparameters().learning_rate == 0.01
+    assert operator._tuning_summary() is None
+    assert operator._hyperparameters(retrain=operator._tuning_summary()).learning_rate == 0.01
 
 
 def test_adopting_needs_a_completed_trial() -> None:

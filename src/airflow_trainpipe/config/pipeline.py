@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -17,7 +17,12 @@ from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
-from airflow_trainpipe.config.tuning import MODEL_ARGS_PREFIX, TUNABLE, TuningSection
+from airflow_trainpipe.config.tuning import (
+    MODEL_ARGS_PREFIX,
+    TUNABLE,
+    TuningSection,
+    hyperparameter_overrides,
+)
 from airflow_trainpipe.config.types import DagId, DagTag
 from airflow_trainpipe.config.validation import ValidationSection
 
@@ -97,9 +102,7 @@ class PipelineConfig(Section):
     def tuning_max_resource(self) -> int:
         """The full budget of a trial, in the pruning resource (epochs, or max_steps)."""
         hp = self.training.hyperparameters
-        if self.tuning is not None and self.tuning.pruning.resource == "steps":
-            return hp.max_steps or 0  # the config requires max_steps with this resource
-        return hp.epochs
+        return self.tuning.max_resource(hp) if self.tuning is not None else hp.epochs
 
     @model_validator(mode="after")
     def _sections_agree(self) -> PipelineConfig:
@@ -167,13 +170,8 @@ class PipelineConfig(Section):
                 continue
             values = dimension.choices if dimension.type == "categorical" else [dimension.low, dimension.high]
             for value in values:
-                override: dict[str, Any]
-                if name.startswith(MODEL_ARGS_PREFIX):
-                    override = {"model_args": {**hp.model_args, name[len(MODEL_ARGS_PREFIX) :]: value}}
-                else:
-                    override = {name: value}
                 try:
-                    hp.with_overrides(override)
+                    hp.with_overrides(hyperparameter_overrides(hp.model_args, {name: value}))
                 except ValidationError as exc:
                     problems.append((where, f"{value!r} is not a valid {name}: {exc.errors()[0]['msg']}"))
                     break

@@ -9,16 +9,27 @@ checkpoint. The best trial is the gate's candidate.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import Section
-from airflow_trainpipe.config.training import Scalar
+from airflow_trainpipe.config.training import Hyperparameters, Scalar
 
 # Hyperparameters a search may vary; `model_args.<name>` may be varied too. The others are the
 # study's own (epochs or max_steps are the pruner's resource, the seed is held fixed so trials
 # differ by their hyperparameters only).
+MODEL_ARGS_PREFIX = "model_args."
+
+
+def hyperparameter_overrides(model_args: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Search-space values as `Hyperparameters.with_overrides` takes them: `model_args.<name>`
+    entries merged into the current `model_args`, the rest as they are."""
+    plain = {k: v for k, v in values.items() if not k.startswith(MODEL_ARGS_PREFIX)}
+    args = {k[len(MODEL_ARGS_PREFIX) :]: v for k, v in values.items() if k.startswith(MODEL_ARGS_PREFIX)}
+    return {**plain, **({"model_args": {**model_args, **args}} if args else {})}
+
+
 TUNABLE = (
     "learning_rate",
     "weight_decay",
@@ -26,7 +37,6 @@ TUNABLE = (
     "gradient_accumulation_steps",
     "warmup_steps",
 )
-MODEL_ARGS_PREFIX = "model_args."
 
 
 class FloatRange(Section):
@@ -177,6 +187,12 @@ class TuningSection(Section):
             rungs.append(r)
             r *= p.reduction_factor
         return [*rungs, max_resource]
+
+    def max_resource(self, hp: Hyperparameters) -> int:
+        """A trial's full budget in the pruning resource: `hp`'s epochs, or its max_steps."""
+        if self.pruning.resource == "steps":
+            return hp.max_steps or 0  # the config requires max_steps with this resource
+        return hp.epochs
 
     def validation_split(self, holdout_seed: int) -> ValidationSplit:
         return ValidationSplit(fraction=self.validation_fraction, seed=holdout_seed)

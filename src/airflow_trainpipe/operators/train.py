@@ -107,7 +107,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
 
     # -- what to run ----------------------------------------------------------------------------
 
-    def _spec(self, store: Any, context: Context) -> TrainSpec:
+    def _spec(self, store: Any, context: Context, retrain: TuningSummary | None = None) -> TrainSpec:
         from airflow_trainpipe.train_spec import TrainSpec
 
         manifest = self._manifest(context)
@@ -122,7 +122,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             data_files=files,
             data_digest=manifest.digest if manifest is not None else None,
             manifest=manifest,
-            hyperparameters=self._hyperparameters(),
+            hyperparameters=self._hyperparameters(retrain),
             mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,
             tags={"airflow.dag_id": self.dag_id, "airflow.task_id": self.task_id},
         )
@@ -157,11 +157,13 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             )
         return manifest
 
-    def _hyperparameters(self) -> Hyperparameters:
-        """The config's, with this run's overrides and step limit: validated once, here."""
+    def _hyperparameters(self, retrain: TuningSummary | None = None) -> Hyperparameters:
+        """The config's, with this run's overrides and step limit: validated once, here. With
+        `retrain` (a study and `tuning.retrain`): its best trial's values win over the form's."""
         from pydantic import ValidationError
 
-        overrides = {**self._overrides(), **self._tuned_overrides()}
+        form = self._overrides()
+        overrides = {**form, **(self._best_trials(retrain, form) if retrain is not None else {})}
         if overrides:
             self.log.info("hyperparameters overridden for this run: %s", overrides)
         try:
@@ -197,21 +199,16 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             raw = _mapping(raw) if raw.strip() not in ("", "null", "None") else None
         return read_payload(TuningSummary, raw, "the XCom of task tune") if raw else None
 
-    def _tuned_overrides(self) -> dict[str, Any]:
-        """With `tuning.retrain`: the best trial's hyperparameters (they win over the form's)."""
+    def _best_trials(self, summary: TuningSummary, form: dict[str, Any]) -> dict[str, Any]:
+        """The study's best hyperparameters, as overrides of the config with the form's applied."""
         from airflow_trainpipe.tuning.study import as_overrides
 
-        summary = self._tuning_summary()
-        if summary is None or self.config.tuning is None or not self.config.tuning.retrain:
-            return {}
         self.log.info(
             "retraining with the best trial's (%s) hyperparameters %s",
             summary.best_trial,
             summary.best_params,
         )
-        return as_overrides(
-            self.config.training.hyperparameters.with_overrides(self._overrides()), summary.best_params
-        )
+        return as_overrides(self.config.training.hyperparameters.with_overrides(form), summary.best_params)
 
     def _adopt(self, context: Context, summary: TuningSummary) -> dict[str, Any]:
         """The best trial's full-budget model is the candidate: no second training."""
@@ -240,7 +237,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             return self._adopt(context, summary)
         store = context.get("task_state_store")
         try_number = context["ti"].try_number
-        spec = self._spec(store, context)
+        spec = self._spec(store, context, retrain=summary)
         previous: Any = store.get("checkpoint") if store is not None else None
         if previous:
             self.log.info(

@@ -8,6 +8,7 @@ finished trials are read back, the interrupted one continues from its checkpoint
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ from dataclasses import dataclass
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.payloads import TrainResult
-from airflow_trainpipe.train_spec import TrainSpec, TrialRung
+from airflow_trainpipe.train_spec import TrainSpec
 from airflow_trainpipe.tuning.outcomes import StudyRef, TuningSummary
-from airflow_trainpipe.tuning.trials import max_resource, run_trial, trial_run_id
+from airflow_trainpipe.tuning.trials import run_trial, rung_spec
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ class LocalTuning:
     summary: TuningSummary
     baseline: float | None
     """The config's own hyperparameters at the full budget, scored on the same validation split."""
-    baseline_compute_hours: float
 
 
 def launch_locally(nproc: int, printer: Printer, verbose: bool = False) -> Callable[[TrainSpec], TrainResult]:
@@ -68,15 +68,13 @@ def tune_locally(
     printer: Printer = lambda text: print(text, file=sys.stderr, flush=True),
     verbose: bool = False,
 ) -> LocalTuning:
+    from mlflow import MlflowClient
+
     from airflow_trainpipe.runtime.tracking import default_tracking_uri
     from airflow_trainpipe.tuning.report import log_study, start_parent_run, summarize, tag_trial_run
     from airflow_trainpipe.tuning.study import open_study, study_name
 
     assert config.tuning is not None
-    import os
-
-    from mlflow import MlflowClient
-
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
     client = MlflowClient(tracking_uri=tracking_uri)
     name = study_name(config.pipeline, base.run_id)
@@ -92,7 +90,7 @@ def tune_locally(
     summary = summarize(study, ref)
     baseline = _baseline(config, base, ref, launch)
     log_study(client, study, summary)
-    return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric), _hours(baseline))
+    return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric))
 
 
 def _baseline(
@@ -101,20 +99,9 @@ def _baseline(
     """The config's hyperparameters trained to the full budget on the trials' split (resumed
     like a trial when a rerun finds its checkpoint)."""
     assert config.tuning is not None
-    resource = max_resource(config.tuning, base.hyperparameters)
-    spec = base.model_copy(
-        update={
-            "run_id": trial_run_id(ref.run_id, 0).replace("trial-000", "baseline"),
-            "trial": TrialRung(
-                number=0, validation=config.tuning.validation_split(config.data.holdout.seed), final=False
-            ),
-            "tags": {**base.tags, "mlflow.parentRunId": ref.parent_run_id, "trainpipe.study": ref.study_name,
-                     "trainpipe.trial": "baseline"},
-        }
-    )  # fmt: skip
+    resource = config.tuning.max_resource(base.hyperparameters)
+    spec = rung_spec(
+        base, ref, 0, base.hyperparameters, config.tuning, resource, final=False, label="baseline"
+    )
     log.info("baseline: the config's hyperparameters for %d %s", resource, config.tuning.pruning.resource)
     return launch(spec)
-
-
-def _hours(result: TrainResult) -> float:
-    return (result.compute_hours_cpu or 0.0) + (result.compute_hours_gpu or 0.0)

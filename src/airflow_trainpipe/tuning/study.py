@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
-from airflow_trainpipe.config.tuning import MODEL_ARGS_PREFIX, SamplerSection, TuningSection
+from airflow_trainpipe.config.tuning import SamplerSection, TuningSection, hyperparameter_overrides
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.storage import trainpipe_home
 
@@ -141,13 +141,8 @@ def trial_hyperparameters(hp: Hyperparameters, params: dict[str, Any]) -> Hyperp
     """The config's hyperparameters with a trial's values, validated like the YAML."""
     from pydantic import ValidationError
 
-    plain = {k: v for k, v in params.items() if not k.startswith(MODEL_ARGS_PREFIX)}
-    model_args = {
-        k[len(MODEL_ARGS_PREFIX) :]: v for k, v in params.items() if k.startswith(MODEL_ARGS_PREFIX)
-    }
-    overrides = {**plain, **({"model_args": {**hp.model_args, **model_args}} if model_args else {})}
     try:
-        return hp.with_overrides(overrides)
+        return hp.with_overrides(hyperparameter_overrides(hp.model_args, params))
     except ValidationError as exc:
         raise TuningError(f"the trial's hyperparameters {params} are invalid: {exc}") from exc
 

@@ -109,7 +109,7 @@ def _rungs(
     from optuna.trial import TrialState
 
     metric = config.tuning_objective[0]
-    rungs = tuning.rungs(max_resource(tuning, base.hyperparameters))
+    rungs = tuning.rungs(tuning.max_resource(base.hyperparameters))
     reports: list[RungReport] = []
 
     def end(state: str, value: float | None, told: Any, result: TrainResult | None = None) -> TrialOutcome:
@@ -127,7 +127,7 @@ def _rungs(
         spec = rung_spec(base, ref, trial.number, hp, tuning, resource, final)
         result = launch(spec)
         value = result.holdout_metrics.get(metric, math.nan)
-        hours = (result.compute_hours_gpu or 0.0) + (result.compute_hours_cpu or 0.0)
+        hours = result.compute_hours
         trial.set_user_attr("mlflow_run_id", result.mlflow_run_id)
         trial.set_user_attr("compute_hours", hours)
         trial.set_user_attr("run_dir", spec.run_dir)
@@ -158,12 +158,15 @@ def rung_spec(
     tuning: TuningSection,
     resource: int,
     final: bool,
+    label: str | None = None,
 ) -> TrainSpec:
-    """The training job of one rung: the trial's hyperparameters, trained up to `resource`."""
+    """The training job of one rung: the trial's hyperparameters, trained up to `resource`.
+    `label` (default: the trial number) names a job of the study that is not a trial, such as
+    `trainpipe tune`'s baseline: its run directory `<run_id>.<label>` and its `trainpipe.trial` tag."""
     budget = {"epochs": resource} if tuning.pruning.resource == "epochs" else {"max_steps": resource}
     return base.model_copy(
         update={
-            "run_id": trial_run_id(ref.run_id, number),
+            "run_id": trial_run_id(ref.run_id, number) if label is None else f"{ref.run_id}.{label}",
             "hyperparameters": hp.with_overrides(budget),
             "trial": TrialRung(
                 number=number, validation=tuning.validation_split(base.config.data.holdout.seed), final=final
@@ -173,7 +176,7 @@ def rung_spec(
                 **base.tags,
                 "mlflow.parentRunId": ref.parent_run_id,
                 "trainpipe.study": ref.study_name,
-                "trainpipe.trial": str(number),
+                "trainpipe.trial": label or str(number),
             },
         }
     )
@@ -227,14 +230,6 @@ def _end(
     else:
         study.tell(trial, told)
     return outcome
-
-
-def max_resource(tuning: TuningSection, hp: Hyperparameters) -> int:
-    """A trial's full budget in the pruning resource: the run's epochs, or its max_steps."""
-    if tuning.pruning.resource == "steps":
-        assert hp.max_steps is not None  # the config requires it with this resource
-        return hp.max_steps
-    return hp.epochs
 
 
 def trial_of_slot(study: optuna.Study, slot: int) -> optuna.trial.FrozenTrial | None:
