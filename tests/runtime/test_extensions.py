@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.runtime.extensions import STALE_AFTER_S, clear_stale_build_locks
+from airflow_trainpipe.runtime.extensions import STALE_AFTER_S, clear_stale_build_locks, exclusive_build
 
 
 def test_only_locks_older_than_any_build_are_removed(tmp_path: Path) -> None:
@@ -23,20 +26,57 @@ def test_only_locks_older_than_any_build_are_removed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_job_starts_despite_the_lock_of_a_build_that_died(
+def test_a_job_starts_despite_the_lock_of_a_loader_that_just_died(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    """What a Ctrl-C during the first `make demo` leaves: before, every later job hung before step 1."""
+    """What a rank SIGKILLed during its first second leaves: before, every later job hung before
+    step 1 (for good, or until the lock was older than any build)."""
     from torch.utils.cpp_extension import get_default_build_root
 
     from tests.helpers.jobs import make_spec, run_job
 
     lock = Path(get_default_build_root()) / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    lock.touch()
-    old = time.time() - STALE_AFTER_S - 60
-    os.utime(lock, (old, old))
-    spec = make_spec(tmp_path, job_files, "after_a_dead_build").limited_to(2)
+    lock.touch()  # fresh: no age rule could tell it from a live build's
+    spec = make_spec(tmp_path, job_files, "after_a_dead_load").limited_to(2)
     run = run_job(spec, timeout=240)
     assert run.code == 0, run.text[-3000:]
-    assert f"removed {lock}" in run.text
+    assert f"removed {lock}, left by a DeepSpeed op build or load that died" in run.text
+
+
+def test_the_build_flock_is_held_until_its_holder_lets_go(tmp_path: Path) -> None:
+    """A second loader waits for the first; under the flock the op's lock file is a dead one's."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == "holding\n"
+    lock = tmp_path / "op" / "lock"
+    lock.parent.mkdir()
+    lock.touch()  # as if the holder were loading the op right now
+    entered = threading.Event()
+
+    def second_loader() -> None:
+        with exclusive_build("op", tmp_path):
+            entered.set()
+
+    waiter = threading.Thread(target=second_loader)
+    waiter.start()
+    assert not entered.wait(1.0) and lock.exists()  # a live holder's lock is left alone
+    holder.kill()  # dies holding it: the kernel lets go
+    holder.wait()
+    assert entered.wait(10.0)
+    waiter.join()
+    assert not lock.exists()
+
+
+HOLDER = """
+import sys, time
+from airflow_trainpipe.runtime.extensions import exclusive_build
+with exclusive_build("other", sys.argv[1]):
+    print("holding", flush=True)
+    time.sleep(300)
+"""

@@ -4,13 +4,22 @@ On CPU, DeepSpeed compiles a communication op the first time a job starts (~40 s
 under `<torch extensions dir>/<op>/lock`. torch creates that file, builds, and deletes it; a build
 killed on the way (Ctrl-C in a first `make demo`, a task timeout, a pod eviction) leaves it
 behind, and torch's FileBaton then waits for it to disappear, silently and forever: every later
-job hangs before its first step. A lock older than any real build is from a dead builder.
+job hangs before its first step. torch takes that lock on every load, not only on builds, so a
+rank SIGKILLed during its first second of life leaves one too (seen in a preemption bench).
+
+Two defences. The communication op every CPU job loads is loaded before `init_distributed`
+under an flock of ours (`load_comm_op`): the kernel releases an flock when its holder dies, so
+whoever holds it knows a FileBaton lock of that op is a dead loader's and removes it at once. Any
+other op's lock is removed once it is older than any real build (`clear_stale_build_locks`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -39,3 +48,41 @@ def clear_stale_build_locks(
         except FileNotFoundError:
             pass  # another rank removed it, or the builder finished
     return removed
+
+
+FLOCK = "trainpipe-build.flock"
+COMM_OP = "ShareMemCommBuilder"  # deepspeed.comm.torch.build_shm_op loads it on CPU
+
+
+@contextlib.contextmanager
+def exclusive_build(op_name: str, root: str | Path | None = None) -> Iterator[None]:
+    """Hold the extensions root's flock; under it a FileBaton lock of `op_name` is a dead loader's."""
+    if root is None:
+        from torch.utils.cpp_extension import get_default_build_root
+
+        root = get_default_build_root()
+    Path(root).mkdir(parents=True, exist_ok=True)
+    with open(Path(root) / FLOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        lock = Path(root) / op_name / "lock"
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+            log.warning("removed %s, left by a DeepSpeed op build or load that died", lock)
+        yield
+
+
+def load_comm_op() -> None:
+    """Load (building it the first time) DeepSpeed's CPU communication op under the flock.
+
+    Collective-free: `init_distributed` loads it before its rendezvous, so taking the flock
+    around `init_distributed` itself would deadlock one rank against another. DeepSpeed keeps
+    loaded ops, so init_distributed then finds this one without taking torch's lock again.
+    """
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(COMM_OP)
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return  # not a CPU accelerator, or the op cannot build here: DeepSpeed goes without it
+    with exclusive_build(builder.NAME):
+        builder.load(verbose=False)

@@ -50,7 +50,7 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
 from airflow_trainpipe.runtime.evaluation import evaluate_final
-from airflow_trainpipe.runtime.extensions import clear_stale_build_locks
+from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
 from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.runtime.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.models import build_model
@@ -627,9 +627,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
-    clear_stale_build_locks()  # before DeepSpeed builds or loads its ops (init_distributed)
-    # Before the first collective: from here on a SIGTERM is a notice, not an instant death.
+    # From here on a SIGTERM is a notice, not an instant death (not even during the op build).
     notice = PreemptionNotice(spec.config.training.checkpoint.preemption_grace)
+    clear_stale_build_locks()  # before DeepSpeed builds or loads its ops (init_distributed)
+    load_comm_op()
     try:
         Trainer(spec, notice).run()
     except Preempted:
