@@ -91,11 +91,12 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
-SECTIONS = ("config", "parsing", "training", "step", "validation", "scale", "tuning")
+SECTIONS = ("config", "parsing", "training", "step", "validation", "scale", "tuning", "preemption")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
     from dag_parsing_bench import bench_dag_parsing  # benchmarks/ is on sys.path when run as a script
+    from preemption_bench import bench_preemption
     from scale_bench import bench_scale
     from step_bench import bench_step
     from train_bench import bench_training
@@ -110,6 +111,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "validation": bench_validation,
         "scale": bench_scale,
         "tuning": bench_tuning,
+        "preemption": bench_preemption,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.runtime.extensions import STALE_AFTER_S, clear_stale_build_locks, exclusive_build
+from airflow_trainpipe.runtime.extensions import (
+    STALE_AFTER_S,
+    clear_stale_build_locks,
+    exclusive_build,
+    extensions_root,
+)
 
 
 def test_only_locks_older_than_any_build_are_removed(tmp_path: Path) -> None:
@@ -31,13 +36,14 @@ def test_a_job_starts_despite_the_lock_of_a_loader_that_just_died(
 ) -> None:
     """What a rank SIGKILLed during its first second leaves: before, every later job hung before
     step 1 (for good, or until the lock was older than any build)."""
-    from torch.utils.cpp_extension import get_default_build_root
+    from torch.utils.cpp_extension import _get_build_directory
 
     from tests.helpers.jobs import make_spec, run_job
 
-    lock = Path(get_default_build_root()) / "deepspeed_shm_comm" / "lock"
+    lock = extensions_root() / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.touch()  # fresh: no age rule could tell it from a live build's
+    assert lock.parent.parent == Path(_get_build_directory("deepspeed_shm_comm", verbose=False)).parent
     spec = make_spec(tmp_path, job_files, "after_a_dead_load").limited_to(2)
     run = run_job(spec, timeout=240)
     assert run.code == 0, run.text[-3000:]

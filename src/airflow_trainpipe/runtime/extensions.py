@@ -31,10 +31,7 @@ def clear_stale_build_locks(
     root: str | Path | None = None, stale_after_s: float = STALE_AFTER_S
 ) -> list[Path]:
     """Remove build locks older than `stale_after_s` under the extensions root; returns them."""
-    if root is None:
-        from torch.utils.cpp_extension import get_default_build_root
-
-        root = get_default_build_root()
+    root = extensions_root() if root is None else root
     removed = []
     for lock in Path(root).glob("*/lock"):
         try:
@@ -52,15 +49,21 @@ def clear_stale_build_locks(
 
 FLOCK = "trainpipe-build.flock"
 COMM_OP = "ShareMemCommBuilder"  # deepspeed.comm.torch.build_shm_op loads it on CPU
+COMM_OP_NAME = "deepspeed_shm_comm"  # its build directory
+
+
+def extensions_root() -> Path:
+    """The directory holding one build directory per op, as torch lays it out: under
+    TORCH_EXTENSIONS_DIR, or under the default root in a per-accelerator folder (`py311_cpu`)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(COMM_OP_NAME, verbose=False)).parent
 
 
 @contextlib.contextmanager
 def exclusive_build(op_name: str, root: str | Path | None = None) -> Iterator[None]:
     """Hold the extensions root's flock; under it a FileBaton lock of `op_name` is a dead loader's."""
-    if root is None:
-        from torch.utils.cpp_extension import get_default_build_root
-
-        root = get_default_build_root()
+    root = extensions_root() if root is None else root
     Path(root).mkdir(parents=True, exist_ok=True)
     with open(Path(root) / FLOCK, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released by the kernel if this process dies
