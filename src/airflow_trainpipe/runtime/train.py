@@ -409,17 +409,24 @@ class Trainer:
         high_water: StepHighWater,
     ) -> None:
         """Collective: every rank stopped after the same step; checkpoint it, then end the job."""
+        assert self.notice is not None  # only a notice votes to stop
+        stopped_s = self.notice.seconds_since_signal()  # rank 0's: the step it finished first
         if self.checkpoints.last_saved_step != step:
             self._save(state, sampler, step, timing)
         self.checkpoints.complete_pending()  # uploads included: the marker is what a retry needs
-        assert self.notice is not None  # only a notice votes to stop
         self.notice.saved.set()
         stream.close()
         if self.rank == 0:
             high_water.flush()
             uri = join(self.checkpoints.root, tag_for(step))
             seconds = round(self.notice.seconds_since_signal(), 3)
-            emit("preempted", step=step, checkpoint=uri, signal_to_saved_s=seconds)
+            emit(
+                "preempted",
+                step=step,
+                checkpoint=uri,
+                signal_to_stopped_s=round(stopped_s, 3),
+                signal_to_saved_s=seconds,
+            )
             log.warning("preempted: checkpoint %s complete %.1f s after SIGTERM", uri, seconds)
         raise Preempted(
             f"stopped by SIGTERM after step {step}; checkpoint {join(self.checkpoints.root, tag_for(step))} "
