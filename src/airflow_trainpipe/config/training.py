@@ -197,6 +197,10 @@ class CheckpointSection(Section):
     async_upload: bool = Field(default=True, alias="async")
     """Upload in the background so the training loop does not stall."""
 
+    compression: Literal["none", "zstd"] = "none"
+    """`zstd` stores every checkpoint file zstd-compressed (lossless: a resume is still bit-exact);
+    smaller on disk and in the store, at the cost of compressing on save and decompressing on resume."""
+
     @model_validator(mode="after")
     def _has_interval(self) -> CheckpointSection:
         if self.every_steps is None and self.every_minutes is None:
