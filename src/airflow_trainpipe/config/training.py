@@ -198,8 +198,9 @@ class CheckpointSection(Section):
     """Upload in the background so the training loop does not stall."""
 
     compression: Literal["none", "zstd"] = "none"
-    """`zstd` stores every checkpoint file zstd-compressed (lossless: a resume is still bit-exact);
-    smaller on disk and in the store, at the cost of compressing on save and decompressing on resume."""
+    """`zstd` stores every checkpoint file zstd-compressed (lossless: a resume stays bit-exact) and
+    unpacks it on resume. fp32 weights and Adam moments barely compress: 0.9 of the bytes for a
+    100M-parameter model, for a slower save and load (BENCHMARKS.md)."""
 
     @model_validator(mode="after")
     def _has_interval(self) -> CheckpointSection:

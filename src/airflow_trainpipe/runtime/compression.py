@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 SUFFIX = ".zst"
-# Level 3 (zstd's default): on a 100M-parameter fp32 checkpoint (weights and Adam moments) levels
-# 1 to 9 all store ~0.92 of the bytes, while level 9 compresses ~3x slower than level 3 and
-# level 1 is barely faster; see BENCHMARKS.md "Checkpoint compression".
-LEVEL = 3
-# zstd's own worker threads; the caller is a background thread of one rank per node, so it may
-# use a few cores but not every core of a large node the other ranks are training on.
+# Level 1: fp32 weights and Adam moments are mostly float mantissas, which no level compresses.
+# On a 100M-parameter checkpoint level 1 stores 0.895 of the bytes, level 3 0.890 and level 9
+# 0.892, and level 1 compresses about twice as fast as level 3 (BENCHMARKS.md, "Checkpoint
+# compression"); a save on a local destination waits for it.
+LEVEL = 1
+# zstd's own worker threads, capped: the caller is one rank per node, and on a large node the
+# other ranks are training (with a remote store the save runs beside the training loop).
 MAX_THREADS = 4
 CHUNK = 1 << 20
 
@@ -46,11 +47,14 @@ def _threads() -> int:
     return min(MAX_THREADS, available)
 
 
-def compress_file(source: Path, target: Path, level: int = LEVEL) -> tuple[int, str]:
+def compress_file(
+    source: Path, target: Path, level: int = LEVEL, threads: int | None = None
+) -> tuple[int, str]:
     """Write `source` zstd-compressed to `target`; return the stored (size, sha256)."""
     import zstandard
 
-    compressor = zstandard.ZstdCompressor(level=level, threads=_threads(), write_checksum=True)
+    threads = _threads() if threads is None else threads
+    compressor = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
     with source.open("rb") as src, target.open("wb") as raw:
         out = _HashingWriter(raw)
         compressor.copy_stream(
