@@ -187,7 +187,8 @@ class CheckpointManager:
                 p for p in directory.rglob("*") if p.is_file() and p.name != MARKER and p.suffix != SUFFIX
             )
             for path in originals:
-                stored, relative, meta = self._store(path, path.relative_to(directory).as_posix(), compress)
+                stored, meta = self._store(path, compress)
+                relative = stored.relative_to(directory).as_posix()
                 pending.files[relative] = meta
                 if self.remote:
                     self._fs.put_file(str(stored), f"{self._root_path}/{pending.tag}/{relative}")
@@ -198,21 +199,13 @@ class CheckpointManager:
         except BaseException as exc:  # surfaced on the training thread by complete_pending()
             pending.error = exc
 
-    def _store(self, path: Path, relative: str, compress: bool) -> tuple[Path, str, dict[str, Any]]:
-        """The file to put on the destination, its name there and its entry in the marker."""
+    def _store(self, path: Path, compress: bool) -> tuple[Path, dict[str, Any]]:
+        """The file to put on the destination, under its own name, and its entry in the marker."""
         if not compress:
-            return (
-                path,
-                relative,
-                {"size": path.stat().st_size, "sha256": sha256_of(self._local_fs, str(path))},
-            )
+            return path, {"size": path.stat().st_size, "sha256": sha256_of(self._local_fs, str(path))}
         stored = path.with_name(path.name + SUFFIX)
         size, digest = compress_file(path, stored)
-        return (
-            stored,
-            relative + SUFFIX,
-            {"size": size, "sha256": digest, "uncompressed_size": path.stat().st_size},
-        )
+        return stored, {"size": size, "sha256": digest, "uncompressed_size": path.stat().st_size}
 
     def complete_pending(self) -> None:
         """Collective: wait for every node's files, then write the marker (rank 0)."""

@@ -18,8 +18,8 @@ from typing import IO, Any, cast
 SUFFIX = ".zst"
 # Level 1: fp32 weights and Adam moments are mostly float mantissas, which no level compresses.
 # On a 100M-parameter checkpoint level 1 stores 0.895 of the bytes, level 3 0.890 and level 9
-# 0.892, and level 1 compresses about twice as fast as level 3 (BENCHMARKS.md, "Checkpoint
-# compression"); a save on a local destination waits for it.
+# 0.892, and level 1 compresses 2 to 4 times as fast as level 3 (404 vs 95 MiB/s in BENCHMARKS.md,
+# "Checkpoint compression"; 2x in a rerun on the same busy machine). A local save waits for it.
 LEVEL = 1
 # zstd's own worker threads, capped: the caller is one rank per node, and on a large node the
 # other ranks are training (with a remote store the save runs beside the training loop).
