@@ -91,11 +91,22 @@ def bench_config_parsing() -> list[str]:
     return lines
 
 
-SECTIONS = ("config", "parsing", "training", "step", "validation", "scale", "tuning", "preemption")
+SECTIONS = (
+    "config",
+    "parsing",
+    "training",
+    "step",
+    "validation",
+    "scale",
+    "tuning",
+    "checkpoint",
+    "preemption",
+)
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
-    from dag_parsing_bench import bench_dag_parsing  # benchmarks/ is on sys.path when run as a script
+    from checkpoint_bench import bench_checkpoint  # benchmarks/ is on sys.path when run as a script
+    from dag_parsing_bench import bench_dag_parsing
     from preemption_bench import bench_preemption
     from scale_bench import bench_scale
     from step_bench import bench_step
@@ -111,6 +122,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "validation": bench_validation,
         "scale": bench_scale,
         "tuning": bench_tuning,
+        "checkpoint": bench_checkpoint,
         "preemption": bench_preemption,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
@@ -162,7 +174,10 @@ def main() -> None:
         name = _section_name(lines[0])
         if name not in fresh:
             merged[(name, lines[0])] = lines
-    body = [line for key in sorted(merged, key=lambda k: order.get(k[0], len(order))) for line in merged[key]]
+    body = []
+    for key in sorted(merged, key=lambda k: order.get(k[0], len(order))):
+        # A section kept from the end of the file lost its trailing blank line: one between sections.
+        body += [*"\n".join(merged[key]).rstrip("\n").split("\n"), ""]
     args.output.write_text("\n".join(header + body).rstrip("\n") + "\n")
     print("\n".join(header + body))
 
@@ -176,6 +191,7 @@ def _section_name(heading: str) -> str:
         ("scale", "scale:"),
         ("step", "training step alone"),
         ("tuning", "tuning:"),
+        ("checkpoint", "checkpoint compression"),
     ):
         if marker in lowered:
             return name

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.config.kubernetes import KubernetesSection
 from airflow_trainpipe.config.training import (
     CheckpointSection,
@@ -17,6 +18,8 @@ from airflow_trainpipe.config.training import (
     TrainingSection,
     pod_storage_problems,
 )
+from airflow_trainpipe.exceptions import ConfigError
+from tests.conftest import EXAMPLE_CONFIGS
 
 
 def _flatten(exc: ValidationError) -> Iterator[tuple[str, str]]:
@@ -176,6 +179,18 @@ def test_a_time_interval_alone_is_enough_but_some_interval_is_needed() -> None:
     assert _located(CheckpointSection, {"every_steps": None}) == {
         "every_steps": "set every_steps, every_minutes or both; without one nothing could be resumed"
     }
+
+
+def test_checkpoint_compression_is_none_or_zstd_and_a_bad_value_names_its_field() -> None:
+    assert CheckpointSection().compression == "none"
+    assert CheckpointSection.model_validate({"compression": "zstd"}).compression == "zstd"
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text.replace("    async: true\n", "    async: true\n    compression: gzip\n"), "x.yaml")
+    [problem] = [str(p) for p in caught.value.problems]
+    assert problem.startswith("x.yaml:") and problem.endswith(
+        ": training.checkpoint.compression: Input should be 'none' or 'zstd', got 'gzip'"
+    )
 
 
 def test_async_upload_is_spelled_async_in_the_config() -> None:

@@ -9,6 +9,7 @@ leaves is then copied for each way of finishing it (2 ranks, a corrupt newest ch
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
 from airflow_trainpipe.runtime.prepare import PREPARED_FILE
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 from airflow_trainpipe.storage import local_path
-from tests.helpers.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
+from airflow_trainpipe.train_spec import TrainSpec
+from tests.helpers.jobs import EVERY_STEPS, JobRun, job_config_text, make_spec, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow
 
@@ -169,4 +173,36 @@ def test_zero_stage_trains_and_resumes_bit_exact(
     assert reference.losses[reference.result["final_step"]] < reference.losses[1]  # it learns
     spec = make_spec(tmp_path, job_files, f"zero{zero_stage}", zero_stage)
     assert run_job(spec, pause_at="step:13").code != 0
+    _assert_resumed_bit_exact(run_job(spec), reference, resumed_from=10)
+
+
+def _zstd_spec(root: Path, files: list[str]) -> TrainSpec:
+    text = job_config_text(root).replace("    async: true\n", "    async: true\n    compression: zstd\n")
+    return TrainSpec(config=parse_config(text), run_id="zstd", data_files=files)
+
+
+def test_a_zstd_checkpoint_is_stored_compressed_and_resumes_bit_exact_on_any_world_size(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    # The uncompressed reference: compression must change nothing but the bytes on disk.
+    reference = uninterrupted_run(tmp_path_factory, job_files, zero_stage=1)
+    spec = _zstd_spec(tmp_path / "two_ranks", job_files)
+    assert run_job(spec, pause_at="step:13").code != 0
+    stored = local_path(spec.run_dir) / "checkpoints" / tag_for(10)
+    marker = json.loads((stored / MARKER).read_text())
+    assert marker["compression"] == "zstd" and all(name.endswith(".zst") for name in marker["files"])
+    assert sorted(p.name for p in stored.iterdir()) == sorted([MARKER, *marker["files"]])
+    for name, meta in marker["files"].items():
+        assert (stored / name).stat().st_size == meta["size"] < meta["uncompressed_size"], name
+
+    # Another world size first, on a copy: it converts the unpacked checkpoint to a universal one.
+    other = _zstd_spec(tmp_path / "one_rank", job_files)
+    shutil.copytree(local_path(spec.run_dir), local_path(other.run_dir))
+    (local_path(other.run_dir) / RUN_ID_FILE).unlink()
+    one_rank = run_job(other, nproc=1)
+    assert one_rank.code == 0, one_rank.text[-3000:]
+    assert (one_rank.result["world_size"], one_rank.result["resumed_from_step"]) == (1, 10)
+    for step, loss in one_rank.losses.items():
+        assert loss == pytest.approx(reference.losses[step], abs=1e-5), f"step {step}"
+
     _assert_resumed_bit_exact(run_job(spec), reference, resumed_from=10)

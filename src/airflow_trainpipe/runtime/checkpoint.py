@@ -9,10 +9,16 @@ Layout under the run-scoped root `<checkpoint.uri>/<pipeline>/<run_id>/checkpoin
 A checkpoint counts only once COMPLETE.json exists, and it is written only after every rank's
 files are on the destination, so a crash at any point leaves either a complete checkpoint or
 one that the next attempt skips (with a warning that names it).
+
+With `compression: zstd` the destination holds `<file>.zst` only; the marker's size and sha256
+are the stored (compressed) file's, and it records `"compression": "zstd"` (a marker without the
+field is an uncompressed checkpoint). A resume unpacks it into a node-local directory that
+DeepSpeed loads from, never over the files that were just verified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -32,8 +38,9 @@ from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.digest import sha256_of
 from airflow_trainpipe.events import emit
 from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.runtime.compression import SUFFIX, compress_file, decompress_file
 from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
+from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir, trainpipe_home
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +76,10 @@ class CompleteCheckpoint:
     @property
     def world_size(self) -> int:
         return int(self.marker["world_size"])
+
+    @property
+    def compression(self) -> str:
+        return str(self.marker.get("compression", "none"))  # markers from before compression existed
 
 
 @dataclass
@@ -108,6 +119,13 @@ class CheckpointManager:
         self.staging = node_local_dir(self.root, "staging")
         self._fs, self._root_path = filesystem(self.root)
         self._local_fs = filesystem(self.staging.as_uri())[0]
+        # Where a compressed checkpoint is unpacked for DeepSpeed: beside the staged files of a
+        # remote store; for a local destination, a node-local directory outside it.
+        self.unpacked = (
+            self.staging
+            if self.remote
+            else trainpipe_home() / "unpacked" / hashlib.sha1(self.root.encode()).hexdigest()[:16]
+        )
         self._pending: _PendingSave | None = None
         self._last_save_time = time.monotonic()
         self.last_saved_step: int | None = None
@@ -157,18 +175,37 @@ class CheckpointManager:
             self.complete_pending()
 
     def _hash_and_upload(self, pending: _PendingSave) -> None:
+        compress = self.cfg.compression == "zstd"
+        if compress and not self.remote and self.rank != 0:
+            # A local destination shared by several nodes (a ReadWriteMany volume) holds every
+            # node's files: two nodes compressing and deleting the same file would race.
+            return
         try:
             directory = self.staging / pending.tag
-            for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MARKER):
-                relative = path.relative_to(directory).as_posix()
-                pending.files[relative] = {
-                    "size": path.stat().st_size,
-                    "sha256": sha256_of(self._local_fs, str(path)),
-                }
+            # A .zst already there was left by an attempt killed while compressing: not this save's.
+            originals = sorted(
+                p for p in directory.rglob("*") if p.is_file() and p.name != MARKER and p.suffix != SUFFIX
+            )
+            for path in originals:
+                stored, meta = self._store(path, compress)
+                relative = stored.relative_to(directory).as_posix()
+                pending.files[relative] = meta
                 if self.remote:
-                    self._fs.put_file(str(path), f"{self._root_path}/{pending.tag}/{relative}")
+                    self._fs.put_file(str(stored), f"{self._root_path}/{pending.tag}/{relative}")
+                if compress:
+                    # A local destination keeps only the compressed file; a remote one's staging
+                    # keeps the original (as uncompressed staging does) and drops the upload copy.
+                    (stored if self.remote else path).unlink()
         except BaseException as exc:  # surfaced on the training thread by complete_pending()
             pending.error = exc
+
+    def _store(self, path: Path, compress: bool) -> tuple[Path, dict[str, Any]]:
+        """The file to put on the destination, under its own name, and its entry in the marker."""
+        if not compress:
+            return path, {"size": path.stat().st_size, "sha256": sha256_of(self._local_fs, str(path))}
+        stored = path.with_name(path.name + SUFFIX)
+        size, digest = compress_file(path, stored)
+        return stored, {"size": size, "sha256": digest, "uncompressed_size": path.stat().st_size}
 
     def complete_pending(self) -> None:
         """Collective: wait for every node's files, then write the marker (rank 0)."""
@@ -193,6 +230,7 @@ class CheckpointManager:
                 "world_size": self.world_size,
                 "metric": pending.metric,
                 "created_at": time.time(),
+                "compression": self.cfg.compression,
                 "files": files,
                 **pending.extra,
             }
@@ -270,9 +308,14 @@ class CheckpointManager:
                 path = f"{self._root_path}/{relative}"
                 if self._fs.exists(path):
                     self._fs.rm(path, recursive=True)
-            for local in (self.staging / tag, self.staging / f"{tag}_universal"):
-                if self.remote or local.name.endswith("_universal"):
-                    shutil.rmtree(local, ignore_errors=True)
+            # This node's copies: staged (remote), unpacked (compressed) and converted (universal).
+            copies = [
+                self.staging / f"{tag}_universal",
+                self.unpacked / tag,
+                self.unpacked / f"{tag}_universal",
+            ]
+            for copy in [*copies, *([self.staging / tag] if self.remote else [])]:
+                shutil.rmtree(copy, ignore_errors=True)
 
     # -- resume -------------------------------------------------------------------------------
 
@@ -309,21 +352,48 @@ class CheckpointManager:
                 )
         return None
 
+    def _loadable(self, checkpoint: CompleteCheckpoint) -> Path:
+        """The directory on this node that DeepSpeed loads the checkpoint (and its conversion) from."""
+        return self.staging if checkpoint.compression == "none" else self.unpacked
+
     def fetch(self, checkpoint: CompleteCheckpoint) -> tuple[str, str]:
         """Collective: make the checkpoint loadable on this node. Returns (directory, tag) for DeepSpeed."""
-        if self.remote and self.local_rank == 0:
-            target = self.staging / checkpoint.tag
-            shutil.rmtree(target, ignore_errors=True)
-            self._fs.get(f"{self._root_path}/{checkpoint.tag}/", str(target), recursive=True)
+        if self.local_rank == 0:
+            if checkpoint.compression != "none":
+                self._unpack(checkpoint)
+            elif self.remote:
+                target = self.staging / checkpoint.tag
+                shutil.rmtree(target, ignore_errors=True)
+                self._fs.get(f"{self._root_path}/{checkpoint.tag}/", str(target), recursive=True)
         dist.barrier()
-        return str(self.staging), checkpoint.tag
+        return str(self._loadable(checkpoint)), checkpoint.tag
+
+    def _unpack(self, checkpoint: CompleteCheckpoint) -> None:
+        """Decompress every stored file, straight from the store, into a scratch directory that
+        replaces the loadable one only once whole."""
+        target = self._loadable(checkpoint) / checkpoint.tag
+        scratch = target.with_name(f"{checkpoint.tag}.unpacking")
+        shutil.rmtree(scratch, ignore_errors=True)
+        for relative, meta in sorted(checkpoint.marker["files"].items()):
+            out = scratch / relative.removesuffix(SUFFIX)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with self._fs.open(f"{self._root_path}/{checkpoint.tag}/{relative}", "rb") as source:
+                    decompress_file(source, out, meta["uncompressed_size"])
+            except Exception as exc:  # zstandard's ZstdError, a short frame, a store that failed
+                raise CheckpointError(
+                    f"cannot decompress {relative} of checkpoint {checkpoint.uri}: {type(exc).__name__}: {exc}"
+                ) from exc
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(scratch, target)
 
     def to_universal(self, checkpoint: CompleteCheckpoint) -> str:
         """Collective: convert to a DeepSpeed universal checkpoint (for another world size)."""
         universal = f"{checkpoint.tag}_universal"
-        target = self.staging / universal
+        loadable = self._loadable(checkpoint)
+        target = loadable / universal
         if self.local_rank == 0 and not (target / MARKER).exists():
-            scratch = self.staging / f"{universal}.tmp"
+            scratch = loadable / f"{universal}.tmp"
             shutil.rmtree(scratch, ignore_errors=True)
             # Through safe_load's runner: the converter torch.loads every shard, weights-only.
             command = [
@@ -332,7 +402,7 @@ class CheckpointManager:
                 "airflow_trainpipe.runtime.safe_load",
                 "deepspeed.checkpoint.ds_to_universal",
                 "--input_folder",
-                str(self.staging / checkpoint.tag),
+                str(loadable / checkpoint.tag),
                 "--output_folder",
                 str(scratch),
                 "--inject_missing_state",
