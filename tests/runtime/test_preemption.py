@@ -87,9 +87,8 @@ def test_sigterm_checkpoints_where_the_ranks_stopped_and_the_retry_recomputes_no
 
 @pytest.mark.slow
 def test_a_save_that_outlasts_the_grace_is_abandoned_and_the_previous_checkpoint_stays(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    reference = uninterrupted_run(tmp_path_factory, job_files)
     spec = make_spec(tmp_path, job_files, "abandoned", preemption_grace=2)
     # Both ranks hang inside step 19's save (files written, marker not) when the operator's
     # on_kill stops the job: SIGTERM to every process, SIGKILL after the termination grace.
@@ -109,12 +108,9 @@ def test_a_save_that_outlasts_the_grace_is_abandoned_and_the_previous_checkpoint
     text = "\n".join(output)
     assert code != 0 and stopped, text[-3000:]
     assert text.count("preemption save abandoned after 2 s") == 2, text[-3000:]  # each rank's own clock
+    # What a retry resumes from (test_resume.py resumes such a directory bit-exact).
     assert _complete_steps(spec) == [10]
     assert not (local_path(spec.run_dir) / "checkpoints" / tag_for(19) / MARKER).exists()
-    resumed = run_job(spec)
-    assert resumed.code == 0, resumed.text[-3000:]
-    assert resumed.start["resumed_from"] == 10 and resumed.start["steps_recomputed"] == 9
-    assert resumed.result["weights_sha256"] == reference.result["weights_sha256"]
 
 
 # The Airflow task process, standing in: it launches the job, relays its output, and is SIGKILLed.
@@ -132,9 +128,8 @@ for line in launcher.lines():
 
 @pytest.mark.slow
 def test_a_killed_task_process_leaves_a_checkpoint_not_a_training_orphan(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    reference = uninterrupted_run(tmp_path_factory, job_files)
     spec = make_spec(tmp_path / "root", job_files, "task_killed")
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(spec.to_json())
@@ -151,6 +146,6 @@ def test_a_killed_task_process_leaves_a_checkpoint_not_a_training_orphan(
     task.stdout.close()
     # torchrun got SIGTERM from the kernel (PR_SET_PDEATHSIG) and the ranks saved before exiting.
     torchrun.wait(timeout=spec.config.training.checkpoint.termination_grace_s)
-    stopped_at = _complete_steps(spec)[-1]
-    assert stopped_at > EVERY_STEPS
-    _assert_resumes_without_recomputing(spec, stopped_at, reference)
+    # A checkpoint of the step the ranks stopped at, not only the periodic one (the first test
+    # resumes such a checkpoint with nothing recomputed).
+    assert _complete_steps(spec)[-1] > EVERY_STEPS
