@@ -7,8 +7,8 @@ before SIGKILL. Dying at once would lose everything since the last periodic chec
   through `signal.set_wakeup_fd`, which the C-level handler writes at once even while the main
   thread is blocked in a collective or in DeepSpeed's C++ code (Python handlers wait for it).
   The thread starts the grace clock and, when the grace runs out, exits the rank with
-  PREEMPTED_EXIT: a save that did not finish in time is abandoned before its marker, so the
-  previous checkpoint stays the newest complete one.
+  PREEMPTED_EXIT, saved or not: a save that did not finish in time is abandoned before its
+  marker, so the previous checkpoint stays the newest complete one.
 - Ranks receive the signal at different steps, yet must save the same one. After every step each
   rank starts a non-blocking all-reduce of its flag on a group of its own and reads the previous
   step's result: the reduction overlaps the next step's compute, and every rank sees the same
@@ -45,7 +45,7 @@ class PreemptionNotice:
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
         self.signalled_at: float | None = None
-        self.saved = threading.Event()  # set once the checkpoint is complete: the clock stops
+        self.saved = threading.Event()  # set once the checkpoint is complete
         reader, writer = socket.socketpair()
         writer.setblocking(False)
         # The handler must exist (the default action kills); the wakeup fd does the work.
@@ -70,11 +70,15 @@ class PreemptionNotice:
             f"(training.checkpoint.preemption_grace {self.grace_s:g} s)"
         )
         if self.saved.wait(self.grace_s):
-            return
-        _say(
-            f"preemption save abandoned after {self.grace_s:g} s: exiting before its completion "
-            "marker, so the previous complete checkpoint is the one resumed from"
-        )
+            # Saved: the job is on its way out. What remains (marking the MLflow run, which
+            # retries for minutes while its server is down) still gets no more than the grace.
+            time.sleep(max(0.0, self.grace_s - self.seconds_since_signal()))
+            _say(f"checkpoint complete; exiting at the end of the {self.grace_s:g} s grace")
+        else:
+            _say(
+                f"preemption save abandoned after {self.grace_s:g} s: exiting before its completion "
+                "marker, so the previous complete checkpoint is the one resumed from"
+            )
         os._exit(PREEMPTED_EXIT)
 
 
