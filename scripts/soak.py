@@ -67,7 +67,7 @@ def main() -> int:
             say=lambda s: print(s, flush=True),
         )
         records = soak.run()
-    summary = summarize(records)
+    summary = summarize(records, len(faults))
     (root / "soak.json").write_text(json.dumps([asdict(r) for r in records], indent=1, default=str))
     print(f"soak took {time.monotonic() - started:.0f}s; records in {root / 'soak.json'}")
     print("\n".join(summary.lines), flush=True)
