@@ -17,8 +17,11 @@ def write_line(text: str) -> None:
     """One write(2) per line: every rank shares the pipe, and print() writes the text and the
     newline separately, which lets two ranks' lines interleave. A single write below PIPE_BUF
     (4 KiB) is atomic."""
-    sys.stdout.flush()
-    os.write(sys.stdout.fileno(), (text + "\n").encode())
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), (text + "\n").encode())
+    except BrokenPipeError:
+        pass  # the launcher that read it is gone (killed): what the job does next matters more
 
 
 def emit(event: str, **fields: Any) -> None:

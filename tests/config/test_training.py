@@ -280,3 +280,17 @@ def test_without_volumes_no_file_uri_is_reachable() -> None:
 def test_a_path_that_climbs_out_of_a_mount_is_not_on_it(uri: str) -> None:
     [(loc, message)] = pod_storage_problems(uri, _volumes("/data"), ("checkpoint", "uri"))
     assert loc == ("checkpoint", "uri") and message.startswith(f"{uri} is not on a volume the pods mount")
+
+
+@pytest.mark.parametrize(("grace", "torchrun", "kill"), [(30, 35, 40), (0.5, 6, 11), (90.2, 96, 101)])
+def test_the_launchers_wait_longer_than_the_ranks_preemption_grace(
+    grace: float, torchrun: int, kill: int
+) -> None:
+    checkpoint = CheckpointSection.model_validate({"preemption_grace": grace})
+    assert (checkpoint.shutdown_timeout_s, checkpoint.termination_grace_s) == (torchrun, kill)
+
+
+@pytest.mark.parametrize("grace", [0, -5, "soon"])
+def test_the_preemption_grace_is_a_positive_number_of_seconds(grace: object) -> None:
+    with pytest.raises(ValidationError, match="preemption_grace"):
+        CheckpointSection.model_validate({"preemption_grace": grace})

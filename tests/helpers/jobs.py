@@ -33,11 +33,11 @@ class JobRun:
         return "\n".join(self.output)
 
 
-def job_config(checkpoint_root: Path, zero_stage: int = 1):
-    return parse_config(job_config_text(checkpoint_root, zero_stage))
+def job_config(checkpoint_root: Path, zero_stage: int = 1, preemption_grace: float | None = None):
+    return parse_config(job_config_text(checkpoint_root, zero_stage, preemption_grace))
 
 
-def job_config_text(checkpoint_root: Path, zero_stage: int = 1) -> str:
+def job_config_text(checkpoint_root: Path, zero_stage: int = 1, preemption_grace: float | None = None) -> str:
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     for old, new in (
         ("uri: checkpoints", f"uri: {checkpoint_root.as_uri()}"),
@@ -53,11 +53,21 @@ def job_config_text(checkpoint_root: Path, zero_stage: int = 1) -> str:
     ):
         assert old in text, old
         text = text.replace(old, new)
+    if preemption_grace is not None:
+        interval = f"every_steps: {EVERY_STEPS}\n"
+        text = text.replace(interval, f"{interval}    preemption_grace: {preemption_grace}\n")
     return text
 
 
-def make_spec(checkpoint_root: Path, files: list[str], run_id: str, zero_stage: int = 1) -> TrainSpec:
-    return TrainSpec(config=job_config(checkpoint_root, zero_stage), run_id=run_id, data_files=files)
+def make_spec(
+    checkpoint_root: Path,
+    files: list[str],
+    run_id: str,
+    zero_stage: int = 1,
+    preemption_grace: float | None = None,
+) -> TrainSpec:
+    config = job_config(checkpoint_root, zero_stage, preemption_grace)
+    return TrainSpec(config=config, run_id=run_id, data_files=files)
 
 
 _uninterrupted: dict[int, JobRun] = {}

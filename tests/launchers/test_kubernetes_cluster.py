@@ -83,6 +83,8 @@ def test_the_pod_operator_waits_as_long_as_the_config_allows_and_keeps_failed_po
     assert operator.termination_message_policy == "FallbackToLogsOnError"
     assert operator.log_events_on_failure and operator.log_pod_spec_on_failure
     assert operator.get_logs and operator.base_container_name == "base" and operator.task_id == "train"
+    # on_kill deletes the pod with the grace the ranks need to checkpoint, as the pod spec says.
+    assert operator.termination_grace_period == 40 == one_node.training.checkpoint.termination_grace_s
 
 
 def test_a_configured_startup_timeout_bounds_scheduling_and_startup() -> None:
@@ -132,6 +134,8 @@ def test_the_job_operator_runs_an_indexed_job_of_one_pod_per_node(elastic: Pipel
     assert operator.wait_until_job_complete and operator.on_finish_action.value == "delete_succeeded_pod"
     assert set(operator.pod_template_dict) == {"metadata", "spec"}
     assert operator.pod_template_dict["spec"]["subdomain"] == f"job-{LABELS.workload_name()}"
+    assert operator.termination_grace_period == 40
+    assert operator.pod_template_dict["spec"]["terminationGracePeriodSeconds"] == 40
 
 
 def test_only_the_elastic_job_passes_a_success_policy_through_the_full_job_spec(

@@ -255,14 +255,12 @@ def test_cpu_job_sets_the_cpu_accelerator_and_no_gpu_limit() -> None:
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert {"name": "DS_ACCELERATOR", "value": "cpu"} in container["env"]
     assert {"name": "data-0", "mountPath": "/shared", "readOnly": False} in container["volumeMounts"]
-    assert torchrun_command(parse_config(text))[:6] == [
-        "python",
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--standalone",
-    ]
+    command = torchrun_command(parse_config(text))
+    assert command[:5] == ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    assert "--standalone" in command
+    # torchrun waits the preemption grace (30 s by default) and the ranks' exit before SIGKILL.
+    assert command[command.index("--shutdown-timeout") + 1] == "35"
+    assert pod_manifest["spec"]["terminationGracePeriodSeconds"] == 40
 
 
 def test_render_cli_prints_the_manifests(capsys: pytest.CaptureFixture[str]) -> None:

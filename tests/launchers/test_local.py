@@ -17,6 +17,7 @@ def test_torchrun_command_runs_the_single_entrypoint() -> None:
     command = torchrun_command(2, "@/tmp/spec.json")
     assert command[1:3] == ["-m", "torch.distributed.run"]
     assert command[-4:] == ["-m", "airflow_trainpipe.runtime.train", "--spec", "@/tmp/spec.json"]
+    assert command[command.index("--shutdown-timeout") + 1] == "35"
 
 
 def _job_processes(launcher: LocalLauncher) -> list[psutil.Process]:
@@ -29,9 +30,9 @@ def _job_processes(launcher: LocalLauncher) -> list[psutil.Process]:
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["launcher_kill", "torchrun_sigkill"])
 def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[str], how: str) -> None:
-    launcher = LocalLauncher(
-        make_spec(tmp_path, job_files, "orphans"), 2, env={"TRAINPIPE_PAUSE_AT": "step:3"}
-    )
+    # The paused ranks cannot reach their next step to save: their 3 s grace clock ends them.
+    spec = make_spec(tmp_path, job_files, "orphans", preemption_grace=3)
+    launcher = LocalLauncher(spec, 2, env={"TRAINPIPE_PAUSE_AT": "step:3"})
     launcher.start()
     paused = 0
     for line in launcher.lines():
@@ -43,7 +44,7 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
     if how == "launcher_kill":
         launcher.kill()
     else:
-        # Only torchrun dies (as when the Airflow worker is SIGKILLed): the ranks follow through PR_SET_PDEATHSIG.
+        # Only torchrun dies: the ranks get SIGTERM through PR_SET_PDEATHSIG and follow it.
         launcher.process.send_signal(signal.SIGKILL)
     launcher.wait()
     deadline = time.monotonic() + 10

@@ -169,3 +169,32 @@ def test_without_error_events_the_cause_is_the_reason(cause: BaseException | Non
     failure = watcher.failure(WHAT, HINT, cause=cause)
     assert type(failure) is AirflowException
     assert str(failure) == f"{WHAT}{reason}; {HINT}. Last output:\nKilled"
+
+
+def test_a_preempted_job_fails_retryable_naming_the_checkpoint_it_resumes_from() -> None:
+    store = Store()
+    watcher = JobWatcher(store)
+    shown = watcher.feed(
+        _line(
+            "preempted", step=11, checkpoint="s3://ckpt/run/checkpoints/step_000000011", signal_to_saved_s=0.4
+        )
+    )
+    assert shown == (
+        "preempted: stopped after step 11, checkpoint s3://ckpt/run/checkpoints/step_000000011 "
+        "complete 0.4 s after SIGTERM"
+    )
+    assert store["checkpoint"] == {"step": 11, "uri": "s3://ckpt/run/checkpoints/step_000000011"}
+    failure = watcher.failure("training job exited with code 1 (try 1)", HINT)
+    assert type(failure) is AirflowException  # retried: Airflow's retries do the recovering
+    assert str(failure) == (
+        "training job exited with code 1 (try 1): preempted (SIGTERM) after step 11; checkpoint "
+        "s3://ckpt/run/checkpoints/step_000000011 was complete 0.4 s after the signal, and the next "
+        "try resumes from it"
+    )
+
+
+def test_an_error_after_a_preemption_notice_is_reported_as_the_error() -> None:
+    watcher = JobWatcher()
+    watcher.feed(_line("preempted", step=11, checkpoint="file:///c/step_000000011", signal_to_saved_s=0.4))
+    watcher.feed(_error(1, "RuntimeError: peer gone"))
+    assert "RuntimeError: peer gone" in str(watcher.failure(WHAT, HINT))

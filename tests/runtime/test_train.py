@@ -6,19 +6,13 @@ one-rank gloo world and each job stops at the failure under test, before any opt
 
 from __future__ import annotations
 
-import inspect
 import json
 import random
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pydantic
 import pytest
 import torch
@@ -31,7 +25,7 @@ from airflow_trainpipe.runtime.data import DataError
 from airflow_trainpipe.runtime.safe_load import FORCE_ENV
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.seeding import restore_rng_state
-from airflow_trainpipe.runtime.train import Trainer, _die_with_parent, main
+from airflow_trainpipe.runtime.train import Trainer, main
 from airflow_trainpipe.storage import local_path
 from airflow_trainpipe.synthetic import write_day
 from airflow_trainpipe.train_spec import TrainSpec
@@ -188,53 +182,3 @@ def test_the_checkpoint_client_state_carries_step_sampler_and_every_ranks_genera
     restore_rng_state(saved["rng"][0])
     drawn = (random.random(), torch.rand(2))
     assert drawn[0] == expected[0] and torch.equal(drawn[1], expected[1])
-
-
-# -- a rank dies with its parent ---------------------------------------------------------------
-
-# The rank runs the function's own source (importing the whole entrypoint costs a dozen seconds).
-ARMED = f"""
-import os, sys, time
-{inspect.getsource(_die_with_parent)}
-_die_with_parent()
-print("ready", flush=True)
-time.sleep(300)
-"""
-UNARMED = "import time; print('ready', flush=True); time.sleep(300)"
-# The stand-in for torchrun: starts the rank, says its pid, and waits.
-PARENT = """
-import subprocess, sys
-rank = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
-print(rank.pid, flush=True)
-rank.wait()
-"""
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
-@pytest.mark.parametrize(("rank_code", "dies"), [(ARMED, True), (UNARMED, False)], ids=["armed", "unarmed"])
-def test_a_rank_is_killed_when_its_parent_dies(rank_code: str, dies: bool) -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, rank_code], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    rank = int(parent.stdout.readline())
-    try:
-        assert parent.stdout.readline() == "ready\n"
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=30)
-        assert _gone_within(rank, 10.0 if dies else 1.0) is dies
-    finally:
-        parent.kill()
-        parent.stdout.close()
-        if not _gone_within(rank, 0):
-            psutil.Process(rank).kill()

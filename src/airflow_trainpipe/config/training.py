@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 import re
 from typing import Any, Literal
@@ -196,6 +197,23 @@ class CheckpointSection(Section):
 
     async_upload: bool = Field(default=True, alias="async")
     """Upload in the background so the training loop does not stall."""
+
+    preemption_grace: PositiveFloat = 30.0
+    """Seconds a SIGTERM (spot notice, pod deletion, task kill) leaves the job: every rank finishes
+    its step and a complete checkpoint is written, so the retry recomputes nothing. A save still
+    running after this is abandoned and the previous checkpoint stays the one resumed from; pods'
+    `terminationGracePeriodSeconds` and torchrun's shutdown timeout follow it."""
+
+    @property
+    def shutdown_timeout_s(self) -> int:
+        """torchrun's wait between forwarding SIGTERM to the ranks and SIGKILLing them: the grace
+        plus the ranks' exit. Whoever SIGTERMs torchrun (the operator, Kubernetes) waits longer."""
+        return math.ceil(self.preemption_grace) + 5
+
+    @property
+    def termination_grace_s(self) -> int:
+        """What the operator's on_kill and a pod's terminationGracePeriodSeconds wait for torchrun."""
+        return self.shutdown_timeout_s + 5
 
     @model_validator(mode="after")
     def _has_interval(self) -> CheckpointSection:

@@ -33,6 +33,11 @@ def describe(event: dict[str, Any]) -> str | None:
         )
     if kind == "checkpoint":
         return f"checkpoint complete: step {event['step']} at {event['uri']}"
+    if kind == "preempted":
+        return (
+            f"preempted: stopped after step {event['step']}, checkpoint {event['checkpoint']} complete "
+            f"{event['signal_to_saved_s']} s after SIGTERM"
+        )
     if kind == "epoch":
         scored = "validation" if any(k.startswith("validation_") for k in event) else "holdout"
         metrics = ", ".join(

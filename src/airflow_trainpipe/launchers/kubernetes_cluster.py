@@ -71,6 +71,8 @@ def _common(
         "startup_timeout_seconds": timeout,
         "schedule_timeout_seconds": timeout,
         "termination_message_policy": "FallbackToLogsOnError",  # the last log lines say why it died
+        # on_kill deletes the pod with this grace: the ranks checkpoint before the kubelet's SIGKILL.
+        "termination_grace_period": config.training.checkpoint.termination_grace_s,
         "log_events_on_failure": True,
         # The pod spec holds no secret values (Secrets are references), so logging it is safe.
         "log_pod_spec_on_failure": True,

@@ -74,7 +74,15 @@ def torchrun_command(
 ) -> list[str]:
     """The container command: torchrun around the same entrypoint the local launcher runs."""
     resources = config.training.resources
-    command = ["python", "-m", "torch.distributed.run", "--nproc-per-node", str(resources.nproc_per_node)]
+    command = [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(resources.nproc_per_node),
+        "--shutdown-timeout",
+        str(config.training.checkpoint.shutdown_timeout_s),
+    ]
     if resources.nodes == 1:
         command.append("--standalone")
     else:
@@ -163,7 +171,9 @@ def pod_spec(
         # is projected separately from this token.
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,
+        # A SIGTERM (a spot reclaim, the pod deleted) gives the ranks the configured grace to
+        # checkpoint, and torchrun its shutdown after it, before the kubelet SIGKILLs.
+        "terminationGracePeriodSeconds": config.training.checkpoint.termination_grace_s,
         **_placement(config),
     }
     if multi_node:

@@ -2,9 +2,9 @@
 
 torchrun starts each rank in a session of its own (start_new_session=True), so signalling
 torchrun's process group alone would leave ranks training. `kill()` therefore signals every
-process group of the job's process tree, and each rank also asks the kernel to kill it when
-torchrun dies (PR_SET_PDEATHSIG, runtime/train.py), for the case where this process is
-SIGKILLed itself and cannot clean up.
+process group of the job's process tree. For the case where this process is SIGKILLed itself
+and cannot clean up, torchrun gets SIGTERM when it dies and each rank when torchrun dies
+(PR_SET_PDEATHSIG, processes.py): the ranks take it as a preemption notice, save, and exit.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_trainpipe.events import parse
+from airflow_trainpipe.processes import signal_on_parent_death
 from airflow_trainpipe.train_spec import TrainSpec
 
 
@@ -30,8 +31,11 @@ class Line:
     event: dict[str, Any] | None
 
 
-def torchrun_command(nproc: int, spec_arg: str) -> list[str]:
-    """The container command too: Kubernetes pods run the same entrypoint the same way."""
+def torchrun_command(nproc: int, spec_arg: str, shutdown_timeout_s: int = 35) -> list[str]:
+    """The container command too: Kubernetes pods run the same entrypoint the same way.
+
+    `shutdown_timeout_s` is how long torchrun waits, after forwarding a SIGTERM, before it SIGKILLs
+    the ranks: `training.checkpoint.shutdown_timeout_s`, so a preemption save is not cut short."""
     return [
         sys.executable,
         "-m",
@@ -39,6 +43,8 @@ def torchrun_command(nproc: int, spec_arg: str) -> list[str]:
         "--standalone",
         "--nproc-per-node",
         str(nproc),
+        "--shutdown-timeout",
+        str(shutdown_timeout_s),
         "-m",
         "airflow_trainpipe.runtime.train",
         "--spec",
@@ -60,14 +66,18 @@ class LocalLauncher:
         self._spec_dir = tempfile.TemporaryDirectory(prefix="trainpipe-spec-")
         spec_file = Path(self._spec_dir.name) / "spec.json"
         spec_file.write_text(self.spec.to_json())
+        checkpoint = self.spec.config.training.checkpoint
         self.process = subprocess.Popen(
-            torchrun_command(self.nproc, f"@{spec_file}"),
+            torchrun_command(self.nproc, f"@{spec_file}", checkpoint.shutdown_timeout_s),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
             env=self.env,
             start_new_session=True,  # its own process group, see kill()
+            # This process SIGKILLed (an Airflow task process killed) must not leave torchrun
+            # training unseen beside the retry: it gets SIGTERM, which the ranks save on.
+            preexec_fn=signal_on_parent_death,
         )
 
     def lines(self) -> Iterator[Line]:
@@ -99,6 +109,14 @@ class LocalLauncher:
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, sig)
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM the job (the ranks save a checkpoint), SIGKILL what is left after `grace_s`."""
+        self.kill(signal.SIGTERM)
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace_s)
+        self.kill(signal.SIGKILL)
 
     def _cleanup(self) -> None:
         if self._spec_dir is not None:

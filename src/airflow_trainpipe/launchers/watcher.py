@@ -26,6 +26,7 @@ class JobWatcher:
         self.errors: list[str] = []
         self.final = False  # the job said a retry cannot help (bad data)
         self.mlflow_run_id: str | None = None
+        self.preempted: dict[str, Any] | None = None  # the job saved on SIGTERM and stopped
         self.tail: deque[str] = deque(maxlen=tail)
 
     def feed(self, text: str) -> str | None:
@@ -40,6 +41,9 @@ class JobWatcher:
             self._remember("mlflow_run_id", self.mlflow_run_id)
         elif kind == "checkpoint":
             self._remember("checkpoint", {"step": event["step"], "uri": event["uri"]})
+        elif kind == "preempted":
+            self.preempted = event
+            self._remember("checkpoint", {"step": event["step"], "uri": event["checkpoint"]})
         elif kind == "result":
             self.result = read_payload(
                 TrainResult, {k: v for k, v in event.items() if k != "event"}, "the job's result event"
@@ -63,5 +67,12 @@ class JobWatcher:
 
         if self.final:
             return AirflowFailException(f"{what}, not retried: {self.errors[0]}")
+        if self.preempted is not None and not self.errors:
+            # Retryable: the ranks checkpointed the step they stopped at, nothing is recomputed.
+            return AirflowException(
+                f"{what}: preempted (SIGTERM) after step {self.preempted['step']}; checkpoint "
+                f"{self.preempted['checkpoint']} was complete {self.preempted['signal_to_saved_s']} s "
+                "after the signal, and the next try resumes from it"
+            )
         reason = f": {self.errors[0]}" if self.errors else f": {cause}" if cause is not None else ""
         return AirflowException(f"{what}{reason}; {retry_hint}. Last output:\n" + "\n".join(self.tail))

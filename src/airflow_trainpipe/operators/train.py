@@ -9,8 +9,6 @@ pointer from one try to the next.
 
 from __future__ import annotations
 
-import signal
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -340,16 +338,9 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             return
         if self._launcher is None:
             return
-        # SIGTERM lets DeepSpeed and MLflow close cleanly; SIGKILL whatever is left.
-        self._launcher.kill(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while (
-            time.monotonic() < deadline
-            and self._launcher.process is not None
-            and self._launcher.process.poll() is None
-        ):
-            time.sleep(0.2)
-        self._launcher.kill(signal.SIGKILL)
+        # SIGTERM: every rank finishes its step and checkpoints it (the next try recomputes
+        # nothing); SIGKILL whatever is left once the configured grace is over.
+        self._launcher.stop(self.config.training.checkpoint.termination_grace_s)
 
 
 def _mapping(raw: Any) -> dict[str, Any]:

@@ -28,10 +28,16 @@ from airflow_trainpipe.digest import content_digest
 from airflow_trainpipe.events import emit
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.payloads import TrainResult
+from airflow_trainpipe.processes import signal_on_parent_death
 from airflow_trainpipe.reproduce import SPEC_ARTIFACT, library_versions
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.checkpoint import CheckpointError, CheckpointManager, CompleteCheckpoint
+from airflow_trainpipe.runtime.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    CompleteCheckpoint,
+    tag_for,
+)
 from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     build_engine,
@@ -48,6 +54,12 @@ from airflow_trainpipe.runtime.extensions import clear_stale_build_locks
 from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.runtime.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.models import build_model
+from airflow_trainpipe.runtime.preemption import (
+    PREEMPTED_EXIT,
+    Preempted,
+    PreemptionNotice,
+    PreemptionVote,
+)
 from airflow_trainpipe.runtime.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.safe_load import enforce_weights_only
 from airflow_trainpipe.runtime.sampler import ResumableSampler
@@ -65,7 +77,7 @@ SYNC_EVERY = 10  # steps between the collectives that gather losses and checkpoi
 
 
 class Trainer:
-    def __init__(self, spec: TrainSpec):
+    def __init__(self, spec: TrainSpec, notice: PreemptionNotice | None = None):
         self.spec = spec
         self.config = spec.config
         self.training = spec.config.training
@@ -79,6 +91,8 @@ class Trainer:
             torch.cuda.set_device(self.device)
         # The data collectives move host arrays: gloo, beside the training group when that is nccl.
         self.data_group = dist.new_group(backend="gloo") if self.on_gpu else None
+        self.notice = notice  # None: nobody listens for SIGTERM (a Trainer built by a test)
+        self.vote = PreemptionVote(notice, self.world_size)
         self.task = self.training.task
         self.gate_metric = self.config.gate.metric
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
@@ -330,19 +344,11 @@ class Trainer:
             tracker,
         )
         step, stop, train_loss = state["step"], False, state.get("final_train_loss")
-        # A checkpoint from before device-seconds were kept counts its time once per configured process.
-        earlier_device = state.get(
-            "device_seconds", state["compute_seconds"] * self.training.resources.nproc_per_node
-        )
-        timing = Timing(
-            first_step=step,
-            earlier_compute_s=state["compute_seconds"],
-            world_size=self.world_size,
-            earlier_device_s=earlier_device,
-        )
+        timing = self._timing(state)
         self.engine.train()
+        preempted = False
         while sampler.epoch < self.hp.epochs and step < total_steps and not stop:
-            while not sampler.epoch_done() and step < total_steps:
+            while not sampler.epoch_done() and step < total_steps and not preempted:
                 sync.add(steps.run(sampler, step + 1, timing))
                 step += 1
                 if self.rank == 0:
@@ -351,6 +357,10 @@ class Trainer:
                 if (outcome := sync.after_step(step, total_steps, sampler, timing)) is not None:
                     train_loss = outcome.train_loss
                     self._checkpoint_after_sync(outcome, state, sampler, step, timing)
+                preempted = self.vote.stop_after_step()
+            if preempted and not sampler.epoch_done():
+                state["final_train_loss"] = train_loss
+                self._stop_preempted(state, sampler, step, timing, stream, high_water)
             if not sampler.epoch_done():
                 self._save_rung_end(state, sampler, step, timing)
                 break  # stopped by max_steps mid-epoch
@@ -358,6 +368,9 @@ class Trainer:
             sampler.next_epoch()
             state["final_train_loss"] = train_loss
             self._save(state, sampler, step, timing, metric=value)
+            if preempted:  # signalled on an epoch's last step: its epoch end was the save
+                self._stop_preempted(state, sampler, step, timing, stream, high_water)
+        self.vote.drain()
         stream.close()
         with timing.measure("checkpoint_s"):
             self.checkpoints.complete_pending()
@@ -372,6 +385,46 @@ class Trainer:
         if self.rank == 0:
             high_water.flush()
         return state
+
+    def _timing(self, state: dict[str, Any]) -> Timing:
+        """This attempt's clock, carrying the time earlier attempts spent."""
+        # A checkpoint from before device-seconds were kept counts its time once per configured process.
+        earlier_device = state.get(
+            "device_seconds", state["compute_seconds"] * self.training.resources.nproc_per_node
+        )
+        return Timing(
+            first_step=state["step"],
+            earlier_compute_s=state["compute_seconds"],
+            world_size=self.world_size,
+            earlier_device_s=earlier_device,
+        )
+
+    def _stop_preempted(
+        self,
+        state: dict[str, Any],
+        sampler: ResumableSampler,
+        step: int,
+        timing: Timing,
+        stream: BlockStream,
+        high_water: StepHighWater,
+    ) -> None:
+        """Collective: every rank stopped after the same step; checkpoint it, then end the job."""
+        if self.checkpoints.last_saved_step != step:
+            self._save(state, sampler, step, timing)
+        self.checkpoints.complete_pending()  # uploads included: the marker is what a retry needs
+        assert self.notice is not None  # only a notice votes to stop
+        self.notice.saved.set()
+        stream.close()
+        if self.rank == 0:
+            high_water.flush()
+            uri = join(self.checkpoints.root, tag_for(step))
+            seconds = round(self.notice.seconds_since_signal(), 3)
+            emit("preempted", step=step, checkpoint=uri, signal_to_saved_s=seconds)
+            log.warning("preempted: checkpoint %s complete %.1f s after SIGTERM", uri, seconds)
+        raise Preempted(
+            f"stopped by SIGTERM after step {step}; checkpoint {join(self.checkpoints.root, tag_for(step))} "
+            "is complete, another try resumes from it"
+        )
 
     def _save_rung_end(
         self, state: dict[str, Any], sampler: ResumableSampler, step: int, timing: Timing
@@ -548,21 +601,9 @@ def _peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank when its parent (torchrun) dies, whatever killed it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
-
-
 def main(argv: list[str] | None = None) -> int:
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun
-        _die_with_parent()
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun: end with it, saving first
+        signal_on_parent_death()
     parser = argparse.ArgumentParser(prog="python -m airflow_trainpipe.runtime.train")
     parser.add_argument("--spec", required=True, help="TrainSpec JSON, or @path to a file holding it")
     args = parser.parse_args(argv)
@@ -587,8 +628,12 @@ def main(argv: list[str] | None = None) -> int:
     deepspeed.utils.logger.setLevel(logging.WARNING)
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
     clear_stale_build_locks()  # before DeepSpeed builds or loads its ops (init_distributed)
+    # Before the first collective: from here on a SIGTERM is a notice, not an instant death.
+    notice = PreemptionNotice(spec.config.training.checkpoint.preemption_grace)
     try:
-        Trainer(spec).run()
+        Trainer(spec, notice).run()
+    except Preempted:
+        return PREEMPTED_EXIT  # the `preempted` event said where; not an error of the job
     except Exception as exc:
         # A structured line, so the launcher can say why the job failed without digging through
         # torchrun's failure summary; the traceback still follows on stderr. An error of ours says

@@ -1,0 +1,156 @@
+"""SIGTERM a real 2-rank DeepSpeed job: it checkpoints the step every rank stopped at and the next
+try recomputes nothing; a save that outlasts the grace is abandoned and the previous checkpoint
+stays the one resumed from; the job's launcher dying SIGTERMs it too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from signal import SIGKILL, SIGTERM
+
+import psutil
+import pytest
+
+from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
+from airflow_trainpipe.storage import local_path
+from airflow_trainpipe.train_spec import TrainSpec
+from tests.helpers.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
+
+
+def _complete_steps(spec: TrainSpec) -> list[int]:
+    root = local_path(spec.run_dir) / "checkpoints"
+    return sorted(int(d.name.removeprefix("step_")) for d in root.glob("step_*") if (d / MARKER).exists())
+
+
+def _run_until(spec: TrainSpec, act, *, after_step: int = EVERY_STEPS, env: dict | None = None) -> JobRun:
+    """Run the job; once a progress event reaches `after_step`, call `act(launcher)` once."""
+    launcher = LocalLauncher(spec, 2, env=env)
+    launcher.start()
+    run, acted = JobRun(code=-1), False
+    try:
+        for line in launcher.lines():
+            run.output.append(line.text)
+            event = line.event or {}
+            if event.get("event") == "start":
+                run.start = event
+            if not acted and event.get("event") == "progress" and event["step"] >= after_step:
+                act(launcher)
+                acted = True
+        run.code = launcher.wait()
+    finally:
+        launcher.kill()
+    assert acted, run.text[-3000:]
+    return run
+
+
+def _events(run: JobRun, kind: str) -> list[dict]:
+    events = []
+    for text in run.output:
+        start = text.find('TRAINPIPE {"event": "' + kind + '"')
+        if start >= 0:
+            events.append(json.loads(text[start + len("TRAINPIPE ") :]))
+    return events
+
+
+def _assert_resumes_without_recomputing(spec: TrainSpec, stopped_at: int, reference: JobRun) -> None:
+    resumed = run_job(spec)
+    assert resumed.code == 0, resumed.text[-3000:]
+    assert resumed.start["resumed_from"] == stopped_at
+    assert resumed.start["steps_recomputed"] == 0
+    assert resumed.result["weights_sha256"] == reference.result["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_where_the_ranks_stopped_and_the_retry_recomputes_nothing(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    reference = uninterrupted_run(tmp_path_factory, job_files)
+    spec = make_spec(tmp_path, job_files, "preempted")
+
+    def preempt(launcher: LocalLauncher) -> None:
+        launcher.process.send_signal(SIGTERM)  # as a pod's PID 1 gets it: torchrun forwards it
+
+    stopped = _run_until(spec, preempt)
+    (preempted,) = _events(stopped, "preempted")
+    assert stopped.code != 0 and _events(stopped, "error") == [] and _events(stopped, "result") == []
+    assert preempted["signal_to_saved_s"] < spec.config.training.checkpoint.preemption_grace
+    step = preempted["step"]
+    # Stopped one or two steps after the step-10 sync (the vote is read one step late).
+    assert EVERY_STEPS < step < 2 * EVERY_STEPS - 1, stopped.text[-3000:]
+    assert preempted["checkpoint"] == f"{spec.run_dir}/checkpoints/{tag_for(step)}"
+    assert _complete_steps(spec)[-1] == step
+    _assert_resumes_without_recomputing(spec, step, reference)
+
+
+@pytest.mark.slow
+def test_a_save_that_outlasts_the_grace_is_abandoned_and_the_previous_checkpoint_stays(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    reference = uninterrupted_run(tmp_path_factory, job_files)
+    spec = make_spec(tmp_path, job_files, "abandoned", preemption_grace=2)
+    # Both ranks hang inside step 19's save (files written, marker not) when the operator's
+    # on_kill stops the job: SIGTERM to every process, SIGKILL after the termination grace.
+    launcher = LocalLauncher(spec, 2, env={"TRAINPIPE_PAUSE_AT": "save:19"})
+    launcher.start()
+    output, paused, stopped = [], 0, False
+    try:
+        for line in launcher.lines():
+            output.append(line.text)
+            paused += "TRAINPIPE PAUSED save:19" in line.text
+            if paused == 2 and not stopped:
+                launcher.stop(spec.config.training.checkpoint.termination_grace_s)
+                stopped = True
+        code = launcher.wait()
+    finally:
+        launcher.kill()
+    text = "\n".join(output)
+    assert code != 0 and stopped, text[-3000:]
+    assert text.count("preemption save abandoned after 2 s") == 2, text[-3000:]  # each rank's own clock
+    assert _complete_steps(spec) == [10]
+    assert not (local_path(spec.run_dir) / "checkpoints" / tag_for(19) / MARKER).exists()
+    resumed = run_job(spec)
+    assert resumed.code == 0, resumed.text[-3000:]
+    assert resumed.start["resumed_from"] == 10 and resumed.start["steps_recomputed"] == 9
+    assert resumed.result["weights_sha256"] == reference.result["weights_sha256"]
+
+
+# The Airflow task process, standing in: it launches the job, relays its output, and is SIGKILLed.
+TASK_PROCESS = """
+import sys
+from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.train_spec import TrainSpec
+launcher = LocalLauncher(TrainSpec.from_json(open(sys.argv[1]).read()), 2)
+launcher.start()
+print("torchrun", launcher.process.pid, flush=True)
+for line in launcher.lines():
+    print(line.text, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_task_process_leaves_a_checkpoint_not_a_training_orphan(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    reference = uninterrupted_run(tmp_path_factory, job_files)
+    spec = make_spec(tmp_path / "root", job_files, "task_killed")
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.to_json())
+    task = subprocess.Popen(
+        [sys.executable, "-c", TASK_PROCESS, str(spec_file)], stdout=subprocess.PIPE, text=True
+    )
+    assert task.stdout is not None
+    torchrun = psutil.Process(int(task.stdout.readline().split()[1]))
+    for line in task.stdout:
+        if '"event": "progress"' in line:
+            task.send_signal(SIGKILL)  # as Airflow's supervisor or the OOM killer would
+            break
+    task.wait(timeout=30)
+    task.stdout.close()
+    # torchrun got SIGTERM from the kernel (PR_SET_PDEATHSIG) and the ranks saved before exiting.
+    torchrun.wait(timeout=spec.config.training.checkpoint.termination_grace_s)
+    stopped_at = _complete_steps(spec)[-1]
+    assert stopped_at > EVERY_STEPS
+    _assert_resumes_without_recomputing(spec, stopped_at, reference)
