@@ -92,6 +92,8 @@ def bench_config_parsing() -> list[str]:
 
 
 SECTIONS = ("config", "parsing", "training", "step", "validation", "scale", "tuning")
+# Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
+KEPT = ("soak",)
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
@@ -153,7 +155,8 @@ def main() -> None:
         "",
     ]
     fresh = _sections(args.only or list(SECTIONS))
-    kept = _split(args.output.read_text())[1] if args.only and args.output.exists() else []
+    existing = _split(args.output.read_text())[1] if args.output.exists() else []
+    kept = [lines for lines in existing if args.only or _section_name(lines[0]) in KEPT]
     order = {name: i for i, name in enumerate(SECTIONS)}
     merged = {(name, lines[0]): lines for name, lines in fresh.items()}
     for lines in kept:
@@ -174,6 +177,7 @@ def _section_name(heading: str) -> str:
         ("scale", "scale:"),
         ("step", "training step alone"),
         ("tuning", "tuning:"),
+        ("soak", "chaos soak"),
     ):
         if marker in lowered:
             return name
