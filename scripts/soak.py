@@ -87,7 +87,8 @@ def write_section(path: Path, lines: list[str], args: argparse.Namespace, elapse
     section = [
         "## Chaos soak (issue 19)",
         "",
-        f"_Measured {stamp} UTC by `make soak SOAK_RUNS={args.runs} SOAK_SEED={args.seed}` "
+        f"_Measured {stamp} UTC by `scripts/soak.py --runs {args.runs} --seed {args.seed}` (what "
+        f"`make soak SOAK_RUNS={args.runs} SOAK_SEED={args.seed}` runs) "
         f"({elapsed_s / 60:.0f} min, stack startup included; {platform.machine()}, {os.cpu_count()} cores, no GPU)._",
         "",
         "Scheduled catchup runs of one pipeline (fraud_detector on one fixed 64,000-row partition,",

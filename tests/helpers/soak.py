@@ -296,6 +296,13 @@ def summarize(records: list[RunRecord], planned: int) -> Summary:
         if faulted and reference.train_wall_s
         else float("nan")
     )
+    if reference.tries > 1:
+        # Nothing of the soak's struck it: something else on the machine did. Its weights still
+        # count (a resume is bit-exact); its wall time is no fault-free baseline, so W reads low.
+        lines.append(
+            f"WARNING: the reference run took {reference.tries} tries with no fault of the soak's "
+            f"(see its train task log): W's baseline includes that retry"
+        )
     recomputed_total = sum(r.steps_recomputed or 0 for r in succeeded)
     lines.append(
         f"soak: {len(succeeded)}/{planned} runs succeeded, {recomputed_total} steps recomputed, "
