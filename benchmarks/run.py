@@ -102,6 +102,8 @@ SECTIONS = (
     "checkpoint",
     "preemption",
 )
+# Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
+KEPT = ("soak",)
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
@@ -167,7 +169,8 @@ def main() -> None:
         "",
     ]
     fresh = _sections(args.only or list(SECTIONS))
-    kept = _split(args.output.read_text())[1] if args.only and args.output.exists() else []
+    existing = _split(args.output.read_text())[1] if args.output.exists() else []
+    kept = [lines for lines in existing if args.only or _section_name(lines[0]) in KEPT]
     order = {name: i for i, name in enumerate(SECTIONS)}
     merged = {(name, lines[0]): lines for name, lines in fresh.items()}
     for lines in kept:
@@ -192,6 +195,8 @@ def _section_name(heading: str) -> str:
         ("step", "training step alone"),
         ("tuning", "tuning:"),
         ("checkpoint", "checkpoint compression"),
+        ("preemption", "preemption:"),
+        ("soak", "chaos soak"),
     ):
         if marker in lowered:
             return name

@@ -82,18 +82,41 @@ def start_mlflow_server(root: Path, timeout: float = 120.0, *, wait: bool = True
         # Without the cache every request pays a PBKDF2 hash (~1 s on a busy 2-core machine).
         "auth_cache_ttl_seconds = 3600\n"
     )
-    port = free_port()
+    server = MlflowServer(
+        url=f"http://127.0.0.1:{free_port()}",
+        username="admin",
+        password=password,
+        root=root,
+        process=None,  # type: ignore[arg-type] - set by _launch
+    )
+    _launch(server)
+    if wait:
+        server.wait_healthy(timeout)
+    return server
+
+
+def restart_mlflow_server(server: MlflowServer, down_s: float = 0.0, timeout: float = 120.0) -> None:
+    """Stop the server, wait `down_s`, start it again on the same port with the same backend
+    store, artifacts and admin credentials (its auth database keeps them)."""
+    stop_mlflow_server(server.process)
+    time.sleep(down_s)
+    _launch(server)
+    server.wait_healthy(timeout)
+
+
+def _launch(server: MlflowServer) -> None:
+    root = server.root
     env = {
         **os.environ,
-        "MLFLOW_AUTH_CONFIG_PATH": str(auth_ini),
-        "MLFLOW_AUTH_ADMIN_PASSWORD": password,
+        "MLFLOW_AUTH_CONFIG_PATH": str(root / "basic_auth.ini"),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": server.password,
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
     }
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)
     mlflow_cli = Path(sys.executable).parent / "mlflow"
-    log = open(root / "server.log", "wb")  # noqa: SIM115 - kept open for the server's lifetime
-    process = subprocess.Popen(
+    log = open(root / "server.log", "ab")  # noqa: SIM115 - kept open for the server's lifetime
+    server.process = subprocess.Popen(
         [
             str(mlflow_cli),
             "server",
@@ -102,7 +125,7 @@ def start_mlflow_server(root: Path, timeout: float = 120.0, *, wait: bool = True
             "--host",
             "127.0.0.1",
             "--port",
-            str(port),
+            server.url.rsplit(":", 1)[1],
             "--backend-store-uri",
             f"sqlite:///{root / 'mlflow.db'}",
             "--artifacts-destination",
@@ -115,12 +138,6 @@ def start_mlflow_server(root: Path, timeout: float = 120.0, *, wait: bool = True
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    server = MlflowServer(
-        url=f"http://127.0.0.1:{port}", username="admin", password=password, root=root, process=process
-    )
-    if wait:
-        server.wait_healthy(timeout)
-    return server
 
 
 def stop_mlflow_server(process: subprocess.Popen[bytes]) -> None:

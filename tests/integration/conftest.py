@@ -34,6 +34,7 @@ APPROVAL_PIPELINE = "fraud_approval"  # register.approval: required, notify: the
 ADMIN_PASSWORD = "e2e-admin-pw"
 ROWS_PER_DAY = 10_000
 ARTIFACTS = REPO_ROOT / "var" / "test-artifacts"  # gitignored; what a failed browser test saw
+BUCKET = "trainpipe"  # on the stack's moto S3 server
 
 
 def load_up():
@@ -53,6 +54,7 @@ class Stack:
     home: Path  # TRAINPIPE_HOME of the Airflow processes
     mlflow: object  # tests.helpers.mlflow_server.MlflowServer
     smtp: object  # tests.helpers.smtp_server.SmtpServer, Airflow's smtp_default
+    s3: object = None  # tests.helpers.moto_server.MotoServer (bucket BUCKET), AWS_* of every Airflow process
     username: str = "admin"
     password: str = ADMIN_PASSWORD
 
@@ -139,7 +141,8 @@ def write_day(home: Path, day: date) -> None:
 def running_stack(
     root: Path, *, scheduled_runs: bool = False, dag_files: dict[str, str] | None = None
 ) -> Iterator[Stack]:
-    """Airflow standalone (as `make up` starts it) + mlflow server, state under `root`.
+    """Airflow standalone (as `make up` starts it) + mlflow server + a moto S3 server (bucket
+    BUCKET; the Airflow processes, and so the training jobs, get its AWS_* variables), state under `root`.
 
     dag_files: more files of the dags folder (path in it: text), there from the start.
 
@@ -148,6 +151,7 @@ def running_stack(
     today's scheduled run, which waits for a partition and holds the DAG's single active-run slot.
     """
     from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
+    from tests.helpers.moto_server import start_moto_server
 
     up = load_up()
     dags, home, airflow_home = root / "dags", root / "home", root / "airflow"
@@ -177,10 +181,12 @@ def running_stack(
     # the two startups overlap (the server is waited for after Airflow answers).
     mlflow = start_mlflow_server(root / "mlflow", wait=False)
     smtp = SmtpServer().__enter__()
-    airflow = None
+    airflow = s3 = None
     try:
+        s3 = start_moto_server(root / "moto.log")
         port = free_port()
         env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
+        env.update(s3.env())
         env["AIRFLOW_CONN_SMTP_DEFAULT"] = smtp.connection_json()
         env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
         env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(scheduled_runs)
@@ -193,16 +199,19 @@ def running_stack(
                 f"{exc}\n{(airflow_home / 'standalone.log').read_text(errors='replace')[-4000:]}"
             ) from None
         mlflow.wait_healthy()
+        s3.wait_ready((BUCKET,))
         token = requests.post(
             f"{url}/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=30
         )
         assert token.status_code == 201, token.text
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
-        yield Stack(url, session, dags / "configs", airflow_home, home, mlflow, smtp)
+        yield Stack(url, session, dags / "configs", airflow_home, home, mlflow, smtp, s3)
     finally:
         if airflow is not None:
             up.stop(airflow)
+        if s3 is not None:
+            s3.stop()
         smtp.__exit__(None, None, None)
         stop_mlflow_server(mlflow.process)
 
