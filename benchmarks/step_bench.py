@@ -12,9 +12,7 @@ runs every step inside one pair of processes, where both sides see the same mach
 
 Both drive the same DeepSpeed engine (the job's config), 2 gloo ranks, global batch 512, in
 alternating blocks of 100 steps; a block of ours also waits for the prefetch it started, so all
-of the stream's reading is charged to ours. A third kind of block runs ours plus the job's per-step
-preemption vote (runtime/preemption.py: a non-blocking all-reduce started after each step and read
-after the next), to show what listening for SIGTERM costs. Per-step time = median over the blocks. Not
+of the stream's reading is charged to ours. Per-step time = median over the blocks. Not
 included: checkpoints, the periodic collective, MLflow and events (the training section's
 checkpoint overhead column and the whole-job ratios cover them).
 
@@ -34,7 +32,7 @@ from pathlib import Path
 
 from train_bench import ROWS, _spec  # benchmarks/ is on sys.path when run as a script
 
-NPROC, BLOCK_STEPS, BLOCKS = 2, 100, 30
+NPROC, BLOCK_STEPS, BLOCKS = 2, 100, 20
 # The small model, whose ~10 ms step is where per-step overhead shows (the wide model's whole-job
 # ratio is already measured in the training section).
 CASES = [("[64, 32]", 1), ("[64, 32]", 0)]
@@ -51,7 +49,6 @@ def _worker(spec_file: str) -> None:
     from airflow_trainpipe.runtime.data import data_columns
     from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config
     from airflow_trainpipe.runtime.models import build_model
-    from airflow_trainpipe.runtime.preemption import PreemptionVote
     from airflow_trainpipe.runtime.sampler import ResumableSampler
     from airflow_trainpipe.runtime.steps import StepRunner
     from airflow_trainpipe.runtime.stream import BlockStream
@@ -88,16 +85,11 @@ def _worker(spec_file: str) -> None:
     loss_fn = torch.nn.BCEWithLogitsLoss()
     bare_step = 0
 
-    vote = PreemptionVote(None, world)  # never signalled: its cost is the per-step all-reduce
-
-    def run_ours(voting: bool = False) -> None:
+    def run_ours() -> None:
         for _ in range(BLOCK_STEPS):
             ours.run(sampler, 0, timing)
-            if voting:
-                vote.stop_after_step()
             if sampler.epoch_done():
                 sampler.next_epoch()
-        vote.drain()
         if stream._prefetched is not None:  # its reading is ours: finish it inside our block
             stream._prefetched[1].result()
 
@@ -113,10 +105,9 @@ def _worker(spec_file: str) -> None:
     engine.train()
     run_ours()  # warm-up: first chunk, allocator, DeepSpeed's first steps
     run_bare()
-    times: dict[str, list[float]] = {"ours": [], "voting": [], "bare": []}
-    bodies = [("ours", run_ours), ("voting", lambda: run_ours(voting=True)), ("bare", run_bare)]
+    times: dict[str, list[float]] = {"ours": [], "bare": []}
     for block in range(BLOCKS):
-        name, body = bodies[block % 3]
+        name, body = ("ours", run_ours) if block % 2 == 0 else ("bare", run_bare)
         dist.barrier()
         started = time.perf_counter()
         body()
@@ -146,14 +137,13 @@ def bench_step() -> list[str]:
         "## Training step alone: ours vs a bare DeepSpeed step on one engine (issue 15)",
         "",
         f"{ROWS:,} synthetic transactions, {NPROC} CPU ranks (gloo), global batch {256 * NPROC}, fp32, the job's",
-        f"DeepSpeed config; one engine, {BLOCKS} blocks of {BLOCK_STEPS} steps taking turns (ours: the job's",
-        "StepRunner over BlockStream, charged with all its reading; ours + vote: the same with the job's",
-        "per-step preemption vote; bare: the deepspeed_baseline loop over rows held in memory); median",
-        "per-step time over the blocks. Checkpoints, tracking and the periodic",
+        f"DeepSpeed config; one engine, {BLOCKS} alternating blocks of {BLOCK_STEPS} steps (ours: the job's",
+        "StepRunner over BlockStream, charged with all its reading; bare: the deepspeed_baseline loop over",
+        "rows held in memory); median per-step time over the blocks. Checkpoints, tracking and the periodic",
         "collective are not in it (see the training section). Command: `make bench` (`--only step`).",
         "",
-        "| model | ZeRO | ours ms/step | bare ms/step | ours / bare throughput | ours + preemption vote ms/step | vote's cost |",
-        "|---|---|---|---|---|---|---|",
+        "| model | ZeRO | ours ms/step | bare ms/step | ours / bare throughput |",
+        "|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -162,8 +152,7 @@ def bench_step() -> list[str]:
             step = _measure(tmp, files, hidden, zero_stage)
             lines.append(
                 f"| {hidden} | {zero_stage} | {1000 * step['ours']:.2f} | {1000 * step['bare']:.2f} "
-                f"| **{step['bare'] / step['ours']:.3f}** | {1000 * step['voting']:.2f} "
-                f"| {100 * (step['voting'] / step['ours'] - 1):+.1f}% |"
+                f"| **{step['bare'] / step['ours']:.3f}** |"
             )
     lines += ["", "Target (the whole job's, applied to its step): ours / bare >= 0.95.", ""]
     return lines

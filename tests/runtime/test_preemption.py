@@ -78,8 +78,9 @@ def test_sigterm_checkpoints_where_the_ranks_stopped_and_the_retry_recomputes_no
     assert stopped.code != 0 and _events(stopped, "error") == [] and _events(stopped, "result") == []
     assert preempted["signal_to_saved_s"] < spec.config.training.checkpoint.preemption_grace
     step = preempted["step"]
-    # Stopped one or two steps after the step-10 sync (the vote is read one step late).
-    assert EVERY_STEPS < step < 2 * EVERY_STEPS - 1, stopped.text[-3000:]
+    # Stopped at the first sync after the signal (sent after the step-10 sync): with this job's
+    # short steps the stride stays 10, so the epoch end at step 19 (a slower machine: 15).
+    assert EVERY_STEPS < step <= 2 * EVERY_STEPS, stopped.text[-3000:]
     assert preempted["checkpoint"] == f"{spec.run_dir}/checkpoints/{tag_for(step)}"
     assert _complete_steps(spec)[-1] == step
     _assert_resumes_without_recomputing(spec, step, reference)

@@ -187,3 +187,26 @@ def test_rank_zero_reports_every_steps_loss_and_the_progress_at_each_sync(
     assert (progress["total_steps"], progress["epoch"], progress["loss"]) == (30, 0, pytest.approx(0.1))
     assert progress["samples_per_s"] == pytest.approx(8.0, abs=0.5)
     assert progress["eta_s"] == pytest.approx((30 - 10) * 5.0 / 10, abs=0.5)  # 20 steps at 0.5 s each
+
+
+class _Signalled:
+    """A PreemptionNotice as the loop sees it once SIGTERM came (no handler installed here)."""
+
+    signalled = True
+
+
+def test_a_sigterm_is_acted_on_at_the_next_sync_by_every_rank(tmp_path: Path) -> None:
+    sync = _sync(tmp_path, SyncConfig(every=5), CheckpointSection(every_steps=100))
+    assert not any(o.preempted for o in _drive(sync, 5, total_steps=30).values())
+    sync.notice = _Signalled()  # type: ignore[assignment]
+    sync._losses = []
+    outcomes = _drive(sync, 5, total_steps=30)
+    assert sorted(outcomes) == [5] and outcomes[5].preempted
+
+
+@pytest.mark.parametrize(("step_s", "stride"), [(0.001, 10), (0.15, 5), (0.4, 2), (0.6, 1), (30.0, 1)])
+def test_long_steps_sync_more_often_so_a_sigterm_waits_about_a_second_at_most(
+    tmp_path: Path, step_s: float, stride: int
+) -> None:
+    sync = _sync(tmp_path, SyncConfig(every=10, latency_s=1.0), CheckpointSection(every_steps=100))
+    assert sync._stride_for(step_s) == stride

@@ -1,10 +1,13 @@
 """One optimizer step, and the collective that follows every few of them.
 
 `StepRunner` runs forward, backward and DeepSpeed's step over this rank's micro-batches.
-`PeriodicSync` gathers the losses of the steps since the last sync and every rank's checkpoint
-vote in one all-reduce: on a latency-bound job a gloo round trip costs as much as a third of a
-step, so it runs every `SyncConfig.every` steps (and on checkpoint steps, the last step and the
-end of an epoch). Every rank reaches the same sync steps: all its conditions are deterministic.
+`PeriodicSync` gathers the losses of the steps since the last sync, every rank's checkpoint vote
+and whether a rank got SIGTERM (runtime/preemption.py) in one all-reduce: on a latency-bound job
+a gloo round trip costs as much as a third of a step, so it runs every `SyncConfig.every` steps
+(and on checkpoint steps, the last step and the end of an epoch). Long steps sync more often, so
+that a SIGTERM is acted on within about `SyncConfig.latency_s`: after each sync the stride becomes
+the largest divisor of `every` whose steps fit in it, from the mean step time all ranks measured.
+Every rank reaches the same sync steps: all its conditions are deterministic or all-reduced.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.faults import fault_point
 from airflow_trainpipe.runtime.losses import loss_function
+from airflow_trainpipe.runtime.preemption import PreemptionNotice
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker
@@ -70,6 +74,9 @@ class SyncConfig:
     checkpoint_every: int | None = None
     """`training.checkpoint.every_steps`: those steps always sync (every rank saves together)."""
 
+    latency_s: float = 1.0
+    """Longest time between syncs that long steps may stretch the stride to (fast steps keep `every`)."""
+
 
 @dataclass(frozen=True)
 class SyncOutcome:
@@ -82,6 +89,9 @@ class SyncOutcome:
     save: bool
     """A checkpoint is due (by steps, or by minutes on some rank's clock)."""
 
+    preempted: bool = False
+    """Some rank got SIGTERM: every rank stops after this step and checkpoints it."""
+
 
 @dataclass
 class PeriodicSync:
@@ -89,7 +99,10 @@ class PeriodicSync:
     checkpoints: CheckpointManager
     world_size: int
     tracker: Tracker | None  # rank 0 reports; the others pass None
+    notice: PreemptionNotice | None = None
     _losses: list[float] = field(default_factory=list)
+    _stride: int = 0  # 0: `every` until the first sync has measured a step
+    _since: float = field(default_factory=time.perf_counter)
 
     def add(self, loss: float) -> None:
         self._losses.append(loss)
@@ -100,23 +113,44 @@ class PeriodicSync:
         """Collective on the sync steps; None on the others."""
         every_steps = self.cfg.checkpoint_every
         by_steps = every_steps is not None and every_steps > 0 and step % every_steps == 0
-        if not (step % self.cfg.every == 0 or by_steps or step == total_steps or sampler.epoch_done()):
+        stride = self._stride or self.cfg.every
+        if not (step % stride == 0 or by_steps or step == total_steps or sampler.epoch_done()):
             return None
+        signalled = self.notice is not None and self.notice.signalled
+        step_s = (time.perf_counter() - self._since) / len(self._losses)
         stats = torch.tensor(
-            [*self._losses, float(self.checkpoints.due(step)), float(self.checkpoints.pending_ready())],
+            [
+                *self._losses,
+                float(self.checkpoints.due(step)),
+                float(self.checkpoints.pending_ready()),
+                float(signalled),
+                step_s,
+            ],
             dtype=torch.float64,
         )
         dist.all_reduce(stats)
         first = step - len(self._losses) + 1
-        losses = {first + i: v / self.world_size for i, v in enumerate(stats[:-2].tolist())}
+        losses = {first + i: v / self.world_size for i, v in enumerate(stats[:-4].tolist())}
         self._losses = []
+        self._stride = self._stride_for(stats[-1].item() / self.world_size)
+        self._since = time.perf_counter()
         if self.tracker is not None:
             self._report(losses, step, total_steps, sampler, timing)
         return SyncOutcome(
             train_loss=losses[step],
-            complete_pending=stats[-1].item() == self.world_size,
-            save=(by_steps or stats[-2].item() > 0) and not sampler.epoch_done(),
+            complete_pending=stats[-3].item() == self.world_size,
+            save=(by_steps or stats[-4].item() > 0) and not sampler.epoch_done(),
+            preempted=stats[-2].item() > 0,
         )
+
+    def _stride_for(self, step_s: float) -> int:
+        """The largest divisor of `every` whose steps take at most `latency_s` (at least 1)."""
+        fits = [
+            d
+            for d in range(1, self.cfg.every + 1)
+            if self.cfg.every % d == 0 and d * step_s <= self.cfg.latency_s
+        ]
+        return max(fits, default=1)
 
     def _report(
         self, losses: dict[int, float], step: int, total_steps: int, sampler: ResumableSampler, timing: Timing

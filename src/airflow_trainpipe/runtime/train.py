@@ -58,7 +58,6 @@ from airflow_trainpipe.runtime.preemption import (
     PREEMPTED_EXIT,
     Preempted,
     PreemptionNotice,
-    PreemptionVote,
 )
 from airflow_trainpipe.runtime.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.safe_load import enforce_weights_only
@@ -92,7 +91,6 @@ class Trainer:
         # The data collectives move host arrays: gloo, beside the training group when that is nccl.
         self.data_group = dist.new_group(backend="gloo") if self.on_gpu else None
         self.notice = notice  # None: nobody listens for SIGTERM (a Trainer built by a test)
-        self.vote = PreemptionVote(notice, self.world_size)
         self.task = self.training.task
         self.gate_metric = self.config.gate.metric
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
@@ -335,6 +333,7 @@ class Trainer:
             self.checkpoints,
             self.world_size,
             tracker,
+            self.notice,
         )
         epoch_end = EpochEnd(
             EpochEndConfig(
@@ -355,9 +354,8 @@ class Trainer:
                     high_water.record(step)  # a local file (and a background upload): no collective
                 fault_point("step", step)
                 if (outcome := sync.after_step(step, total_steps, sampler, timing)) is not None:
-                    train_loss = outcome.train_loss
+                    train_loss, preempted = outcome.train_loss, outcome.preempted
                     self._checkpoint_after_sync(outcome, state, sampler, step, timing)
-                preempted = self.vote.stop_after_step()
             if preempted and not sampler.epoch_done():
                 state["final_train_loss"] = train_loss
                 self._stop_preempted(state, sampler, step, timing, stream, high_water)
@@ -370,7 +368,6 @@ class Trainer:
             self._save(state, sampler, step, timing, metric=value)
             if preempted:  # signalled on an epoch's last step: its epoch end was the save
                 self._stop_preempted(state, sampler, step, timing, stream, high_water)
-        self.vote.drain()
         stream.close()
         with timing.measure("checkpoint_s"):
             self.checkpoints.complete_pending()
@@ -409,7 +406,7 @@ class Trainer:
         high_water: StepHighWater,
     ) -> None:
         """Collective: every rank stopped after the same step; checkpoint it, then end the job."""
-        assert self.notice is not None  # only a notice votes to stop
+        assert self.notice is not None  # only a rank with a notice can have been signalled
         stopped_s = self.notice.seconds_since_signal()  # rank 0's: the step it finished first
         if self.checkpoints.last_saved_step != step:
             self._save(state, sampler, step, timing)
