@@ -47,8 +47,11 @@ def local_path(uri: str) -> Path:
 def node_local_dir(uri: str, purpose: str) -> Path:
     """This node's own directory for a URI: the URI's path when local, else a stable spot under
     TRAINPIPE_HOME (staged checkpoints, the step high-water mark of an s3:// run)."""
-    if is_local(uri):
-        return local_path(uri)
+    return local_path(uri) if is_local(uri) else node_scratch_dir(uri, purpose)
+
+
+def node_scratch_dir(uri: str, purpose: str) -> Path:
+    """A directory of this node's under TRAINPIPE_HOME, the same one for the same URI and purpose."""
     import hashlib
 
     return trainpipe_home() / purpose / hashlib.sha1(uri.encode()).hexdigest()[:16]

@@ -31,7 +31,7 @@ class Line:
     event: dict[str, Any] | None
 
 
-def torchrun_command(nproc: int, spec_arg: str, shutdown_timeout_s: int = 35) -> list[str]:
+def torchrun_command(nproc: int, spec_arg: str, shutdown_timeout_s: int) -> list[str]:
     """The container command too: Kubernetes pods run the same entrypoint the same way.
 
     `shutdown_timeout_s` is how long torchrun waits, after forwarding a SIGTERM, before it SIGKILLs

@@ -18,7 +18,6 @@ DeepSpeed loads from, never over the files that were just verified.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -40,7 +39,7 @@ from airflow_trainpipe.events import emit
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.compression import SUFFIX, compress_file, decompress_file
 from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir, trainpipe_home
+from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir, node_scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +120,7 @@ class CheckpointManager:
         self._local_fs = filesystem(self.staging.as_uri())[0]
         # Where a compressed checkpoint is unpacked for DeepSpeed: beside the staged files of a
         # remote store; for a local destination, a node-local directory outside it.
-        self.unpacked = (
-            self.staging
-            if self.remote
-            else trainpipe_home() / "unpacked" / hashlib.sha1(self.root.encode()).hexdigest()[:16]
-        )
+        self.unpacked = self.staging if self.remote else node_scratch_dir(self.root, "unpacked")
         self._pending: _PendingSave | None = None
         self._last_save_time = time.monotonic()
         self.last_saved_step: int | None = None
@@ -308,13 +303,14 @@ class CheckpointManager:
                 path = f"{self._root_path}/{relative}"
                 if self._fs.exists(path):
                     self._fs.rm(path, recursive=True)
-            # This node's copies: staged (remote), unpacked (compressed) and converted (universal).
-            copies = [
+            # This node's copies: unpacked (compressed), converted (universal) and, for a remote
+            # store, staged: there `unpacked` is the staging directory itself. (For a local one
+            # the staged directory is the checkpoint, removed above.)
+            for copy in (
                 self.staging / f"{tag}_universal",
                 self.unpacked / tag,
                 self.unpacked / f"{tag}_universal",
-            ]
-            for copy in [*copies, *([self.staging / tag] if self.remote else [])]:
+            ):
                 shutil.rmtree(copy, ignore_errors=True)
 
     # -- resume -------------------------------------------------------------------------------

@@ -413,9 +413,9 @@ class Trainer:
         self.checkpoints.complete_pending()  # uploads included: the marker is what a retry needs
         self.notice.saved.set()
         stream.close()
+        uri = join(self.checkpoints.root, tag_for(step))
         if self.rank == 0:
             high_water.flush()
-            uri = join(self.checkpoints.root, tag_for(step))
             seconds = round(self.notice.seconds_since_signal(), 3)
             emit(
                 "preempted",
@@ -426,8 +426,7 @@ class Trainer:
             )
             log.warning("preempted: checkpoint %s complete %.1f s after SIGTERM", uri, seconds)
         raise Preempted(
-            f"stopped by SIGTERM after step {step}; checkpoint {join(self.checkpoints.root, tag_for(step))} "
-            "is complete, another try resumes from it"
+            f"stopped by SIGTERM after step {step}; checkpoint {uri} is complete, another try resumes from it"
         )
 
     def _save_rung_end(
