@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_trainpipe.config import parse_config
-from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.launchers.local import Line, LocalLauncher
 from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -98,9 +98,11 @@ def run_job(
     env: dict[str, str] | None = None,
     before_kill: Callable[[], None] | None = None,
     timeout: float | None = None,
+    on_line: Callable[[Line, LocalLauncher], None] | None = None,
 ) -> JobRun:
     """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL (after
-    `before_kill` returns, when given), or until `timeout` seconds, when it is killed too."""
+    `before_kill` returns, when given), or until `timeout` seconds, when it is killed too.
+    `on_line` sees every line of output with the launcher, to signal the job itself."""
     launcher = LocalLauncher(
         spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})}
     )
@@ -112,6 +114,8 @@ def run_job(
     try:
         for line in launcher.lines():
             run.output.append(line.text)
+            if on_line is not None:
+                on_line(line, launcher)
             event = line.event or {}
             if event.get("event") in ("step", "progress"):
                 run.losses[event["step"]] = event["loss"]

@@ -4,7 +4,6 @@ stays the one resumed from; the job's launcher dying SIGTERMs it too."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,8 @@ from signal import SIGKILL, SIGTERM
 import psutil
 import pytest
 
-from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.events import parse
+from airflow_trainpipe.launchers.local import Line, LocalLauncher
 from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
 from airflow_trainpipe.storage import local_path
 from airflow_trainpipe.train_spec import TrainSpec
@@ -25,34 +25,8 @@ def _complete_steps(spec: TrainSpec) -> list[int]:
     return sorted(int(d.name.removeprefix("step_")) for d in root.glob("step_*") if (d / MARKER).exists())
 
 
-def _run_until(spec: TrainSpec, act, *, after_step: int = EVERY_STEPS, env: dict | None = None) -> JobRun:
-    """Run the job; once a progress event reaches `after_step`, call `act(launcher)` once."""
-    launcher = LocalLauncher(spec, 2, env=env)
-    launcher.start()
-    run, acted = JobRun(code=-1), False
-    try:
-        for line in launcher.lines():
-            run.output.append(line.text)
-            event = line.event or {}
-            if event.get("event") == "start":
-                run.start = event
-            if not acted and event.get("event") == "progress" and event["step"] >= after_step:
-                act(launcher)
-                acted = True
-        run.code = launcher.wait()
-    finally:
-        launcher.kill()
-    assert acted, run.text[-3000:]
-    return run
-
-
 def _events(run: JobRun, kind: str) -> list[dict]:
-    events = []
-    for text in run.output:
-        start = text.find('TRAINPIPE {"event": "' + kind + '"')
-        if start >= 0:
-            events.append(json.loads(text[start + len("TRAINPIPE ") :]))
-    return events
+    return [event for event in map(parse, run.output) if event is not None and event["event"] == kind]
 
 
 def _assert_resumes_without_recomputing(spec: TrainSpec, stopped_at: int, reference: JobRun) -> None:
@@ -70,10 +44,16 @@ def test_sigterm_checkpoints_where_the_ranks_stopped_and_the_retry_recomputes_no
     reference = uninterrupted_run(tmp_path_factory, job_files)
     spec = make_spec(tmp_path, job_files, "preempted")
 
-    def preempt(launcher: LocalLauncher) -> None:
-        launcher.process.send_signal(SIGTERM)  # as a pod's PID 1 gets it: torchrun forwards it
+    signalled = []
 
-    stopped = _run_until(spec, preempt)
+    def preempt(line: Line, launcher: LocalLauncher) -> None:
+        event = line.event or {}
+        if not signalled and event.get("event") == "progress" and event["step"] >= EVERY_STEPS:
+            launcher.process.send_signal(SIGTERM)  # as a pod's PID 1 gets it: torchrun forwards it
+            signalled.append(event["step"])
+
+    stopped = run_job(spec, on_line=preempt)
+    assert signalled, stopped.text[-3000:]
     (preempted,) = _events(stopped, "preempted")
     assert stopped.code != 0 and _events(stopped, "error") == [] and _events(stopped, "result") == []
     assert preempted["signal_to_saved_s"] < spec.config.training.checkpoint.preemption_grace
@@ -93,21 +73,18 @@ def test_a_save_that_outlasts_the_grace_is_abandoned_and_the_previous_checkpoint
     spec = make_spec(tmp_path, job_files, "abandoned", preemption_grace=2)
     # Both ranks hang inside step 19's save (files written, marker not) when the operator's
     # on_kill stops the job: SIGTERM to every process, SIGKILL after the termination grace.
-    launcher = LocalLauncher(spec, 2, env={"TRAINPIPE_PAUSE_AT": "save:19"})
-    launcher.start()
-    output, paused, stopped = [], 0, False
-    try:
-        for line in launcher.lines():
-            output.append(line.text)
-            paused += "TRAINPIPE PAUSED save:19" in line.text
-            if paused == 2 and not stopped:
-                launcher.stop(spec.config.training.checkpoint.termination_grace_s)
-                stopped = True
-        code = launcher.wait()
-    finally:
-        launcher.kill()
-    text = "\n".join(output)
-    assert code != 0 and stopped, text[-3000:]
+    paused, stopped = [], []
+
+    def stop_when_both_paused(line: Line, launcher: LocalLauncher) -> None:
+        if "TRAINPIPE PAUSED save:19" in line.text:
+            paused.append(line.text)
+        if len(paused) == 2 and not stopped:
+            launcher.stop(spec.config.training.checkpoint.termination_grace_s)
+            stopped.append(True)
+
+    run = run_job(spec, env={"TRAINPIPE_PAUSE_AT": "save:19"}, on_line=stop_when_both_paused)
+    text = run.text
+    assert run.code != 0 and stopped, text[-3000:]
     assert text.count("preemption save abandoned after 2 s") == 2, text[-3000:]  # each rank's own clock
     # What a retry resumes from (test_resume.py resumes such a directory bit-exact).
     assert _complete_steps(spec) == [10]
@@ -117,7 +94,8 @@ def test_a_save_that_outlasts_the_grace_is_abandoned_and_the_previous_checkpoint
 # The Airflow task process, standing in: it launches the job, relays its output, and is SIGKILLed.
 TASK_PROCESS = """
 import sys
-from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.events import parse
+from airflow_trainpipe.launchers.local import Line, LocalLauncher
 from airflow_trainpipe.train_spec import TrainSpec
 launcher = LocalLauncher(TrainSpec.from_json(open(sys.argv[1]).read()), 2)
 launcher.start()
