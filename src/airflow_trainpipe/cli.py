@@ -70,7 +70,7 @@ def _train(args: argparse.Namespace) -> int:
     """The same job the operator runs, without Airflow: for debugging a training run."""
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.exceptions import TrainpipeError
-    from airflow_trainpipe.snapshot import cli_window, load_manifest, resolve_window
+    from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
     from airflow_trainpipe.train_spec import TrainSpec
 
     try:
@@ -82,7 +82,7 @@ def _train(args: argparse.Namespace) -> int:
             manifest = load_manifest(config.data, args.snapshot)
             files, digest = manifest.file_uris, manifest.digest
         else:
-            manifest = resolve_window(config.data, cli_window(config.data, args.ds))
+            manifest = cli_snapshot(config, args.ds)
             files, digest = manifest.file_uris, manifest.digest
     except TrainpipeError as exc:
         return _failed(args.config, exc)
@@ -108,7 +108,7 @@ def _tune(args: argparse.Namespace) -> int:
     """The pipeline's study without Airflow; its last line is one JSON object."""
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.exceptions import TrainpipeError
-    from airflow_trainpipe.snapshot import cli_window, resolve_window
+    from airflow_trainpipe.snapshot import cli_snapshot
     from airflow_trainpipe.train_spec import TrainSpec
     from airflow_trainpipe.tuning.local import tune_locally
     from airflow_trainpipe.tuning.study import storage_url
@@ -118,7 +118,7 @@ def _tune(args: argparse.Namespace) -> int:
         if config.tuning is None:
             print(f"{args.config}: pipeline {config.pipeline} has no `tuning` section", file=sys.stderr)
             return 2
-        manifest = resolve_window(config.data, cli_window(config.data, args.ds))
+        manifest = cli_snapshot(config, args.ds)
         base = TrainSpec(
             config=config,
             run_id=args.run_id or f"tune-{args.ds}",

@@ -39,7 +39,10 @@ def get_provider_info() -> dict:
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.sensors.snapshot"]},
         ],
         "triggers": [
-            {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.triggers.snapshot"]},
+            {
+                "integration-name": "Trainpipe",
+                "python-modules": ["airflow_trainpipe.triggers.snapshot", "airflow_trainpipe.triggers.sql"],
+            },
         ],
         "hooks": [
             {"integration-name": "Trainpipe", "python-modules": ["airflow_trainpipe.hooks.mlflow"]},

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,6 +22,9 @@ from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.digest import combine, sha256_of
 from airflow_trainpipe.exceptions import TrainpipeError
 from airflow_trainpipe.storage import filesystem, join, resolve
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.config import PipelineConfig
 
 STATE_DIR = "_trainpipe"
 
@@ -41,6 +44,20 @@ class SnapshotFile(BaseModel):
     rows: int
 
 
+class SourceLineage(BaseModel):
+    """Where a non-file snapshot's rows came from: lineage only. Reproducing reads the frozen
+    files, never the source again (its rows and versions change and expire)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    conn_id: str
+    query: str
+    """The query as run, its window filled in (without the ORDER BY the export adds)."""
+    window_start: str
+    window_end: str
+
+
 class Manifest(BaseModel):
     """One snapshot; small enough to pass between tasks as XCom."""
 
@@ -58,6 +75,8 @@ class Manifest(BaseModel):
     ordered; empty for a one-partition snapshot (then `partition_uri` is the one)."""
     missing: list[str] = []
     """The window's partitions that did not exist when it was frozen."""
+    source: SourceLineage | None = None
+    """A `sql` source's query and window; None for files (`partition_uri` holds them)."""
 
     @property
     def file_uris(self) -> list[str]:
@@ -66,6 +85,22 @@ class Manifest(BaseModel):
     @property
     def short_digest(self) -> str:
         return self.digest.removeprefix("sha256:")[:12]
+
+    def lineage_tags(self) -> dict[str, str]:
+        """The MLflow tags of where the snapshot came from, beyond its digest."""
+        return {**self.window_tags(), **self.source_tags()}
+
+    def source_tags(self) -> dict[str, str]:
+        """A `sql` snapshot's connection, window and query hash (the manifest keeps the query)."""
+        if self.source is None:
+            return {}
+        import hashlib
+
+        return {
+            "trainpipe.data_source": f"{self.source.kind}:{self.source.conn_id}",
+            "trainpipe.data_window": f"{self.source.window_start} .. {self.source.window_end}",
+            "trainpipe.data_query_sha256": hashlib.sha256(self.source.query.encode()).hexdigest(),
+        }
 
     def window_tags(self) -> dict[str, str]:
         """Lineage tags of a window snapshot (none for one partition): what it spans, what it lacked."""
@@ -305,6 +340,14 @@ def partition_ready(
 def render_partition(template: str, ds: str) -> str:
     """Render `data.partition` outside Airflow (the CLI), with the Airflow names it commonly uses."""
     return _render(template, _date_names(ds))
+
+
+def cli_snapshot(config: PipelineConfig, ds: str) -> Manifest:
+    """The snapshot a CLI run on `ds` reads (unvalidated), as the DAG's run of that date would."""
+    from airflow_trainpipe.sources import freeze_run
+
+    names = _date_names(ds)
+    return freeze_run(config, names, _render(config.data.partition, names), _render)
 
 
 def cli_window(data: DataSection, ds: str) -> list[str]:

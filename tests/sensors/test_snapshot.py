@@ -194,3 +194,38 @@ def test_a_partition_outside_the_data_uri_fails_at_once_whatever_the_sensor_flag
     with pytest.raises(PartitionError, match=re.escape("'../other_pipeline/ds=2026-01-02'")) as caught:
         sensor.execute({})  # type: ignore[arg-type]
     assert caught.value.retryable is False
+
+
+def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
+    postgres_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+
+    from airflow_trainpipe.window import date_context
+    from tests.helpers import warehouse
+
+    url = warehouse.create_database(postgres_server.url, "sensor_tests")
+    warehouse.load_days(url, [date(2026, 1, 1)], 50)  # the day before the run's: outside its window
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", url)
+    data = {
+        **_data(tmp_path.as_uri(), "poke", min_rows=500),
+        "source": {
+            "kind": "sql",
+            "conn_id": "warehouse",
+            "query": warehouse.WINDOW_QUERY,
+            "order_by": ["transaction_id"],
+        },
+    }
+    sensor = DataSnapshotSensor(task_id="w", data=DataSection.model_validate(data), partition="ds=2026-01-02")
+    context = date_context(datetime(2026, 1, 2, tzinfo=UTC))
+    assert sensor.poke(context) is False  # type: ignore[arg-type]
+    warehouse.load_days(url, [DAY], 499)
+    assert sensor.poke(context) is False  # type: ignore[arg-type]
+    warehouse.load_days(url, [DAY], 1, seed=9)
+    assert sensor.poke(context) is True  # type: ignore[arg-type]
+    trigger = sensor._trigger(context)  # type: ignore[arg-type]
+    assert type(trigger).__name__ == "SqlRowsTrigger"
+    assert (
+        "event_time >= '2026-01-02T00:00:00+00:00' AND event_time < '2026-01-03T00:00:00+00:00'"
+        in trigger.query
+    )

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.sources import FilesSource, SqlSource
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
 
@@ -121,7 +122,12 @@ class DataSection(Section):
     """The data a run trains on: `<uri>/<partition>/` holds one snapshot."""
 
     uri: StorageUri
-    """Dataset root: `s3://bucket/prefix`, `file:///abs/path`, or a path relative to TRAINPIPE_HOME."""
+    """Dataset root: `s3://bucket/prefix`, `file:///abs/path`, or a path relative to TRAINPIPE_HOME.
+    With a `sql` source it holds the pipeline's records (manifests, validation history, reports)."""
+
+    source: FilesSource | SqlSource = Field(default=FilesSource(), discriminator="kind")
+    """Where the rows come from: `files` under `uri` (the default), or `sql`, a query on an
+    Airflow connection frozen into `snapshots.uri` once per run."""
 
     partition: str = "ds={{ ds }}"
     """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""
@@ -162,6 +168,37 @@ class DataSection(Section):
     """Train on a rolling window of partitions (one snapshot over all of them); null: the run's
     partition alone. Only the run's partition is waited for and validated against its
     predecessor; earlier ones reuse their validation records (validated then, if they have none)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sql_waits_for_rows(cls, value: Any) -> Any:
+        """A query has no marker file: unless told otherwise, a sql source waits for one row."""
+        if not isinstance(value, dict) or not isinstance(value.get("source"), dict):
+            return value
+        if value["source"].get("kind") != "sql":
+            return value
+        wait = value.get("wait")
+        if wait is None:
+            return {**value, "wait": {"marker": None, "min_rows": 1}}
+        if isinstance(wait, dict) and "marker" not in wait:
+            return {**value, "wait": {"marker": None, "min_rows": 1, **wait}}
+        return value
+
+    @model_validator(mode="after")
+    def _sql_source_fits(self) -> DataSection:
+        if self.source.kind != "sql":
+            return self
+        problems: FieldProblems = []
+        if self.format != "parquet":
+            problems.append(
+                (("format",), "a sql source is exported as parquet; remove format or set parquet")
+            )
+        if self.wait.marker is not None:
+            problems.append(
+                (("wait", "marker"), "a sql source has no marker file; wait for rows with min_rows")
+            )
+        field_problems(problems)
+        return self
 
     @field_validator("partition")
     @classmethod

@@ -15,6 +15,7 @@ from airflow_trainpipe.config.gate import GateSection
 from airflow_trainpipe.config.notify import NotifySection
 from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
+from airflow_trainpipe.config.sources import SnapshotsSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
 from airflow_trainpipe.config.tuning import (
@@ -47,6 +48,9 @@ class PipelineConfig(Section):
 
     data: DataSection
     """What it trains on."""
+
+    snapshots: SnapshotsSection = SnapshotsSection()
+    """Where runs of a `sql` source freeze the rows they validate and train on."""
 
     features: FeaturesSection = FeaturesSection()
     """How raw columns become model inputs (fitted on the training split, shipped inside the model)."""
@@ -321,6 +325,10 @@ class PipelineConfig(Section):
                 )
         if self.training.launcher == "kubernetes":
             problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))
+            if self.data.source.kind != "files":
+                problems.extend(
+                    pod_storage_problems(self.snapshots.uri, self.training.kubernetes, ("snapshots", "uri"))
+                )
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
         return [*problems, *self._ranking_problems()]

@@ -37,6 +37,8 @@ LINEAGE_RUN_TAGS = (
     "trainpipe.data_window",
     "trainpipe.data_partitions",
     "trainpipe.data_missing",
+    "trainpipe.data_source",
+    "trainpipe.data_query_sha256",
     "trainpipe.threshold",
 )
 

@@ -136,15 +136,14 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         Files given without a digest (a hand-written task) train unverified, as given.
         """
         from airflow_trainpipe.payloads import ValidationSummary, read_payload
-        from airflow_trainpipe.snapshot import load_manifest, resolve_window
-        from airflow_trainpipe.window import run_window
+        from airflow_trainpipe.snapshot import load_manifest
+        from airflow_trainpipe.sources import freeze_run
 
         files, digest = self._given_files(), self.data_digest
         if self.validation is not None:
             return read_payload(ValidationSummary, self.validation, "validation").manifest
         if not files:
-            window = run_window(self.config.data, context, self.partition, self.render_template)
-            return resolve_window(self.config.data, window)
+            return freeze_run(self.config, context, self.partition, self.render_template)
         if digest is None:
             return None
         manifest = load_manifest(self.config.data, digest)

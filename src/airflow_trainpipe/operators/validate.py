@@ -62,6 +62,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.config.data.source.kind == "sql":
+            return self._execute_sql(context)
         from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
         from airflow_trainpipe.window import run_window
 
@@ -69,23 +71,9 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         window = run_window(data, context, self.partition, self.render_template)
         missing = missing_partitions(data, window, self.conn_id)
         manifest = resolve_snapshot(data, self.partition, self.conn_id)
-        self.log.info(
-            "snapshot %s: %d file(s), %d rows, %d columns",
-            manifest.digest,
-            len(manifest.files),
-            manifest.rows,
-            len(manifest.columns),
-        )
+        self._log_snapshot(manifest)
         earlier = self._earlier([p for p in window[:-1] if p not in missing])
-        summary, report = self._validate(manifest, self.partition)
-        if not summary.passed:
-            self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
-            if self.config.validation.fail_on == "error":
-                raise DataValidationFailed(
-                    f"snapshot {manifest.digest} of {manifest.partition_uri} failed validation "
-                    f"({report.failure_summary()}); nothing is trained on it. Report: {summary.report_uri}"
-                )
-            self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
+        summary = self._checked(manifest, self.partition)
         if len(window) > 1:
             spanned = window_snapshot(data, [*earlier, (self.partition, manifest)], missing, self.conn_id)
             self.log.info(
@@ -101,6 +89,44 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             )
             summary = summary.model_copy(update={"manifest": spanned})
         return summary.to_xcom()
+
+    def _execute_sql(self, context: Context) -> dict[str, Any]:
+        """A `sql` source: the window's rows exported once into the snapshot store, then checked
+        there; training reads the same frozen files."""
+        from airflow_trainpipe.sources import freeze_run
+
+        manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
+        assert manifest.source is not None
+        self.log.info(
+            "exported %s .. %s from %s into the snapshot store",
+            manifest.source.window_start,
+            manifest.source.window_end,
+            manifest.source.conn_id,
+        )
+        self._log_snapshot(manifest)
+        return self._checked(manifest, self.partition).to_xcom()
+
+    def _log_snapshot(self, manifest: Manifest) -> None:
+        self.log.info(
+            "snapshot %s: %d file(s), %d rows, %d columns",
+            manifest.digest,
+            len(manifest.files),
+            manifest.rows,
+            len(manifest.columns),
+        )
+
+    def _checked(self, manifest: Manifest, partition: str) -> ValidationSummary:
+        """Validate the run's snapshot; bad data fails the task (unless `fail_on: never`)."""
+        summary, report = self._validate(manifest, partition)
+        if not summary.passed:
+            self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
+            if self.config.validation.fail_on == "error":
+                raise DataValidationFailed(
+                    f"snapshot {manifest.digest} of {manifest.partition_uri} failed validation "
+                    f"({report.failure_summary()}); nothing is trained on it. Report: {summary.report_uri}"
+                )
+            self.log.warning("validation.fail_on is 'never': continuing with the failed snapshot")
+        return summary
 
     def _earlier(self, partitions: list[str]) -> list[tuple[str, Manifest]]:
         """The window's earlier partitions, oldest first, each with its validated manifest: the

@@ -253,7 +253,7 @@ class Trainer:
                 "trainpipe.transform_hash": self.prepared.transform.hash,
                 "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
                 "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
-                **(self.spec.manifest.window_tags() if self.spec.manifest is not None else {}),
+                **(self.spec.manifest.lineage_tags() if self.spec.manifest is not None else {}),
             }
         )
         # Everything this job was told (config, files and their manifest, effective

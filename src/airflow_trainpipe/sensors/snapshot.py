@@ -14,6 +14,7 @@ from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
 
 
 class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
@@ -21,6 +22,8 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     Complete means the writer's marker file exists (`data.wait.marker`, `_SUCCESS` by default)
     and/or the partition's files hold at least `data.wait.min_rows` rows, read from file footers.
+    For a `sql` source: the query, its window filled in, returns at least `min_rows` rows (a
+    `COUNT(*)` the database runs).
     Works on `file://` and `s3://`; with `conn_id` the credentials and endpoint come from that
     Airflow connection (an AWS connection for s3://), as with ObjectStoragePath.
 
@@ -58,14 +61,24 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
         return partition_uri(self.data, self.partition)
 
-    def _ready(self) -> tuple[bool, str]:
+    def _ready(self, context: Context) -> tuple[bool, str]:
         from airflow_trainpipe.snapshot import partition_ready
 
         wait = self.data.wait
+        if self.data.source.kind == "sql":
+            from airflow_trainpipe.sources.sql import rows_ready
+
+            return rows_ready(self.data.source.conn_id, self._query(context), wait.min_rows or 1)
         return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
 
+    def _query(self, context: Context) -> str:
+        """A `sql` source's query for the run, its window filled in."""
+        from airflow_trainpipe.sources import rendered_query
+
+        return rendered_query(self.data, context, self.partition, self.render_template)
+
     def poke(self, context: Context) -> bool:
-        ready, reason = self._ready()
+        ready, reason = self._ready(context)
         self.log.info("%s: %s", "complete" if ready else "not complete", reason)
         return ready
 
@@ -81,22 +94,34 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
             return self.partition_uri
         if self.poke(context):
             return self.partition_uri
-        from airflow_trainpipe.triggers.snapshot import DataSnapshotTrigger
-
-        wait = self.data.wait
         self.defer(
-            trigger=DataSnapshotTrigger(
-                uri=self.partition_uri,
-                format=self.data.format,
-                marker=wait.marker,
-                min_rows=wait.min_rows,
-                conn_id=self.conn_id,
-                poke_interval=_seconds(self.poke_interval),
-            ),
+            trigger=self._trigger(context),
             method_name="execute_complete",
             timeout=timedelta(seconds=_seconds(self.timeout)),
         )
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+    def _trigger(self, context: Context) -> BaseTrigger:
+        wait, interval = self.data.wait, _seconds(self.poke_interval)
+        if self.data.source.kind == "sql":
+            from airflow_trainpipe.triggers.sql import SqlRowsTrigger
+
+            return SqlRowsTrigger(
+                conn_id=self.data.source.conn_id,
+                query=self._query(context),
+                min_rows=wait.min_rows or 1,
+                poke_interval=interval,
+            )
+        from airflow_trainpipe.triggers.snapshot import DataSnapshotTrigger
+
+        return DataSnapshotTrigger(
+            uri=self.partition_uri,
+            format=self.data.format,
+            marker=wait.marker,
+            min_rows=wait.min_rows,
+            conn_id=self.conn_id,
+            poke_interval=interval,
+        )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:
         if not event or event.get("status") != "ready":

@@ -1,0 +1,89 @@
+"""The content-addressed snapshot store: `<snapshots.uri>/sha256/<2 hex>/<sha256>.parquet`.
+
+A file's name is its content's sha256, so a stored file is never changed, an export that gives the
+same bytes again shares it, and nothing at the source (an overwritten day, a vacuumed table
+version) can change what an old snapshot reads. Writes are atomic: a local file is renamed into
+place, an S3 object appears whole; a file of the wrong size under its name (a copy cut short by
+hand) is replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_trainpipe.storage import filesystem, is_local, join, local_path, resolve, trainpipe_home
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.config import PipelineConfig
+    from airflow_trainpipe.snapshot import Manifest, SnapshotFile
+    from airflow_trainpipe.sources.sql import SqlWindow
+
+
+def frozen_uri(store: str, sha256: str, suffix: str = ".parquet") -> str:
+    return join(resolve(store), "sha256", sha256[:2], f"{sha256}{suffix}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def freeze_file(path: Path, rows: int, store: str, conn_id: str | None = None) -> SnapshotFile:
+    """Store a finished local file under its content's name; the snapshot entry that reads it."""
+    from airflow_trainpipe.snapshot import SnapshotFile
+
+    sha256, size = _sha256(path), path.stat().st_size
+    uri = frozen_uri(store, sha256, "".join(path.suffixes) or ".parquet")
+    fs, target = filesystem(uri, conn_id)
+    if not (fs.exists(target) and fs.size(target) == size):
+        if is_local(uri):
+            final = local_path(uri)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            partial = final.with_name(f".{final.name}.{uuid.uuid4().hex}.partial")
+            shutil.copyfile(path, partial)
+            partial.replace(final)
+        else:
+            fs.put_file(str(path), target)
+    return SnapshotFile(uri=uri, size=size, sha256=sha256, rows=rows)
+
+
+def sql_snapshot(
+    config: PipelineConfig, partition: str, window: SqlWindow, query: str, conn_id: str | None = None
+) -> Manifest:
+    """Export the window's rows, freeze the files, and store the manifest that reads them."""
+    from airflow_trainpipe.digest import combine
+    from airflow_trainpipe.snapshot import Manifest, SourceLineage, partition_uri, store_manifest
+    from airflow_trainpipe.sources.sql import export
+
+    data, source = config.data, config.data.source
+    assert source.kind == "sql"
+    scratch = trainpipe_home() / "exports"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{config.pipeline}-") as folder:
+        exported, schema = export(source, query, Path(folder))
+        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
+    manifest = Manifest(
+        partition_uri=partition_uri(data, partition),
+        format="parquet",
+        files=files,
+        rows=sum(f.rows for f in files),
+        columns={field.name: str(field.type) for field in schema},
+        digest=combine([f.sha256 for f in files]),
+        source=SourceLineage(
+            kind="sql",
+            conn_id=source.conn_id,
+            query=query,
+            window_start=window.start.isoformat(),
+            window_end=window.end.isoformat(),
+        ),
+    )
+    store_manifest(data, manifest, conn_id)
+    return manifest

@@ -1,0 +1,81 @@
+"""Frozen snapshots of a sql source: content-addressed files that outlive changes at the source,
+and the manifest that records where the rows came from."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import date
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
+from airflow_trainpipe.sources.freeze import freeze_file, frozen_uri
+from airflow_trainpipe.storage import local_path
+from tests.helpers import warehouse
+
+DAYS = [date(2026, 2, d) for d in range(1, 8)]
+
+
+@pytest.fixture(scope="module")
+def warehouse_url(postgres_server) -> str:
+    url = warehouse.create_database(postgres_server.url, "freeze_tests")
+    warehouse.load_days(url, DAYS, 400)
+    return url
+
+
+def test_a_file_is_stored_under_its_sha256_once(tmp_path: Path) -> None:
+    store = (tmp_path / "store").as_uri()
+    made = tmp_path / "part-00000.parquet"
+    made.write_bytes(b"PAR1 rows PAR1")
+    first = freeze_file(made, 3, store)
+    sha = hashlib.sha256(made.read_bytes()).hexdigest()
+    assert first.uri == frozen_uri(store, sha) and first.uri.endswith(f"/sha256/{sha[:2]}/{sha}.parquet")
+    assert (first.sha256, first.size, first.rows) == (sha, 14, 3)
+    stored = local_path(first.uri)
+    stored.write_bytes(b"cut")  # a copy cut short by hand: same name, wrong size
+    assert freeze_file(made, 3, store) == first and stored.read_bytes() == made.read_bytes()
+    assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # no partial copy left behind
+
+
+def test_a_run_s_snapshot_stays_readable_after_the_source_changes(
+    warehouse_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    config = load_config(warehouse.sql_config(tmp_path, partitions=3))
+    before = cli_snapshot(config, "2026-02-05")  # the window 02-03 .. 02-05
+    assert before.rows == 3 * 400 and before.format == "parquet"
+    assert before.source is not None
+    assert (before.source.window_start, before.source.window_end) == (
+        "2026-02-03T00:00:00+00:00",
+        "2026-02-06T00:00:00+00:00",
+    )
+    assert (
+        "event_time >= '2026-02-03T00:00:00+00:00' AND event_time < '2026-02-06T00:00:00+00:00'"
+        in before.source.query
+    )
+    tags = before.lineage_tags()
+    assert tags["trainpipe.data_source"] == "sql:warehouse"
+    assert tags["trainpipe.data_window"] == "2026-02-03T00:00:00+00:00 .. 2026-02-06T00:00:00+00:00"
+    assert tags["trainpipe.data_query_sha256"] == hashlib.sha256(before.source.query.encode()).hexdigest()
+    assert all(f.uri.startswith(f"{config.snapshots.uri}/sha256/") for f in before.files)
+    assert cli_snapshot(config, "2026-02-05") == before  # same rows: same files, same digest
+
+    # The warehouse rewrites a day of the window (a late correction) and drops another.
+    warehouse.execute(
+        warehouse_url,
+        "UPDATE card_transactions SET amount = amount * 2 WHERE event_time >= '2026-02-04' AND event_time < '2026-02-05'",
+        "DELETE FROM card_transactions WHERE event_time >= '2026-02-03' AND event_time < '2026-02-04'",
+    )
+    after = cli_snapshot(config, "2026-02-05")
+    assert after.digest != before.digest and after.rows == 2 * 400
+    # The earlier snapshot is what it was: its manifest verifies and its files hold the old rows.
+    kept = load_manifest(config.data, before.digest)
+    assert kept == before
+    for f in kept.files:
+        assert hashlib.sha256(local_path(f.uri).read_bytes()).hexdigest() == f.sha256
+    old = pq.read_table(local_path(kept.files[0].uri))
+    assert old.num_rows == 3 * 400 and old.column("transaction_id")[0].as_py().startswith("20260203-")
