@@ -86,4 +86,26 @@ def sql_snapshot(
         ),
     )
     store_manifest(data, manifest, conn_id)
+    record_use(config, manifest, conn_id)
     return manifest
+
+
+def use_uri(store: str, pipeline: str, digest: str) -> str:
+    return join(resolve(store), "uses", pipeline, f"{digest.removeprefix('sha256:')}.json")
+
+
+def record_use(config: PipelineConfig, manifest: Manifest, conn_id: str | None = None) -> None:
+    """Record in the store itself which pipeline froze the snapshot, and when (rewritten on every
+    use): `snapshots gc` reads these, so it sees every pipeline that shares the store, not only
+    the configs it was given, and asks each one's registry before deleting anything."""
+    import json
+
+    uri = use_uri(config.snapshots.uri, config.pipeline, manifest.digest)
+    fs, path = filesystem(uri, conn_id)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    document = {
+        "pipeline": config.pipeline,
+        "registered_model": config.registered_model_name,
+        "manifest": manifest.model_dump(mode="json"),
+    }
+    fs.pipe_file(path, json.dumps(document, indent=1).encode())
