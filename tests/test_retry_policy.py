@@ -33,6 +33,7 @@ from airflow_trainpipe.retry_policy import (
 )
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 from airflow_trainpipe.snapshot import PartitionError, SnapshotError
+from airflow_trainpipe.sources.sql import SourceError, SourceUnavailable
 from airflow_trainpipe.window import WindowError
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -46,7 +47,12 @@ def _decide(exception: BaseException, try_number: int = 1, max_tries: int = 3) -
 
 @pytest.mark.parametrize(
     "error",
-    [TrainingJobError("node 1 lost"), SnapshotError("no files yet"), RegistryUnavailable("server down")],
+    [
+        TrainingJobError("node 1 lost"),
+        SnapshotError("no files yet"),
+        RegistryUnavailable("server down"),
+        SourceUnavailable("connection refused"),
+    ],
 )
 def test_a_retryable_error_is_retried_naming_its_type(error: Exception) -> None:
     name = type(error).__name__
@@ -60,6 +66,7 @@ def test_a_retryable_error_is_retried_naming_its_type(error: Exception) -> None:
         PartitionError("'..' is not a sub-path"),
         RegistryError("run 'abc' not found"),
         WindowError("2 of 3 partitions missing"),
+        SourceError('relation "clicks" does not exist'),
         ConfigError([ConfigProblem("p.yaml", 3, 7, "gate.metric", "not a metric")]),
     ],
 )

@@ -30,12 +30,16 @@ def freeze_run(
     data = config.data
     if data.source.kind == "sql":
         from airflow_trainpipe.sources.freeze import sql_snapshot
+        from airflow_trainpipe.sources.sql import SourceError
         from airflow_trainpipe.sources.sql import run_window as sql_window
 
         window = sql_window(data, context, partition, render)
-        return sql_snapshot(
-            config, partition, window, rendered_query(data, context, partition, render), conn_id
-        )
+        query = rendered_query(data, context, partition, render)
+        try:
+            return sql_snapshot(config, partition, window, query, conn_id)
+        except SourceError as exc:  # the same class: the retry policy still reads `retryable`
+            where = f"pipeline {config.pipeline}, data.source sql ({data.source.conn_id})"
+            raise type(exc)(f"{where}: {exc}") from exc
     from airflow_trainpipe.snapshot import resolve_window
     from airflow_trainpipe.window import run_window
 

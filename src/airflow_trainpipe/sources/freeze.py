@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from airflow_trainpipe.storage import filesystem, is_local, join, local_path, resolve, trainpipe_home
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.snapshot import Manifest, SnapshotFile
     from airflow_trainpipe.sources.sql import SqlWindow
@@ -55,6 +57,29 @@ def freeze_file(path: Path, rows: int, store: str, conn_id: str | None = None) -
     return SnapshotFile(uri=uri, size=size, sha256=sha256, rows=rows)
 
 
+def check_columns(config: PipelineConfig, schema: pa.Schema) -> None:
+    """The columns the pipeline reads are in the result, numeric features as numbers: caught
+    here, before anything is frozen, rather than as a transform error inside the training job."""
+    import pyarrow.types as pat
+
+    from airflow_trainpipe.sources.sql import SourceError
+
+    data = config.data
+    needed = [data.label, *data.features.all, *filter(None, [data.group, data.holdout.key_column])]
+    if missing := [name for name in needed if name not in schema.names]:
+        raise SourceError(
+            f"the result has no column {', '.join(map(repr, missing))}, which the pipeline reads "
+            f"(it returns {', '.join(schema.names)})"
+        )
+    numeric = (pat.is_integer, pat.is_floating, pat.is_decimal, pat.is_boolean)
+    for name in data.features.numeric:
+        kind = schema.field(name).type
+        if not any(test(kind) for test in numeric):
+            raise SourceError(
+                f"numeric feature {name!r} is {kind} in the result; cast it to a number in the query"
+            )
+
+
 def sql_snapshot(
     config: PipelineConfig, partition: str, window: SqlWindow, query: str, conn_id: str | None = None
 ) -> Manifest:
@@ -69,6 +94,7 @@ def sql_snapshot(
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{config.pipeline}-") as folder:
         exported, schema = export(source, query, Path(folder))
+        check_columns(config, schema)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
     manifest = Manifest(
         partition_uri=partition_uri(data, partition),
