@@ -79,3 +79,63 @@ def test_a_run_s_snapshot_stays_readable_after_the_source_changes(
         assert hashlib.sha256(local_path(f.uri).read_bytes()).hexdigest() == f.sha256
     old = pq.read_table(local_path(kept.files[0].uri))
     assert old.num_rows == 3 * 400 and old.column("transaction_id")[0].as_py().startswith("20260203-")
+
+
+def _files_config(tmp_path: Path) -> Path:
+    import yaml
+
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
+    config["data"].update(uri=(tmp_path / "data").as_uri(), freeze=True, window={"partitions": 2})
+    config["snapshots"] = {"uri": (tmp_path / "snapshots").as_uri()}
+    path = tmp_path / "frozen_files.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_a_frozen_files_snapshot_trains_on_copies_an_overwritten_partition_cannot_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_trainpipe.snapshot import SnapshotError
+    from airflow_trainpipe.sources.freeze import freeze_manifest
+    from airflow_trainpipe.synthetic import write_day
+
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    for day in (1, 2):
+        write_day((tmp_path / "data").as_uri(), date(2026, 3, day), 300, seed=1)
+    config = load_config(_files_config(tmp_path))
+    frozen = cli_snapshot(config, "2026-03-02")
+    assert [f.uri.split("/sha256/")[0] for f in frozen.files] == [(tmp_path / "snapshots").as_uri()] * 2
+    assert frozen.digest == load_manifest(config.data, frozen.digest).digest  # the same data version
+    assert frozen.partition_uri == (tmp_path / "data").as_uri() + "/ds=2026-03-02"
+    copies = {f.sha256: local_path(f.uri).read_bytes() for f in frozen.files}
+    assert all(hashlib.sha256(b).hexdigest() == sha for sha, b in copies.items())
+    use = tmp_path / "snapshots" / "uses" / "fraud_detector" / f"{frozen.digest.removeprefix('sha256:')}.json"
+    assert use.is_file()  # what snapshots gc reads
+
+    # Upstream rewrites a day: the copies are untouched, and a manifest that still names the old
+    # bytes cannot be frozen from the new ones.
+    unfrozen = load_manifest(config.data, frozen.digest)
+    write_day((tmp_path / "data").as_uri(), date(2026, 3, 1), 310, seed=2)
+    assert {f.sha256: local_path(f.uri).read_bytes() for f in frozen.files} == copies
+    for path in (tmp_path / "snapshots" / "sha256").rglob("*.parquet"):
+        path.unlink()
+    with pytest.raises(
+        SnapshotError, match=r"ds=2026-03-01/part-00000\.parquet changed after it was validated"
+    ):
+        freeze_manifest(config, unfrozen)
+
+
+def test_freezing_needs_a_store_pods_can_read() -> None:
+    import yaml
+
+    from airflow_trainpipe.config import PipelineConfig
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "house_prices.yaml").read_text())  # a kubernetes example
+    config["data"]["freeze"] = True
+    with pytest.raises(ValueError, match=r"snapshots\.uri"):
+        PipelineConfig.model_validate(config)
+    config["snapshots"] = {"uri": "s3://ml-snapshots/trainpipe"}
+    assert PipelineConfig.model_validate(config).data.freeze

@@ -132,6 +132,11 @@ class DataSection(Section):
     partition: str = "ds={{ ds }}"
     """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""
 
+    freeze: bool = False
+    """`files` source: copy each run's validated files into the content-addressed snapshot store
+    (`snapshots.uri`) and train on the copies, so an overwritten partition cannot change what a
+    model can be reproduced from. A `sql` source is always frozen."""
+
     format: Literal["parquet", "csv"] = "parquet"
     """File format of the snapshot's files."""
 

@@ -88,7 +88,23 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 spanned.rows,
             )
             summary = summary.model_copy(update={"manifest": spanned})
+        if data.freeze:
+            summary = summary.model_copy(update={"manifest": self._frozen(summary.manifest)})
         return summary.to_xcom()
+
+    def _frozen(self, manifest: Manifest) -> Manifest:
+        """`data.freeze`: the validated files copied into the snapshot store, checked byte for byte
+        against what was validated as they are copied; training reads the copies."""
+        from airflow_trainpipe.sources.freeze import freeze_manifest
+
+        frozen = freeze_manifest(self.config, manifest, self.conn_id)
+        self.log.info(
+            "froze snapshot %s: %d file(s) into %s",
+            frozen.digest,
+            len(frozen.files),
+            self.config.snapshots.uri,
+        )
+        return frozen
 
     def _execute_sql(self, context: Context) -> dict[str, Any]:
         """A `sql` source: the window's rows exported once into the snapshot store, then checked

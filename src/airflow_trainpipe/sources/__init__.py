@@ -43,7 +43,12 @@ def freeze_run(
     from airflow_trainpipe.snapshot import resolve_window
     from airflow_trainpipe.window import run_window
 
-    return resolve_window(data, run_window(data, context, partition, render), conn_id)
+    manifest = resolve_window(data, run_window(data, context, partition, render), conn_id)
+    if data.freeze:
+        from airflow_trainpipe.sources.freeze import freeze_manifest
+
+        return freeze_manifest(config, manifest, conn_id)
+    return manifest
 
 
 def rendered_query(data: DataSection, context: Mapping[str, Any], partition: str, render: Render) -> str:

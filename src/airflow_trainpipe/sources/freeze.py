@@ -57,6 +57,44 @@ def freeze_file(path: Path, rows: int, store: str, conn_id: str | None = None) -
     return SnapshotFile(uri=uri, size=size, sha256=sha256, rows=rows)
 
 
+def freeze_manifest(config: PipelineConfig, manifest: Manifest, conn_id: str | None = None) -> Manifest:
+    """A `files` snapshot with its files copied into the store: the same digest, the store's URIs.
+
+    Each file is hashed as it is copied; one whose bytes are no longer the manifest's (the
+    partition was rewritten after validation) fails the run rather than freezing other data.
+    """
+    frozen = [_copy_into_store(f, config.snapshots.uri, conn_id) for f in manifest.files]
+    result = manifest.model_copy(update={"files": frozen})
+    record_use(config, result, conn_id)
+    return result
+
+
+def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> SnapshotFile:
+    from airflow_trainpipe.snapshot import SnapshotError
+
+    suffix = "." + entry.uri.rsplit(".", 1)[-1] if "." in entry.uri.rsplit("/", 1)[-1] else ""
+    uri = frozen_uri(store, entry.sha256, suffix)
+    fs, target = filesystem(uri, conn_id)
+    if fs.exists(target) and fs.size(target) == entry.size:
+        return entry.model_copy(update={"uri": uri})
+    source_fs, source = filesystem(entry.uri, conn_id)
+    scratch = trainpipe_home() / "exports"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=scratch, suffix=suffix) as staged:
+        digest = hashlib.sha256()
+        with source_fs.open(source, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+                staged.write(chunk)
+        staged.flush()
+        if digest.hexdigest() != entry.sha256:
+            raise SnapshotError(
+                f"{entry.uri} changed after it was validated (sha256 {digest.hexdigest()[:12]}..., "
+                f"validated {entry.sha256[:12]}...); nothing is frozen or trained from it"
+            )
+        return freeze_file(Path(staged.name), entry.rows, store, conn_id)
+
+
 def check_columns(config: PipelineConfig, schema: pa.Schema) -> None:
     """The columns the pipeline reads are in the result, numeric features as numbers: caught
     here, before anything is frozen, rather than as a transform error inside the training job."""
