@@ -23,6 +23,7 @@ class MlflowServer:
     password: str
     root: Path
     process: subprocess.Popen[bytes]
+    backend_store_uri: str = ""
 
     def connection_json(self) -> str:
         """An Airflow connection (AIRFLOW_CONN_<ID> JSON) of type mlflow with basic auth."""
@@ -69,9 +70,12 @@ class MlflowServer:
         }
 
 
-def start_mlflow_server(root: Path, timeout: float = 120.0, *, wait: bool = True) -> MlflowServer:
+def start_mlflow_server(
+    root: Path, timeout: float = 120.0, *, wait: bool = True, backend_store_uri: str | None = None
+) -> MlflowServer:
     """Start the server; with `wait=False` return at once and call `wait_healthy` later (the e2e
-    stack starts Airflow meanwhile: on 2 cores the two startups overlap by several seconds)."""
+    stack starts Airflow meanwhile: on 2 cores the two startups overlap by several seconds).
+    `backend_store_uri`: e.g. PostgreSQL, as production runs it (default: sqlite under `root`)."""
     root.mkdir(parents=True, exist_ok=True)
     password = "pw-" + secrets.token_hex(12)
     auth_ini = root / "basic_auth.ini"
@@ -88,6 +92,7 @@ def start_mlflow_server(root: Path, timeout: float = 120.0, *, wait: bool = True
         password=password,
         root=root,
         process=None,  # type: ignore[arg-type] - set by _launch
+        backend_store_uri=backend_store_uri or f"sqlite:///{root / 'mlflow.db'}",
     )
     _launch(server)
     if wait:
@@ -127,7 +132,7 @@ def _launch(server: MlflowServer) -> None:
             "--port",
             server.url.rsplit(":", 1)[1],
             "--backend-store-uri",
-            f"sqlite:///{root / 'mlflow.db'}",
+            server.backend_store_uri,
             "--artifacts-destination",
             str(root / "artifacts"),
             "--workers",

@@ -1,21 +1,27 @@
 """A pipeline whose rows come from PostgreSQL: the factory's five tasks through Airflow's own
 dag.test() on a 30-day window of a warehouse table (a throwaway cluster), then the warehouse
 changes (a day rewritten, a day deleted) and `trainpipe reproduce` still trains the identical
-model from the frozen snapshot."""
+model from the frozen snapshot.
+
+As docker-compose.yaml runs production, PostgreSQL also holds Airflow's metadata database and
+the MLflow server's backend store here (the other end-to-end tests use SQLite for both)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import date, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 import yaml
 
 from tests.helpers import warehouse
 from tests.helpers.airflow_dags import RESULT_MARK
+from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
 
 DAG_FILE = f"""
 # The factory's DAGs (Airflow's safe mode parses only files that mention "airflow" and "dag").
@@ -35,17 +41,42 @@ if __name__ == "__main__":
 TASKS = ["wait_for_data", "validate_data", "train", "gate", "register"]
 
 
+def _sqlalchemy(cluster_url: str, database: str) -> str:
+    """A fresh database on the cluster as an SQLAlchemy URL (psycopg 3, sync and async alike)."""
+    created = warehouse.create_database(cluster_url, database)
+    return created.replace("postgres://", "postgresql+psycopg://", 1)
+
+
+def _postgres_metadata(cluster_url: str) -> dict[str, str]:
+    """Airflow's metadata database on the cluster, migrated (a fresh schema: a few seconds)."""
+    url = _sqlalchemy(cluster_url, "airflow_metadata")
+    env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": url}
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return env
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_the_source_changed(
-    airflow_env: dict[str, str], postgres_server, tmp_path: Path
+    airflow_env: dict[str, str], postgres_server, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     from mlflow import MlflowClient
 
     url = warehouse.create_database(postgres_server.url, "pipeline_from_sql")
     days = [date(2026, 1, 1) + timedelta(days=d) for d in range(31)]
     warehouse.load_days(url, [d for d in days if d != date(2026, 1, 15)], 300, seed=3)
-    env = {**airflow_env, "AIRFLOW_CONN_WAREHOUSE": url}
+    env = {**airflow_env, "AIRFLOW_CONN_WAREHOUSE": url, **_postgres_metadata(postgres_server.url)}
+    server = start_mlflow_server(
+        tmp_path / "mlflow", backend_store_uri=_sqlalchemy(postgres_server.url, "mlflow")
+    )
+    request.addfinalizer(lambda: stop_mlflow_server(server.process))
+    env.update(AIRFLOW_CONN_MLFLOW_DEFAULT=server.connection_json())
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "configs").mkdir(exist_ok=True)
     config = yaml.safe_load(warehouse.sql_config(tmp_path, partitions=30).read_text())
@@ -70,8 +101,13 @@ def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_t
     assert "the query on 'warehouse' returns 8700 row(s)" in output
     assert "exported 2026-01-02T00:00:00+00:00 .. 2026-02-01T00:00:00+00:00 from warehouse" in output
 
-    home = Path(env["TRAINPIPE_HOME"])
-    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    assert not (Path(env["TRAINPIPE_HOME"]) / "mlflow.db").exists()  # nothing fell back to SQLite
+    metadata = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(metadata) as db:
+        assert db.execute("SELECT dag_id, state FROM dag_run").fetchall() == [("fraud_from_sql", "success")]
+    client = MlflowClient(server.url)
+    os.environ.update(server.client_env())
+    request.addfinalizer(lambda: [os.environ.pop(k, None) for k in server.client_env()])
     version = client.get_model_version_by_alias("fraud_from_sql", "champion")
     tags = version.tags
     assert tags["trainpipe.data_source"] == "sql:warehouse"
