@@ -3,7 +3,8 @@ this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl
 SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
 
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
-synthetic data for fraud_detector), mlflow/ (tracking db and artifacts). tests/integration reuses
+synthetic data for fraud_detector, and home/warehouse.db, the SQLite table fraud_detector_sql reads
+through the connection trainpipe_warehouse), mlflow/ (tracking db and artifacts). tests/integration reuses
 `airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
 """
 
@@ -15,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -24,9 +26,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+WAREHOUSE = "warehouse.db"  # under TRAINPIPE_HOME: dags/configs/fraud_detector_sql.yaml's table
 
 
 def port_free(port: int) -> bool:
@@ -51,7 +55,8 @@ def pick_port(preferred: int) -> int:
 def airflow_env(
     airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: Path, port: int, mlflow_connection: str
 ) -> dict[str, str]:
-    """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default."""
+    """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default,
+    and trainpipe_warehouse (the SQLite file of the sql source example, `sqlite://` + its path)."""
     env = {**os.environ}
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)
@@ -73,6 +78,7 @@ def airflow_env(
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW_CONN_MLFLOW_DEFAULT": mlflow_connection,
+            "AIRFLOW_CONN_TRAINPIPE_WAREHOUSE": "sqlite://" + quote(str(trainpipe_home / WAREHOUSE), safe=""),
             "TRAINPIPE_HOME": str(trainpipe_home),
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
         }
@@ -145,6 +151,38 @@ def ensure_data(trainpipe_home: Path, days: int = 4) -> None:
     )
 
 
+def ensure_warehouse(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
+    """The days up to today in the SQLite table of the sql source example (a 7-day window)."""
+    path = trainpipe_home / WAREHOUSE
+    start = date.today() - timedelta(days=days - 1)
+    wanted = {(start + timedelta(days=i)).isoformat() for i in range(days)}
+    if path.exists():
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            try:
+                held = {day for (day,) in db.execute("SELECT DISTINCT event_date FROM card_transactions")}
+            except sqlite3.Error:
+                held = set()
+        if wanted <= held:
+            return
+    print(f"writing {days} days of synthetic card transactions into {path}", flush=True)
+    subprocess.run(
+        [
+            str(BIN / "trainpipe"),
+            "make-data",
+            "--sqlite",
+            str(path),
+            "--start",
+            start.isoformat(),
+            "--days",
+            str(days),
+            "--rows",
+            str(rows),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,  # the connection it prints is already in Airflow's environment
+    )
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -213,6 +251,7 @@ def main() -> int:
     mlflow = airflow = None
     try:
         ensure_data(trainpipe_home)
+        ensure_warehouse(trainpipe_home)
         airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
         if airflow_port == mlflow_port:
             mlflow_port = pick_port(0)
@@ -244,6 +283,7 @@ def main() -> int:
                     f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
                     f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
                     f"dags     {REPO / 'dags'}   state {state}",
+                    f"sql      fraud_detector_sql reads {trainpipe_home / WAREHOUSE} (connection trainpipe_warehouse)",
                     "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
                 ]
             )

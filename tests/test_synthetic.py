@@ -1,15 +1,18 @@
-"""`trainpipe make-data`: deterministic days, and each injected problem does what it says."""
+"""`trainpipe make-data`: deterministic days, and each injected problem does what it says; the
+same days as rows of an SQLite table (`--sqlite`), for the sql source example."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import date
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.cli import main as trainpipe
-from airflow_trainpipe.synthetic import Problem, write_day
+from airflow_trainpipe.synthetic import Problem, sqlite_connection_uri, write_day, write_day_sqlite
 
 DAY = date(2026, 1, 3)
 
@@ -123,3 +126,65 @@ def test_search_results_keep_each_query_s_rows_together_and_most_results_irrelev
     assert runs == len(set(queries.tolist()))  # one run per query
     relevant = np.asarray(table.column("relevance")) > 0
     assert 0.1 < relevant.mean() < 0.5
+
+
+def _sqlite_rows(database: Path) -> list[tuple[str, int]]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        return db.execute(
+            "SELECT event_date, COUNT(*) FROM card_transactions GROUP BY event_date ORDER BY event_date"
+        ).fetchall()
+
+
+def test_make_data_sqlite_replaces_a_day_s_rows_and_prints_the_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "wh" / "warehouse.db"
+    assert trainpipe(["make-data", "--sqlite", str(database), "--days", "3", "--rows", "300"]) == 0
+    out = capsys.readouterr().out
+    assert f"{database} table card_transactions event_date=2026-01-03: 300 row(s), clean" in out
+    export = out.splitlines()[-1]
+    assert export == f"export AIRFLOW_CONN_TRAINPIPE_WAREHOUSE=sqlite://{quote(str(database), safe='')}"
+    # The same day again, smaller: its rows are replaced, the other days kept.
+    args = ["--start", "2026-01-02", "--rows", "200", "--problem", "2026-01-02=volume:0.5"]
+    assert trainpipe(["make-data", "--sqlite", str(database), *args]) == 0
+    assert "event_date=2026-01-02: 100 row(s), volume:0.5" in capsys.readouterr().out
+    assert _sqlite_rows(database) == [("2026-01-01", 300), ("2026-01-02", 100), ("2026-01-03", 300)]
+
+
+def test_the_sqlite_table_reads_back_through_the_sql_source_as_the_parquet_day(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_trainpipe.config.sources import SqlSource
+    from airflow_trainpipe.sources import sql
+
+    database = tmp_path / "warehouse.db"
+    for day in (DAY, date(2026, 1, 4)):
+        write_day_sqlite(database, day, 700, seed=3)
+    monkeypatch.setenv("AIRFLOW_CONN_TRAINPIPE_WAREHOUSE", sqlite_connection_uri(database))
+    source = SqlSource(kind="sql", conn_id="trainpipe_warehouse", query="x", order_by=["transaction_id"])
+    # TEXT dates compare as dates: the window [2026-01-03, 2026-01-04) is the first day alone.
+    query = "SELECT * FROM card_transactions WHERE event_date >= '2026-01-03' AND event_date < '2026-01-04'"
+    files, _ = sql.export(source, query, tmp_path)
+    table = pq.read_table(files[0].path)
+    expected = pq.read_table(
+        write_day((tmp_path / "p").as_uri(), DAY, 700, seed=3)[0].removeprefix("file://")
+    )
+    assert table.drop_columns(["event_date"]).equals(expected)
+    assert set(table.column("event_date").to_pylist()) == {"2026-01-03"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--problem", "2026-01-01=dtype:hour"], "problem dtype:hour: a table's columns are fixed"),
+        (["--files", "2"], "--files splits Parquet days"),
+    ],
+)
+def test_make_data_sqlite_refuses_what_a_table_cannot_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert trainpipe(["make-data", "--sqlite", str(tmp_path / "w.db"), "--rows", "100", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

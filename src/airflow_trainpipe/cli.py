@@ -10,9 +10,12 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from datetime import UTC
+from datetime import UTC, date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.synthetic import Problem
 
 
 def _config_files(paths: Sequence[str]) -> Iterator[Path]:
@@ -175,9 +178,9 @@ def _run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None
 
 
 def _make_data(args: argparse.Namespace) -> int:
-    from datetime import date, timedelta
+    from datetime import timedelta
 
-    from airflow_trainpipe.synthetic import Problem, write_day
+    from airflow_trainpipe.synthetic import Problem
 
     try:
         start = date.fromisoformat(args.start)
@@ -194,23 +197,61 @@ def _make_data(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--problem for {stray[0]}, which is not among the {args.days} day(s) from {start}"
             )
-        root = args.out if "://" in args.out else Path(args.out).resolve().as_uri()
-        for day in days:
-            files = write_day(
-                root,
-                day,
-                args.rows,
-                seed=args.seed,
-                files=args.files,
-                problems=problems.get(day, ()),
-                kind=args.kind,
-            )
-            injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
-            print(f"{files[0].rsplit('/', 2)[0]}/ds={day}: {len(files)} file(s), {injected}")
+        if args.sqlite:
+            _make_data_sqlite(args, days, problems)
+        else:
+            _make_data_files(args, days, problems)
     except ValueError as exc:
         print(f"trainpipe make-data: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _make_data_files(args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]) -> None:
+    from airflow_trainpipe.synthetic import write_day
+
+    root = args.out if "://" in args.out else Path(args.out).resolve().as_uri()
+    for day in days:
+        files = write_day(
+            root,
+            day,
+            args.rows,
+            seed=args.seed,
+            files=args.files,
+            problems=problems.get(day, ()),
+            kind=args.kind,
+        )
+        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
+        print(f"{files[0].rsplit('/', 2)[0]}/ds={day}: {len(files)} file(s), {injected}")
+
+
+def _make_data_sqlite(
+    args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]
+) -> None:
+    """The days as rows of one table of an SQLite database, and the Airflow connection to it."""
+    import shlex
+
+    from airflow_trainpipe.synthetic import (
+        DAY_COLUMN,
+        WAREHOUSE_CONN_ID,
+        sqlite_connection_uri,
+        write_day_sqlite,
+    )
+
+    if args.files != 1:
+        raise ValueError("--files splits Parquet days (--out); an SQLite database is one file")
+    path = Path(args.sqlite).resolve()
+    for day in days:
+        rows = write_day_sqlite(
+            path, day, args.rows, seed=args.seed, problems=problems.get(day, ()), kind=args.kind
+        )
+        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
+        print(f"{path} table {args.kind} {DAY_COLUMN}={day}: {rows} row(s), {injected}")
+    uri = sqlite_connection_uri(path)
+    print(
+        f"Airflow connection to it (dags/configs/fraud_detector_sql.yaml reads {WAREHOUSE_CONN_ID}):\n"
+        f"export AIRFLOW_CONN_{WAREHOUSE_CONN_ID.upper()}={shlex.quote(uri)}"
+    )
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -514,7 +555,7 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     make_data = commands.add_parser(
         "make-data",
         help="write synthetic daily partitions (card transactions, house sales, support tickets or search results), "
-        "optionally with injected problems",
+        "or the days' rows into an SQLite table, optionally with injected problems",
     )
     make_data.add_argument(
         "--kind",
@@ -523,15 +564,24 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         help="card_transactions (binary is_fraud), house_sales (regression sale_price), support_tickets "
         "(multiclass team), search_results (ranking: relevance within query_id); default card_transactions",
     )
-    make_data.add_argument(
-        "--out", required=True, help="dataset root: a folder or a URI (s3://bucket/prefix)"
+    target = make_data.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--out", help="dataset root of Parquet days ds=YYYY-MM-DD/: a folder or a URI (s3://bucket/prefix)"
+    )
+    target.add_argument(
+        "--sqlite",
+        metavar="PATH",
+        help="instead, rows of table KIND (plus event_date 'YYYY-MM-DD') in this SQLite database, "
+        "a day's old rows replaced; prints the Airflow connection to define (the sql source example)",
     )
     make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
     make_data.add_argument("--days", type=int, default=1, help="number of daily partitions (default 1)")
     make_data.add_argument(
         "--rows", type=int, default=20_000, help="rows per day before problems (default 20000)"
     )
-    make_data.add_argument("--files", type=int, default=1, help="parquet files per day (default 1)")
+    make_data.add_argument(
+        "--files", type=int, default=1, help="parquet files per day (default 1; --out only)"
+    )
     make_data.add_argument("--seed", type=int, default=0, help="the same seed always writes the same bytes")
     make_data.add_argument(
         "--problem",
@@ -539,7 +589,7 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         default=[],
         metavar="DAY=KIND[:ARGS]",
         help="inject a problem into one day (repeatable): drop:COL, rename:COL:NEW, dtype:COL, nulls:COL[:FRACTION], "
-        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...]",
+        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite: not the first three)",
     )
     make_data.set_defaults(handler=_make_data)
 

@@ -4,7 +4,9 @@ tickets (multiclass `team`) and search results (ranking: graded `relevance` of e
 its `query_id`, a query's rows adjacent).
 
 One day is one partition `ds=YYYY-MM-DD/part-NNNNN.parquet` plus a `_SUCCESS` marker, fully
-determined by (seed, day, problems): the same call always writes the same bytes.
+determined by (seed, day, problems): the same call always writes the same bytes. Or the same rows
+go into an SQLite table named after the kind, with the day in `event_date` (`write_day_sqlite`,
+`trainpipe make-data --sqlite`): the warehouse of the `sql` source example.
 
 Problems are what breaks real upstream exports, injected into a chosen day so the validation
 checks can be shown to catch each one: `drop:COL`, `rename:COL:NEW`, `dtype:COL` (becomes
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -301,6 +305,21 @@ KINDS = {
 }
 
 
+def day_table(
+    day: date,
+    rows: int,
+    seed: int = 0,
+    problems: list[Problem] | tuple[Problem, ...] = (),
+    kind: str = "card_transactions",
+) -> pa.Table:
+    """One day's rows of `kind` (see KINDS), the problems injected in order."""
+    table = KINDS[kind](day, rows, seed)
+    rng = np.random.default_rng([seed, day.toordinal(), 1])
+    for problem in problems:
+        table = inject(table, problem, rng)
+    return table
+
+
 def write_day(
     root_uri: str,
     day: date,
@@ -311,10 +330,7 @@ def write_day(
     kind: str = "card_transactions",
 ) -> list[str]:
     """Write one day's partition of `kind` (see KINDS); returns the file URIs in order."""
-    table = KINDS[kind](day, rows, seed)
-    rng = np.random.default_rng([seed, day.toordinal(), 1])
-    for problem in problems:
-        table = inject(table, problem, rng)
+    table = day_table(day, rows, seed, problems, kind)
     rows = table.num_rows
     partition = join(root_uri, f"ds={day:%Y-%m-%d}")
     fs, base = filesystem(partition)
@@ -328,3 +344,60 @@ def write_day(
         uris.append(uri)
     fs.pipe_file(f"{base}/_SUCCESS", b"")
     return uris
+
+
+# A warehouse table for the `sql` source example: the day's rows with the day as ISO text, which
+# SQLite compares as text: `event_date >= '2026-01-05'` is right for 'YYYY-MM-DD' strings (an ISO
+# timestamp literal against '2026-01-05 10:00:00' text would not be).
+DAY_COLUMN = "event_date"
+WAREHOUSE_CONN_ID = "trainpipe_warehouse"
+"""The connection dags/configs/fraud_detector_sql.yaml reads its rows through."""
+# A table's columns are fixed when it is created: these problems change a day's columns, which
+# an INSERT cannot do (SQLite would also convert `dtype`'s strings back to the column's numbers).
+COLUMN_PROBLEMS = ("drop", "rename", "dtype")
+_SQLITE_TYPES = {"int64": "INTEGER", "double": "REAL", "string": "TEXT"}
+
+
+def sqlite_connection_uri(path: Path) -> str:
+    """Airflow's URI of an SQLite connection (its `host` is the file's absolute path)."""
+    return "sqlite://" + quote(str(path.resolve()), safe="")
+
+
+def write_day_sqlite(
+    path: Path,
+    day: date,
+    rows: int,
+    seed: int = 0,
+    problems: list[Problem] | tuple[Problem, ...] = (),
+    kind: str = "card_transactions",
+) -> int:
+    """Replace one day's rows of table `kind` in the SQLite database `path` (created with its table
+    when missing) with the rows `write_day` writes, plus `event_date` ('YYYY-MM-DD'); returns the
+    rows written. Run again for the same day, it leaves that day's new rows only."""
+    import sqlite3
+
+    if column_problems := [str(p) for p in problems if p.kind in COLUMN_PROBLEMS]:
+        raise ValueError(
+            f"problem {column_problems[0]}: a table's columns are fixed; "
+            f"{', '.join(COLUMN_PROBLEMS)} apply to Parquet days (--out) only"
+        )
+    table = day_table(day, rows, seed, problems, kind)
+    table = table.append_column(DAY_COLUMN, pa.array([day.isoformat()] * table.num_rows, pa.string()))
+    columns = [f'"{field.name}" {_SQLITE_TYPES.get(str(field.type), "")}'.rstrip() for field in table.schema]
+    names = ", ".join(f'"{name}"' for name in table.column_names)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    try:
+        with db:  # one transaction: the day's old rows go only when its new ones are in
+            db.execute(f'CREATE TABLE IF NOT EXISTS "{kind}" ({", ".join(columns)})')
+            db.execute(f'CREATE INDEX IF NOT EXISTS "{kind}_{DAY_COLUMN}" ON "{kind}" ("{DAY_COLUMN}")')
+            db.execute(f'DELETE FROM "{kind}" WHERE "{DAY_COLUMN}" = ?', (day.isoformat(),))
+            db.executemany(
+                f'INSERT INTO "{kind}" ({names}) VALUES ({", ".join("?" * table.num_columns)})',
+                zip(*(column.to_pylist() for column in table.columns), strict=True),
+            )
+    except sqlite3.Error as exc:
+        raise ValueError(f"{path}: table {kind}: {exc}") from exc
+    finally:
+        db.close()
+    return table.num_rows

@@ -39,6 +39,14 @@ HOUSE_ROWS = {
     "2 node(s) x 4 process(es), launcher `kubernetes`; checkpoints under `s3://ml-checkpoints/trainpipe`",
 }
 
+SQL_ROWS = {
+    "Data": "a query on connection `trainpipe_warehouse`, a window of 7 x 1d ending with the run's day, "
+    "frozen into `snapshots`; label `is_fraud`; 6 numeric + 2 categorical features; holdout 20% by `transaction_id`",
+    "Waits for": "1000 rows from the query; deferrable, every 300s, timeout 21600s",
+    "Registry": "`fraud_detector_sql` alias `champion` (the old champion becomes `previous_champion`); "
+    f"emits asset `{ASSET}`",
+}
+
 
 def _doc(example: str = "fraud_detector", **edits: str) -> str:
     text = (EXAMPLE_CONFIGS / f"{example}.yaml").read_text()
@@ -89,7 +97,8 @@ def test_the_table_has_the_seven_rows_in_order(fraud: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("example", "expected"), [("fraud_detector", FRAUD_ROWS), ("house_prices", HOUSE_ROWS)]
+    ("example", "expected"),
+    [("fraud_detector", FRAUD_ROWS), ("house_prices", HOUSE_ROWS), ("fraud_detector_sql", SQL_ROWS)],
 )
 def test_each_row_describes_the_example_config(example: str, expected: dict[str, str]) -> None:
     rows = _rows(_doc(example))

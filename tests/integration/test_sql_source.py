@@ -97,8 +97,9 @@ def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_t
     assert len(runs) == 1, output[-8000:]
     (run,) = runs
     assert run["tasks"] == dict.fromkeys(TASKS, "success"), output[-8000:]
-    # 30 days ending with the run's: 2026-01-02 .. 2026-01-31, the 15th absent at the source.
-    assert "the query on 'warehouse' returns 8700 row(s)" in output
+    # The sensor counts the run's own day; the window is 30 days ending with it: 2026-01-02 ..
+    # 2026-01-31, the 15th absent at the source.
+    assert "the query on 'warehouse' returns 300 row(s)" in output
     assert "exported 2026-01-02T00:00:00+00:00 .. 2026-02-01T00:00:00+00:00 from warehouse" in output
 
     assert not (Path(env["TRAINPIPE_HOME"]) / "mlflow.db").exists()  # nothing fell back to SQLite

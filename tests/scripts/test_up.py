@@ -35,12 +35,15 @@ class Up:
     """scripts/up.py as `make up` runs it, with its state in tmp and free ports; output collected."""
 
     def __init__(self, state: Path) -> None:
-        # The four days up.py wants, small: it writes 4 x 20,000 rows itself when they are missing.
-        from airflow_trainpipe.synthetic import write_day
+        # The days up.py wants, small: it writes 4 x 20,000 rows (and 7 x 5,000 into the sql
+        # example's SQLite table) itself when they are missing.
+        from airflow_trainpipe.synthetic import write_day, write_day_sqlite
 
-        for back in range(4):
+        for back in range(7):
             day = date.today() - timedelta(days=back)
-            write_day((state / "home" / "data" / "card_transactions").as_uri(), day, 200, seed=back)
+            if back < 4:
+                write_day((state / "home" / "data" / "card_transactions").as_uri(), day, 200, seed=back)
+            write_day_sqlite(state / "home" / "warehouse.db", day, 50, seed=back)
         env = {**os.environ, "TRAINPIPE_CONFIG_CACHE": str(state / "config-cache")}
         self.process = subprocess.Popen(
             [

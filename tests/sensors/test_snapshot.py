@@ -205,7 +205,7 @@ def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
     from tests.helpers import warehouse
 
     url = warehouse.create_database(postgres_server.url, "sensor_tests")
-    warehouse.load_days(url, [date(2026, 1, 1)], 50)  # the day before the run's: outside its window
+    warehouse.load_days(url, [date(2026, 1, 1)], 600)  # in the run's window, but not its own day
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", url)
     data = {
         **_data(tmp_path.as_uri(), "poke", min_rows=500),
@@ -215,6 +215,7 @@ def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
             "query": warehouse.WINDOW_QUERY,
             "order_by": ["transaction_id"],
         },
+        "window": {"partitions": 3},
     }
     sensor = DataSnapshotSensor(task_id="w", data=DataSection.model_validate(data), partition="ds=2026-01-02")
     context = date_context(datetime(2026, 1, 2, tzinfo=UTC))

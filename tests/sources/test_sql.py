@@ -177,6 +177,14 @@ def test_the_window_is_the_run_s_day_or_the_days_before_it_as_quoted_literals() 
         DataSection.model_validate({**data, "window": {"partitions": 30}}), context, "ds=2026-01-31", render
     )
     assert (thirty.start, thirty.end) == (datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC))
+    # Hourly slots start at the run's hour.
+    hourly = {**data, "partition": "hour={{ ts_nodash }}", "window": {"partitions": 24, "every": "1h"}}
+    at_five = {**context, **date_context(datetime(2026, 1, 31, 5, tzinfo=UTC))}
+    day_of_hours = sql.run_window(DataSection.model_validate(hourly), at_five, "hour=20260131T050000", render)
+    assert (day_of_hours.start, day_of_hours.end) == (
+        datetime(2026, 1, 30, 6, tzinfo=UTC),
+        datetime(2026, 1, 31, 6, tzinfo=UTC),
+    )
     # A backfill's partition (chosen in the trigger form) moves the window with it.
     back = sql.run_window(DataSection.model_validate(data), context, "ds=2026-01-10", render)
     assert (back.start, back.end) == (datetime(2026, 1, 10, tzinfo=UTC), datetime(2026, 1, 11, tzinfo=UTC))

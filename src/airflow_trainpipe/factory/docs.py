@@ -8,7 +8,7 @@ contents are never rendered; connections appear by id only.
 from __future__ import annotations
 
 from airflow_trainpipe.config import PipelineConfig
-from airflow_trainpipe.config.types import format_duration
+from airflow_trainpipe.config.types import format_duration, short_duration
 
 
 def pipeline_doc(config: PipelineConfig, source: str, asset_name: str) -> str:
@@ -72,15 +72,27 @@ def _schedule(config: PipelineConfig) -> str:
 def _data(config: PipelineConfig) -> str:
     d = config.data
     return (
-        f"`{d.uri}/{d.partition}` ({d.format})"
-        + (
-            f", a window of the last {d.window.partitions} (at least {d.window.required} present)"
-            if d.window is not None
-            else ""
-        )
-        + f"; label `{d.label}`; "
+        _rows_from(config) + f"; label `{d.label}`; "
         f"{len(d.features.numeric)} numeric + {len(d.features.categorical)} categorical features; "
         f"holdout {d.holdout.fraction:.0%}" + (f" by `{d.split_key}`" if d.split_key else "")
+    )
+
+
+def _rows_from(config: PipelineConfig) -> str:
+    """The partition (or window of partitions) of files, or the query's window and its store."""
+    d = config.data
+    if d.source.kind == "sql":
+        # The connection by id only; the query stays in the config (and the run's manifest).
+        window = (
+            f"a window of {d.window.partitions} x {short_duration(d.window.every)} ending with the run's day"
+            if d.window is not None
+            else "the run's day"
+        )
+        return f"a query on connection `{d.source.conn_id}`, {window}, frozen into `{config.snapshots.uri}`"
+    return f"`{d.uri}/{d.partition}` ({d.format})" + (
+        f", a window of the last {d.window.partitions} (at least {d.window.required} present)"
+        if d.window is not None
+        else ""
     )
 
 
@@ -88,7 +100,7 @@ def _wait(config: PipelineConfig) -> str:
     w = config.data.wait
     needs = [f"marker `{w.marker}`"] if w.marker else []
     if w.min_rows:
-        needs.append(f"{w.min_rows} rows")
+        needs.append(f"{w.min_rows} rows" + (" from the query" if config.data.source.kind == "sql" else ""))
     return f"{' and '.join(needs) or 'any data file'}; {w.mode}, every {format_duration(w.poke_interval)}, timeout {format_duration(w.timeout)}"
 
 

@@ -22,8 +22,8 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     Complete means the writer's marker file exists (`data.wait.marker`, `_SUCCESS` by default)
     and/or the partition's files hold at least `data.wait.min_rows` rows, read from file footers.
-    For a `sql` source: the query, its window filled in, returns at least `min_rows` rows (a
-    `COUNT(*)` the database runs).
+    For a `sql` source: the query, rendered for the run's own day (the last slot of a window),
+    returns at least `min_rows` rows (a `COUNT(*)` the database runs).
     Works on `file://` and `s3://`; with `conn_id` the credentials and endpoint come from that
     Airflow connection (an AWS connection for s3://), as with ObjectStoragePath.
 
@@ -72,10 +72,10 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
 
     def _query(self, context: Context) -> str:
-        """A `sql` source's query for the run, its window filled in."""
+        """A `sql` source's query for the run's own day: earlier days of a window landed before."""
         from airflow_trainpipe.sources import rendered_query
 
-        return rendered_query(self.data, context, self.partition, self.render_template)
+        return rendered_query(self.data, context, self.partition, self.render_template, own_slot=True)
 
     def poke(self, context: Context) -> bool:
         ready, reason = self._ready(context)

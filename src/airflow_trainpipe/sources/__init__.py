@@ -51,10 +51,13 @@ def freeze_run(
     return manifest
 
 
-def rendered_query(data: DataSection, context: Mapping[str, Any], partition: str, render: Render) -> str:
-    """The `sql` source's query for the run, its window filled in."""
+def rendered_query(
+    data: DataSection, context: Mapping[str, Any], partition: str, render: Render, *, own_slot: bool = False
+) -> str:
+    """The `sql` source's query for the run, its window filled in; with `own_slot`, the run's own
+    day (slot) only: what `wait_for_data` waits for, as it waits for a files run's own partition."""
     from airflow_trainpipe.sources.sql import run_window as sql_window
 
     assert data.source.kind == "sql"
-    window = sql_window(data, context, partition, render)
+    window = sql_window(data, context, partition, render, slots=1 if own_slot else None)
     return str(render(data.source.query, {**context, **window.names()}))

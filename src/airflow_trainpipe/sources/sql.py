@@ -79,16 +79,24 @@ class SqlWindow:
         }
 
 
-def run_window(data: DataSection, context: Mapping[str, Any], partition: str, render: Callable) -> SqlWindow:
-    """The run's day (`ds` of the date that renders its partition: a backfill's partition moves
-    it), or `data.window.partitions` x `every` ending with that day."""
+def run_window(
+    data: DataSection, context: Mapping[str, Any], partition: str, render: Callable, slots: int | None = None
+) -> SqlWindow:
+    """The run's slot, or the `data.window.partitions` slots ending with it (`slots`: that many).
+
+    A slot is `every` long (a day by default) and starts at the run's logical date floored to a
+    multiple of `every` (midnight UTC for days, the hour for hours); a backfill's partition chosen
+    in the trigger form moves it to the date that renders that partition."""
     from airflow_trainpipe.window import anchored
 
     end_context = anchored(context, partition, lambda moved: str(render(data.partition, moved)))
-    day = datetime.fromisoformat(str(end_context["ds"])).replace(tzinfo=UTC)
+    moment = end_context.get("logical_date") or datetime.fromisoformat(str(end_context["ds"]))
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     every = data.window.every if data.window is not None else timedelta(days=1)
-    count = data.window.partitions if data.window is not None else 1
-    end = day + every
+    count = slots or (data.window.partitions if data.window is not None else 1)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    start = epoch + every * ((moment.astimezone(UTC) - epoch) // every)
+    end = start + every
     return SqlWindow(start=end - every * count, end=end)
 
 
