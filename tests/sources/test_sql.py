@@ -177,6 +177,11 @@ def test_the_window_is_the_run_s_day_or_the_days_before_it_as_quoted_literals() 
         DataSection.model_validate({**data, "window": {"partitions": 30}}), context, "ds=2026-01-31", render
     )
     assert (thirty.start, thirty.end) == (datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC))
+    # Airflow's context holds pendulum datetimes.
+    import pendulum
+
+    airflow_context = {**context, "logical_date": pendulum.datetime(2026, 1, 31, 2, 0, tz="UTC")}
+    assert sql.run_window(DataSection.model_validate(data), airflow_context, "ds=2026-01-31", render) == day
     # Hourly slots start at the run's hour.
     hourly = {**data, "partition": "hour={{ ts_nodash }}", "window": {"partitions": 24, "every": "1h"}}
     at_five = {**context, **date_context(datetime(2026, 1, 31, 5, tzinfo=UTC))}

@@ -91,12 +91,14 @@ def run_window(
 
     end_context = anchored(context, partition, lambda moved: str(render(data.partition, moved)))
     moment = end_context.get("logical_date") or datetime.fromisoformat(str(end_context["ds"]))
-    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    # A plain UTC datetime: Airflow's context holds pendulum's, whose intervals do not divide.
+    moment = datetime.fromtimestamp(
+        (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp(), UTC
+    )
     every = data.window.every if data.window is not None else timedelta(days=1)
     count = slots or (data.window.partitions if data.window is not None else 1)
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    start = epoch + every * ((moment.astimezone(UTC) - epoch) // every)
-    end = start + every
+    end = epoch + every * ((moment - epoch) // every) + every
     return SqlWindow(start=end - every * count, end=end)
 
 
