@@ -25,8 +25,10 @@ class FilesSource(Section):
 
 
 class SqlSource(Section):
-    """Rows of a query on an Airflow connection (PostgreSQL and SQLite through ADBC, streamed;
-    any other DB-API connection through its hook's cursor), frozen into Parquet per run."""
+    """Rows of a query on an Airflow connection, frozen into Parquet per run.
+
+    PostgreSQL and SQLite are read through ADBC, streamed; any other DB-API connection through
+    its hook's cursor."""
 
     kind: Literal["sql"]
     """`sql`: a query on an Airflow connection."""
