@@ -26,8 +26,8 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     and/or the partition's files hold at least `data.wait.min_rows` rows, read from file footers.
     For a `sql` source: the query, its window filled in, returns at least `min_rows` rows (a
     `COUNT(*)` the database runs). For a `delta` source: the table's current version holds at
-    least `min_rows` rows in the window (counted from file statistics where a file lies wholly
-    inside it, else streamed).
+    least `min_rows` rows in the window (a file the log's statistics place wholly inside it is
+    counted from its Parquet footer, the others stream the time column).
     Works on `file://` and `s3://`; with `conn_id` the credentials and endpoint come from that
     Airflow connection (an AWS connection for s3://), as with ObjectStoragePath.
 

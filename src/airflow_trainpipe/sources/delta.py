@@ -229,8 +229,8 @@ def window_scan(source: DeltaSource, window: SqlWindow) -> WindowScan:
 
 
 def count_rows(source: DeltaSource, window: SqlWindow) -> tuple[int, WindowScan]:
-    """Rows of the window at the current version: files wholly inside the window are counted from
-    their statistics, the others stream the time column only."""
+    """Rows of the window at the current version: a file the log's statistics place wholly inside
+    the window is counted from its Parquet footer, the others stream the time column only."""
     scan = window_scan(source, window)
     try:
         return scan.dataset.count_rows(filter=scan.filter, batch_size=source.batch_rows), scan
