@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
 
-HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna")
+HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna", "deltalake")
 
 
 def _modules_after(code: str) -> set[str]:
@@ -101,3 +101,18 @@ def test_the_factory_is_light() -> None:
     assert (
         _heavy(_modules_after("import airflow_trainpipe.factory"), (*HEAVY, "kubernetes", "matplotlib")) == []
     )
+
+
+def test_a_delta_pipeline_s_dag_is_built_without_deltalake(tmp_path) -> None:
+    """delta-rs (and its Arrow scan) is the export's and the sensor's, at run time: a DAG file of
+    a delta-source pipeline parses without it."""
+    from tests.helpers import lake
+
+    lake.delta_config(tmp_path, "lake/transactions")
+    modules = _modules_after(
+        "from airflow_trainpipe.factory import build_pipeline_dags\n"
+        "from pathlib import Path\n"
+        f"(dag,) = build_pipeline_dags(Path({str(tmp_path)!r}))\n"
+        "assert dag.task_dict['wait_for_data'].data.source.kind == 'delta', dag.task_dict\n"
+    )
+    assert _heavy(modules, HEAVY) == []

@@ -41,7 +41,11 @@ def get_provider_info() -> dict:
         "triggers": [
             {
                 "integration-name": "Trainpipe",
-                "python-modules": ["airflow_trainpipe.triggers.snapshot", "airflow_trainpipe.triggers.sql"],
+                "python-modules": [
+                    "airflow_trainpipe.triggers.snapshot",
+                    "airflow_trainpipe.triggers.sql",
+                    "airflow_trainpipe.triggers.delta",
+                ],
             },
         ],
         "hooks": [

@@ -46,16 +46,35 @@ class SnapshotFile(BaseModel):
 
 class SourceLineage(BaseModel):
     """Where a non-file snapshot's rows came from: lineage only. Reproducing reads the frozen
-    files, never the source again (its rows and versions change and expire)."""
+    files, never the source again (its rows and versions change and expire).
+
+    Fields of one kind are None for the other; a manifest stored before a field existed reads
+    with it None (every field after `kind` but the window is optional)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: str
-    conn_id: str
-    query: str
-    """The query as run, its window filled in (without the ORDER BY the export adds)."""
+    """`sql` or `delta`."""
+    conn_id: str | None = None
+    """sql: the database's Airflow connection; delta: the table storage's (None: the environment)."""
+    query: str | None = None
+    """sql: the query as run, its window filled in (without the ORDER BY the export adds)."""
     window_start: str
     window_end: str
+    table: str | None = None
+    """delta: the table's URI."""
+    version: int | None = None
+    """delta: the table version the rows were read at (the first one that gave these bytes, when
+    a later version gave them again: the manifest is stored once per digest)."""
+    filter: str | None = None
+    """delta: the row filter as evaluated (Arrow's expression text)."""
+
+    @property
+    def origin(self) -> str:
+        """What the rows were read from, for logs: a connection, or a table at a version."""
+        if self.kind == "delta":
+            return f"{self.table} at version {self.version}"
+        return str(self.conn_id)
 
 
 class Manifest(BaseModel):
@@ -76,7 +95,8 @@ class Manifest(BaseModel):
     missing: list[str] = []
     """The window's partitions that did not exist when it was frozen."""
     source: SourceLineage | None = None
-    """A `sql` source's query and window; None for files (`partition_uri` holds them)."""
+    """A `sql` source's query and window, a `delta` source's table, version, filter and window;
+    None for files (`partition_uri` holds them)."""
 
     @property
     def file_uris(self) -> list[str]:
@@ -91,15 +111,25 @@ class Manifest(BaseModel):
         return {**self.window_tags(), **self.source_tags()}
 
     def source_tags(self) -> dict[str, str]:
-        """A `sql` snapshot's connection, window and query hash (the manifest keeps the query)."""
-        if self.source is None:
+        """A `sql` snapshot's connection, window and query hash (the manifest keeps the query); a
+        `delta` snapshot's table, version, window and filter."""
+        source = self.source
+        if source is None:
             return {}
+        window = {"trainpipe.data_window": f"{source.window_start} .. {source.window_end}"}
+        if source.kind == "delta":
+            return {
+                "trainpipe.data_source": f"delta:{source.table}",
+                **window,
+                "trainpipe.data_table_version": str(source.version),
+                "trainpipe.data_filter": str(source.filter)[:5000],  # MLflow caps a tag value
+            }
         import hashlib
 
         return {
-            "trainpipe.data_source": f"{self.source.kind}:{self.source.conn_id}",
-            "trainpipe.data_window": f"{self.source.window_start} .. {self.source.window_end}",
-            "trainpipe.data_query_sha256": hashlib.sha256(self.source.query.encode()).hexdigest(),
+            "trainpipe.data_source": f"{source.kind}:{source.conn_id}",
+            **window,
+            "trainpipe.data_query_sha256": hashlib.sha256((source.query or "").encode()).hexdigest(),
         }
 
     def window_tags(self) -> dict[str, str]:

@@ -206,3 +206,21 @@ def test_a_huge_scalar_is_quoted_briefly() -> None:
 def test_scalars_yaml_cannot_construct_are_located(value: str, message: str) -> None:
     [problem] = _problems(FRAUD.replace("start_date: 2026-01-01", f"start_date: {value}"))
     assert problem.startswith("x.yaml:9:15: schedule.start_date: " + message)
+
+
+def test_a_problem_inside_one_kind_of_a_source_is_named_as_written() -> None:
+    """pydantic puts the union member's tag in the location (`data.source.sql.order_by`); the
+    file has no such key, so the problem is named, located and explained without it."""
+    sql = "  source:\n    kind: sql\n    conn_id: warehouse\n    query: SELECT 1\n    order_by: [a b]\n"
+    (problem,) = _problems(FRAUD.replace("  format: parquet\n", sql))
+    line = FRAUD[: FRAUD.index("  format: parquet\n")].count("\n") + 5
+    assert problem.startswith(
+        f"x.yaml:{line}:15: data.source.order_by: order_by column 'a b' is not a plain identifier"
+    )
+    (problem,) = _problems(
+        FRAUD.replace("  format: parquet\n", sql.replace("[a b]", "[id]\n    batch_row: 10"))
+    )
+    assert problem.startswith(f"x.yaml:{line + 1}:5: data.source.batch_row: unknown key 'batch_row'")
+    assert problem.endswith(
+        "(did you mean 'batch_rows'?); allowed keys: kind, conn_id, query, order_by, batch_rows, file_rows"
+    )

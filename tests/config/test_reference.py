@@ -14,13 +14,13 @@ from tests.conftest import REPO_ROOT
 
 
 def _all_sections(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
-    from airflow_trainpipe.config.reference import _section_model
+    from airflow_trainpipe.config.reference import section_models_in
 
     seen.add(model)
     for info in model.model_fields.values():
-        sub = _section_model(info.annotation)
-        if sub is not None and sub not in seen:
-            _all_sections(sub, seen)
+        for sub in section_models_in(info.annotation):
+            if sub not in seen:
+                _all_sections(sub, seen)
     return seen
 
 

@@ -230,3 +230,39 @@ def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
         "event_time >= '2026-01-02T00:00:00+00:00' AND event_time < '2026-01-03T00:00:00+00:00'"
         in trigger.query
     )
+
+
+def test_a_delta_source_waits_until_its_window_holds_min_rows_at_the_current_version(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from airflow_trainpipe.window import date_context
+    from tests.helpers import lake
+
+    table = tmp_path / "lake" / "transactions"
+    lake.write_days(table, [date(2026, 1, 1)], 600)  # in the run's window, but not its own day
+    data = {
+        **_data(tmp_path.as_uri(), "poke", min_rows=500),
+        "source": {
+            "kind": "delta",
+            "uri": table.as_uri(),
+            "time_column": "event_time",
+            "order_by": ["transaction_id"],
+        },
+        "window": {"partitions": 3},
+    }
+    sensor = DataSnapshotSensor(task_id="w", data=DataSection.model_validate(data), partition="ds=2026-01-02")
+    context = date_context(datetime(2026, 1, 2, tzinfo=UTC))
+    assert sensor.poke(context) is False  # type: ignore[arg-type]
+    lake.write_days(table, [DAY], 499)
+    assert sensor.poke(context) is False  # type: ignore[arg-type]
+    lake.write_days(table, [DAY], 1, seed=9)
+    ready, reason = sensor._ready(context)  # type: ignore[arg-type]
+    assert ready and reason.startswith(
+        f"{table.as_uri()} (version 2) holds 500 row(s) in ((event_time >= 2026-01-02"
+    )
+    trigger = sensor._trigger(context)  # type: ignore[arg-type]
+    assert type(trigger).__name__ == "DeltaRowsTrigger"
+    assert (trigger.window_start, trigger.window_end) == (
+        "2026-01-02T00:00:00+00:00",
+        "2026-01-03T00:00:00+00:00",
+    )

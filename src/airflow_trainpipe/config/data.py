@@ -9,8 +9,11 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
-from airflow_trainpipe.config.sources import FilesSource, SqlSource
+from airflow_trainpipe.config.sources import DeltaSource, FilesSource, SqlSource
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
+
+# Sources exported into the snapshot store: rows, not files, so no marker file and always Parquet.
+_FROZEN_KINDS = ("sql", "delta")
 
 
 class FeatureColumns(Section):
@@ -123,11 +126,13 @@ class DataSection(Section):
 
     uri: StorageUri
     """Dataset root: `s3://bucket/prefix`, `file:///abs/path`, or a path relative to TRAINPIPE_HOME.
-    With a `sql` source it holds the pipeline's records (manifests, validation history, reports)."""
+    With a `sql` or `delta` source it holds the pipeline's records (manifests, validation history,
+    reports)."""
 
-    source: FilesSource | SqlSource = Field(default=FilesSource(), discriminator="kind")
-    """Where the rows come from: `files` under `uri` (the default), or `sql`, a query on an
-    Airflow connection frozen into `snapshots.uri` once per run."""
+    source: FilesSource | SqlSource | DeltaSource = Field(default=FilesSource(), discriminator="kind")
+    """Where the rows come from: `files` under `uri` (the default); `sql`, a query on an Airflow
+    connection; or `delta`, a Delta Lake table's window at its current version. The last two are
+    frozen into `snapshots.uri` once per run."""
 
     partition: str = "ds={{ ds }}"
     """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""
@@ -177,10 +182,11 @@ class DataSection(Section):
     @model_validator(mode="before")
     @classmethod
     def _sql_waits_for_rows(cls, value: Any) -> Any:
-        """A query has no marker file: unless told otherwise, a sql source waits for one row."""
+        """A query or a table has no marker file: unless told otherwise, a sql or delta source
+        waits for one row in the run's window."""
         if not isinstance(value, dict) or not isinstance(value.get("source"), dict):
             return value
-        if value["source"].get("kind") != "sql":
+        if value["source"].get("kind") not in _FROZEN_KINDS:
             return value
         wait = value.get("wait")
         if wait is None:
@@ -191,16 +197,17 @@ class DataSection(Section):
 
     @model_validator(mode="after")
     def _sql_source_fits(self) -> DataSection:
-        if self.source.kind != "sql":
+        kind = self.source.kind
+        if kind not in _FROZEN_KINDS:
             return self
         problems: FieldProblems = []
         if self.format != "parquet":
             problems.append(
-                (("format",), "a sql source is exported as parquet; remove format or set parquet")
+                (("format",), f"a {kind} source is exported as parquet; remove format or set parquet")
             )
         if self.wait.marker is not None:
             problems.append(
-                (("wait", "marker"), "a sql source has no marker file; wait for rows with min_rows")
+                (("wait", "marker"), f"a {kind} source has no marker file; wait for rows with min_rows")
             )
         field_problems(problems)
         return self

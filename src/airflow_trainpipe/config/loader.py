@@ -241,10 +241,10 @@ class _Document:
             loc = tuple(error["loc"])
             if error["type"] == "cross_field":
                 for sub_loc, message in error["ctx"]["problems"]:
-                    problems.append(self._problem((*loc, *sub_loc), message, at_key=False))
+                    problems.append(self._problem(_untagged((*loc, *sub_loc)), message, at_key=False))
             else:
                 at_key = error["type"] in ("extra_forbidden", "missing")
-                problems.append(self._problem(loc, _message(error, loc), at_key))
+                problems.append(self._problem(_untagged(loc), _message(error, loc), at_key))
         return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
     def _problem(self, loc: Loc, message: str, at_key: bool) -> ConfigProblem:
@@ -325,10 +325,39 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
 
 def _field_at(loc: Loc) -> tuple[type[BaseModel] | None, str | None, Any]:
     """Walk the models along `loc`: the model owning the last field, its name, and its type."""
+    return _walk(loc)[:3]
+
+
+def _untagged(loc: Loc) -> Loc:
+    """`loc` without the tags pydantic puts in it for the member of a discriminated union
+    (`data.source.delta.columns` is `data.source.columns` in the file)."""
+    tags = _walk(loc)[3]
+    return tuple(part for i, part in enumerate(loc) if i not in tags)
+
+
+def _member(annotation: Any, tag: str) -> type[BaseModel] | None:
+    """The member of a union of sections whose one-value Literal field is `tag`."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None
+    for member in typing.get_args(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            for info in member.model_fields.values():
+                if typing.get_origin(info.annotation) is typing.Literal and typing.get_args(
+                    info.annotation
+                ) == (tag,):
+                    return member
+    return None
+
+
+def _walk(loc: Loc) -> tuple[type[BaseModel] | None, str | None, Any, set[int]]:
     annotation: Any = PipelineConfig
-    owner, field = None, None
-    for part in loc:
+    owner, field, tags = None, None, set()
+    for index, part in enumerate(loc):
         annotation = _unwrap(annotation)
+        if isinstance(part, str) and (member := _member(annotation, part)) is not None:
+            annotation = member
+            tags.add(index)
+            continue
         if isinstance(part, int):  # list index
             args = typing.get_args(annotation)
             annotation, field = (args[0] if args else None), None
@@ -336,13 +365,13 @@ def _field_at(loc: Loc) -> tuple[type[BaseModel] | None, str | None, Any]:
             owner = annotation
             matches = [(n, i) for n, i in annotation.model_fields.items() if (i.alias or n) == part]
             if not matches:
-                return owner, None, None
+                return owner, None, None, tags
             field, annotation = matches[0][0], matches[0][1].annotation
         elif typing.get_origin(annotation) is dict:  # free-form map key
             annotation, field = typing.get_args(annotation)[1], None
         else:
-            return None, None, None
-    return owner, field, annotation
+            return None, None, None, tags
+    return owner, field, annotation, tags
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -45,22 +45,40 @@ def _describe(schema: dict[str, Any], model: type[BaseModel]) -> None:
 def _section_models(model: type[BaseModel], seen: set[type[BaseModel]] | None = None) -> set[type[BaseModel]]:
     seen = set() if seen is None else seen
     for info in model.model_fields.values():
-        sub = _section_model(info.annotation)
-        if sub is not None and sub not in seen:
-            seen.add(sub)
-            _section_models(sub, seen)
+        for sub in section_models_in(info.annotation):
+            if sub not in seen:
+                seen.add(sub)
+                _section_models(sub, seen)
     return seen
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The Section model inside `X`, `X | None`, `list[X]` or `dict[str, X]`, if any."""
+    """The first Section model inside `X`, `X | None`, `list[X]` or `dict[str, X]`, if any."""
+    return next(iter(section_models_in(annotation)), None)
+
+
+def section_models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every Section model inside `X`, `X | Y`, `X | None`, `list[X | Y]` or `dict[str, X]`: each
+    kind of a union such as `data.source` is documented."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
+        return [annotation]
+    found: list[type[BaseModel]] = []
     if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, dict):
         for arg in typing.get_args(annotation):
-            if (model := _section_model(arg)) is not None:
-                return model
-    return None
+            found += [model for model in section_models_in(arg) if model not in found]
+    return found
+
+
+def _variant(model: type[BaseModel]) -> str:
+    """How the reference tells one kind of a union apart: its one-value Literal field (`kind:
+    sql`), else its class name."""
+    for name, info in model.model_fields.items():
+        if (
+            typing.get_origin(info.annotation) is typing.Literal
+            and len(typing.get_args(info.annotation)) == 1
+        ):
+            return f"{info.alias or name}: {typing.get_args(info.annotation)[0]}"
+    return model.__name__
 
 
 def _type_name(annotation: Any) -> str:
@@ -103,9 +121,8 @@ def _rows(model: type[BaseModel], prefix: str, sections: list[tuple[str, type[Ba
     for name, info in model.model_fields.items():
         key = info.alias or name
         path = f"{prefix}{key}"
-        sub = _section_model(info.annotation)
-        if sub is not None:
-            sections.append((path, sub))
+        subs = section_models_in(info.annotation)
+        sections += [(path, sub) for sub in subs]
         type_name = _type_name(info.annotation)
         description = (field_description(model, name) or "").replace("|", "\\|").replace("\n", " ")
         rows.append(f"| `{path}` | {type_name} | {_default(info)} | {description} |")
@@ -115,15 +132,20 @@ def _rows(model: type[BaseModel], prefix: str, sections: list[tuple[str, type[Ba
 def markdown_reference() -> str:
     lines = [BEGIN_MARKER, ""]
     queue: list[tuple[str, type[BaseModel]]] = [("", PipelineConfig)]
+    shared: set[str] = set()  # paths that hold one of several kinds of section
     while queue:
         prefix, model = queue.pop(0)
         title = f"`{prefix}`" if prefix else "top level"
+        if prefix in shared:
+            title += f" with `{_variant(model)}`"
         lines += [f"#### {title}", "", (model.__doc__ or "").strip().splitlines()[0], ""]
         lines += ["| key | type | default | description |", "|---|---|---|---|"]
         found: list[tuple[str, type[BaseModel]]] = []
         lines += _rows(model, f"{prefix}." if prefix else "", found)
         lines.append("")
-        queue.extend((path + _item_suffix(model, path), sub) for path, sub in found)
+        paths = [path + _item_suffix(model, path) for path, _ in found]
+        shared |= {path for path in paths if paths.count(path) > 1}
+        queue.extend((path, sub) for path, (_, sub) in zip(paths, found, strict=True))
     lines.append(END_MARKER)
     return "\n".join(lines) + "\n"
 

@@ -3,7 +3,9 @@
 A `files` source is today's layout: the run's partition of Parquet/CSV files under `data.uri`.
 A `sql` source is a query on an Airflow connection, rendered with the run's window and exported,
 streamed, into Parquet files in the content-addressed snapshot store: what was validated and
-trained on stays readable after the table changes.
+trained on stays readable after the table changes. A `delta` source is the window's rows of a
+Delta Lake table at its current version, frozen the same way: reproducing never needs the
+table's history (a vacuum deletes old versions' files).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.types import ColumnName, StorageUri
 
 
@@ -25,8 +27,10 @@ class FilesSource(Section):
 
 
 class SqlSource(Section):
-    """Rows of a query on an Airflow connection (PostgreSQL and SQLite through ADBC, streamed;
-    any other DB-API connection through its hook's cursor), frozen into Parquet per run."""
+    """Rows of a query on an Airflow connection, frozen into Parquet per run.
+
+    PostgreSQL and SQLite are read through ADBC, streamed; any other DB-API connection through
+    its hook's cursor."""
 
     kind: Literal["sql"]
     """`sql`: a query on an Airflow connection."""
@@ -77,11 +81,72 @@ class SqlSource(Section):
 # Quoted into the ORDER BY the export appends: a name that needs no escaping in any SQL dialect.
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-DataSource = FilesSource | SqlSource
+
+class DeltaSource(Section):
+    """The run's window of a Delta Lake table at its current version, frozen into Parquet per run.
+
+    Read through delta-rs (the `deltalake` package: no Spark, no JVM); the manifest records the
+    table, the version and the filter."""
+
+    kind: Literal["delta"]
+    """`delta`: a Delta Lake table."""
+
+    uri: StorageUri
+    """The table's root (the folder holding `_delta_log/`): `s3://bucket/table`,
+    `file:///abs/table`, or a path relative to TRAINPIPE_HOME."""
+
+    time_column: ColumnName
+    """Column the window filters on: the run's rows have `window_start <= time_column <
+    window_end` (the run's day, or `data.window.partitions` x `data.window.every` ending with it).
+    A timestamp compares as an instant (one without a time zone is read as UTC); a date as its
+    midnight UTC; a string as ISO 8601 text in UTC (`2026-01-05`, `2026-01-05T06:00:00`), compared
+    with `YYYY-MM-DD` bounds when the window is whole days, else `YYYY-MM-DDTHH:MM:SS`. A
+    partition column works (its files are pruned, not read); any other type is refused."""
+
+    order_by: list[ColumnName] = Field(min_length=1)
+    """Columns that order the rows completely (a unique key): the same rows then always give the
+    same bytes and digest, whatever files the table spreads them over. The export fails naming
+    the first two rows that tie."""
+
+    columns: list[ColumnName] | None = Field(default=None, min_length=1)
+    """Columns to export, in this order; null: every column of the table, partition columns
+    included, in the table's order. Must include `order_by`."""
+
+    batch_rows: PositiveInt = 65_536
+    """Rows per record batch read from the table and written as one Parquet row group."""
+
+    file_rows: PositiveInt = 1_048_576
+    """Rows per frozen Parquet file. Also the export's memory bound: the window is sorted this
+    many rows at a time (runs larger windows spill to local disk under TRAINPIPE_HOME and merge)."""
+
+    conn_id: str | None = Field(default=None, min_length=1)
+    """Airflow AWS connection whose credentials, region and endpoint read an `s3://` table; null:
+    the environment's (`AWS_*` variables, an instance role). Local tables need none."""
+
+    @model_validator(mode="after")
+    def _columns_hold_the_key(self) -> DeltaSource:
+        if self.columns is None:
+            return self
+        problems: FieldProblems = []
+        if len(set(self.columns)) != len(self.columns):
+            repeated = sorted({c for c in self.columns if self.columns.count(c) > 1})
+            problems.append((("columns",), f"lists {', '.join(repeated)} more than once"))
+        if missing := [c for c in self.order_by if c not in self.columns]:
+            problems.append(
+                (
+                    ("columns",),
+                    f"must include the order_by column(s) {', '.join(missing)}: the export sorts by them",
+                )
+            )
+        field_problems(problems)
+        return self
+
+
+DataSource = FilesSource | SqlSource | DeltaSource
 
 
 class SnapshotsSection(Section):
-    """The content-addressed store every non-file source is frozen into, once per run."""
+    """The content-addressed store every non-file source (`sql`, `delta`) is frozen into, once per run."""
 
     uri: StorageUri = "snapshots"
     """Store root: `s3://bucket/prefix`, `file:///abs/path`, or a path relative to TRAINPIPE_HOME.

@@ -39,6 +39,8 @@ LINEAGE_RUN_TAGS = (
     "trainpipe.data_missing",
     "trainpipe.data_source",
     "trainpipe.data_query_sha256",
+    "trainpipe.data_table_version",
+    "trainpipe.data_filter",
     "trainpipe.threshold",
 )
 

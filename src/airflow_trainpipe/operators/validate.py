@@ -62,8 +62,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.config.data.source.kind == "sql":
-            return self._execute_sql(context)
+        if self.config.data.source.kind != "files":
+            return self._execute_frozen(context)
         from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
         from airflow_trainpipe.window import run_window
 
@@ -106,9 +106,9 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         )
         return frozen
 
-    def _execute_sql(self, context: Context) -> dict[str, Any]:
-        """A `sql` source: the window's rows exported once into the snapshot store, then checked
-        there; training reads the same frozen files."""
+    def _execute_frozen(self, context: Context) -> dict[str, Any]:
+        """A `sql` or `delta` source: the window's rows exported once into the snapshot store,
+        then checked there; training reads the same frozen files."""
         from airflow_trainpipe.sources import freeze_run
 
         manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
@@ -117,7 +117,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             "exported %s .. %s from %s into the snapshot store",
             manifest.source.window_start,
             manifest.source.window_end,
-            manifest.source.conn_id,
+            manifest.source.origin,
         )
         self._log_snapshot(manifest)
         return self._checked(manifest, self.partition).to_xcom()

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
+    from airflow_trainpipe.sources.sql import SqlWindow
+
 
 class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     """Wait until the run's partition `<data.uri>/<partition>/` is complete.
@@ -23,7 +25,10 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     Complete means the writer's marker file exists (`data.wait.marker`, `_SUCCESS` by default)
     and/or the partition's files hold at least `data.wait.min_rows` rows, read from file footers.
     For a `sql` source: the query, rendered for the run's own day (the last slot of a window),
-    returns at least `min_rows` rows (a `COUNT(*)` the database runs).
+    returns at least `min_rows` rows (a `COUNT(*)` the database runs). For a `delta` source: the
+    table's current version holds at least `min_rows` rows in the window (a file the log's
+    statistics place wholly inside it is counted from its Parquet footer, the others stream the
+    time column).
     Works on `file://` and `s3://`; with `conn_id` the credentials and endpoint come from that
     Airflow connection (an AWS connection for s3://), as with ObjectStoragePath.
 
@@ -64,11 +69,15 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     def _ready(self, context: Context) -> tuple[bool, str]:
         from airflow_trainpipe.snapshot import partition_ready
 
-        wait = self.data.wait
-        if self.data.source.kind == "sql":
+        wait, source = self.data.wait, self.data.source
+        if source.kind == "sql":
             from airflow_trainpipe.sources.sql import rows_ready
 
-            return rows_ready(self.data.source.conn_id, self._query(context), wait.min_rows or 1)
+            return rows_ready(source.conn_id, self._query(context), wait.min_rows or 1)
+        if source.kind == "delta":
+            from airflow_trainpipe.sources import delta
+
+            return delta.rows_ready(source, self._window(context), wait.min_rows or 1)
         return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
 
     def _query(self, context: Context) -> str:
@@ -76,6 +85,13 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         from airflow_trainpipe.sources import rendered_query
 
         return rendered_query(self.data, context, self.partition, self.render_template, own_slot=True)
+
+    def _window(self, context: Context) -> SqlWindow:
+        """A `delta` source's slot to wait for: the run's own day, the window's last (earlier
+        days landed before, as a files source waits for its own partition only)."""
+        from airflow_trainpipe.sources.sql import run_window
+
+        return run_window(self.data, context, self.partition, self.render_template, slots=1)
 
     def poke(self, context: Context) -> bool:
         ready, reason = self._ready(context)
@@ -103,6 +119,17 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     def _trigger(self, context: Context) -> BaseTrigger:
         wait, interval = self.data.wait, _seconds(self.poke_interval)
+        if self.data.source.kind == "delta":
+            from airflow_trainpipe.triggers.delta import DeltaRowsTrigger
+
+            window = self._window(context)
+            return DeltaRowsTrigger(
+                source=self.data.source.model_dump(mode="json"),
+                window_start=window.start.isoformat(),
+                window_end=window.end.isoformat(),
+                min_rows=wait.min_rows or 1,
+                poke_interval=interval,
+            )
         if self.data.source.kind == "sql":
             from airflow_trainpipe.triggers.sql import SqlRowsTrigger
 

@@ -25,9 +25,15 @@ def freeze_run(
     conn_id: str | None = None,
 ) -> Manifest:
     """The run's snapshot, as its source holds it now, unvalidated: the partition (or the
-    window's partitions) of a `files` source, or the window's rows of a `sql` source exported
-    into the snapshot store. `partition` is the run's, rendered; `conn_id` is the storage's."""
+    window's partitions) of a `files` source, or the window's rows of a `sql` source (or of a
+    `delta` table's current version) exported into the snapshot store. `partition` is the run's,
+    rendered; `conn_id` is the storage's."""
     data = config.data
+    if data.source.kind == "delta":
+        from airflow_trainpipe.sources.freeze import delta_snapshot
+        from airflow_trainpipe.sources.sql import run_window as delta_window
+
+        return delta_snapshot(config, partition, delta_window(data, context, partition, render), conn_id)
     if data.source.kind == "sql":
         from airflow_trainpipe.sources.freeze import sql_snapshot
         from airflow_trainpipe.sources.sql import SourceError

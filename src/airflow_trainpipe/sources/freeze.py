@@ -13,6 +13,8 @@ import hashlib
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from airflow_trainpipe.config import PipelineConfig
-    from airflow_trainpipe.snapshot import Manifest, SnapshotFile
+    from airflow_trainpipe.snapshot import Manifest, SnapshotFile, SourceLineage
     from airflow_trainpipe.sources.sql import SqlWindow
 
 
@@ -118,42 +120,6 @@ def check_columns(config: PipelineConfig, schema: pa.Schema) -> None:
             )
 
 
-def sql_snapshot(
-    config: PipelineConfig, partition: str, window: SqlWindow, query: str, conn_id: str | None = None
-) -> Manifest:
-    """Export the window's rows, freeze the files, and store the manifest that reads them."""
-    from airflow_trainpipe.digest import combine
-    from airflow_trainpipe.snapshot import Manifest, SourceLineage, partition_uri, store_manifest
-    from airflow_trainpipe.sources.sql import export
-
-    data, source = config.data, config.data.source
-    assert source.kind == "sql"
-    scratch = trainpipe_home() / "exports"
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{config.pipeline}-") as folder:
-        exported, schema = export(source, query, Path(folder))
-        check_columns(config, schema)
-        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
-    manifest = Manifest(
-        partition_uri=partition_uri(data, partition),
-        format="parquet",
-        files=files,
-        rows=sum(f.rows for f in files),
-        columns={field.name: str(field.type) for field in schema},
-        digest=combine([f.sha256 for f in files]),
-        source=SourceLineage(
-            kind="sql",
-            conn_id=source.conn_id,
-            query=query,
-            window_start=window.start.isoformat(),
-            window_end=window.end.isoformat(),
-        ),
-    )
-    store_manifest(data, manifest, conn_id)
-    record_use(config, manifest, conn_id)
-    return manifest
-
-
 def use_uri(store: str, pipeline: str, digest: str) -> str:
     return join(resolve(store), "uses", pipeline, f"{digest.removeprefix('sha256:')}.json")
 
@@ -173,3 +139,87 @@ def record_use(config: PipelineConfig, manifest: Manifest, conn_id: str | None =
         "manifest": manifest.model_dump(mode="json"),
     }
     fs.pipe_file(path, json.dumps(document, indent=1).encode())
+
+
+def sql_snapshot(
+    config: PipelineConfig, partition: str, window: SqlWindow, query: str, conn_id: str | None = None
+) -> Manifest:
+    """Export the window's rows, freeze the files, and store the manifest that reads them."""
+    from airflow_trainpipe.snapshot import SourceLineage
+    from airflow_trainpipe.sources.sql import export
+
+    source = config.data.source
+    assert source.kind == "sql"
+    with _scratch(config) as folder:
+        exported, schema = export(source, query, folder)
+        check_columns(config, schema)
+        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
+    lineage = SourceLineage(
+        kind="sql",
+        conn_id=source.conn_id,
+        query=query,
+        window_start=window.start.isoformat(),
+        window_end=window.end.isoformat(),
+    )
+    return _stored(config, partition, files, schema, lineage, conn_id)
+
+
+def delta_snapshot(
+    config: PipelineConfig, partition: str, window: SqlWindow, conn_id: str | None = None
+) -> Manifest:
+    """Export the window's rows of the table's current version, freeze the files, and store the
+    manifest that reads them and names the table, version and filter. `conn_id` is the snapshot
+    store's; the table's own is `data.source.conn_id`."""
+    from airflow_trainpipe.snapshot import SourceLineage
+    from airflow_trainpipe.sources.delta import export
+
+    source = config.data.source
+    assert source.kind == "delta"
+    with _scratch(config) as folder:
+        exported = export(source, window, folder)
+        check_columns(config, exported.schema)
+        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
+    lineage = SourceLineage(
+        kind="delta",
+        conn_id=source.conn_id,
+        window_start=window.start.isoformat(),
+        window_end=window.end.isoformat(),
+        table=exported.scan.table,
+        version=exported.scan.version,
+        filter=exported.scan.filter_text,
+    )
+    return _stored(config, partition, files, exported.schema, lineage, conn_id)
+
+
+@contextmanager
+def _scratch(config: PipelineConfig) -> Iterator[Path]:
+    """A local folder for one export (its files, a sort's spilled runs), removed afterwards."""
+    scratch = trainpipe_home() / "exports"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{config.pipeline}-") as folder:
+        yield Path(folder)
+
+
+def _stored(
+    config: PipelineConfig,
+    partition: str,
+    files: list[SnapshotFile],
+    schema: pa.Schema,
+    lineage: SourceLineage,
+    conn_id: str | None,
+) -> Manifest:
+    from airflow_trainpipe.digest import combine
+    from airflow_trainpipe.snapshot import Manifest, partition_uri, store_manifest
+
+    manifest = Manifest(
+        partition_uri=partition_uri(config.data, partition),
+        format="parquet",
+        files=files,
+        rows=sum(f.rows for f in files),
+        columns={field.name: str(field.type) for field in schema},
+        digest=combine([f.sha256 for f in files]),
+        source=lineage,
+    )
+    store_manifest(config.data, manifest, conn_id)
+    record_use(config, manifest, conn_id)
+    return manifest
