@@ -96,6 +96,7 @@ SECTIONS = (
     "parsing",
     "training",
     "step",
+    "sources",
     "validation",
     "scale",
     "tuning",
@@ -111,6 +112,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from dag_parsing_bench import bench_dag_parsing
     from preemption_bench import bench_preemption
     from scale_bench import bench_scale
+    from sources_bench import bench_sources
     from step_bench import bench_step
     from train_bench import bench_training
     from tune_bench import bench_tuning
@@ -122,6 +124,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "training": bench_training,
         "step": bench_step,
         "validation": bench_validation,
+        "sources": bench_sources,
         "scale": bench_scale,
         "tuning": bench_tuning,
         "checkpoint": bench_checkpoint,
@@ -191,6 +194,7 @@ def _section_name(heading: str) -> str:
         ("config", "config parsing"),
         ("parsing", "dag parsing"),
         ("validation", "data validation"),
+        ("sources", "sources:"),
         ("scale", "scale:"),
         ("step", "training step alone"),
         ("tuning", "tuning:"),
