@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers import lake
-from tests.helpers.airflow_dags import RESULT_MARK
-from tests.integration.test_sql_source import DAG_FILE, TASKS
+from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
 
 
 @pytest.mark.slow
@@ -32,26 +31,9 @@ def test_a_30_day_window_from_delta_trains_registers_and_reproduces_after_a_vacu
     lake.write_days(table, [d for d in days if d != date(2026, 1, 15)], 300, seed=3)
     version = DeltaTable(str(table)).version()
     env = dict(airflow_env)
-    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags / "configs").mkdir(exist_ok=True)
     config = yaml.safe_load(lake.delta_config(tmp_path, table.as_uri(), partitions=30).read_text())
-    config["pipeline"] = "fraud_from_delta"
-    config["register"].pop("model_name")  # the pipeline's name
-    config["training"]["hyperparameters"]["epochs"] = 1
-    config["gate"]["no_champion"]["min_value"] = 0.0  # one short epoch: the path is tested, not the model
-    (dags / "configs" / "fraud_from_delta.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    (dags / "pipeline.py").write_text(DAG_FILE.replace("fraud_from_sql", "fraud_from_delta"))
-
-    done = subprocess.run(
-        [sys.executable, str(dags / "pipeline.py")], env=env, capture_output=True, text=True, timeout=540
-    )
-    output = done.stdout + done.stderr
-    runs = [
-        json.loads(line.split(RESULT_MARK, 1)[1]) for line in done.stdout.splitlines() if RESULT_MARK in line
-    ]
-    assert len(runs) == 1, output[-8000:]
-    (run,) = runs
-    assert run["tasks"] == dict.fromkeys(TASKS, "success"), output[-8000:]
+    run, output = run_factory_pipeline(env, {**config, "pipeline": "fraud_from_delta"}, "2026-01-31")
+    assert run["tasks"] == dict.fromkeys(FACTORY_TASKS, "success"), output[-8000:]
     # The sensor counts the run's own day; the window is 30 days ending with it: 2026-01-02 ..
     # 2026-01-31, the 15th absent from the table.
     assert f"{table.as_uri()} (version {version}) holds 300 row(s) in " in output

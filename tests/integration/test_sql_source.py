@@ -20,25 +20,8 @@ import pytest
 import yaml
 
 from tests.helpers import warehouse
-from tests.helpers.airflow_dags import RESULT_MARK
+from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
 from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
-
-DAG_FILE = f"""
-# The factory's DAGs (Airflow's safe mode parses only files that mention "airflow" and "dag").
-import json
-from datetime import datetime, timezone
-from pathlib import Path
-
-from airflow_trainpipe.factory import register_pipelines
-
-register_pipelines(Path(__file__).parent / "configs", globals())
-
-if __name__ == "__main__":
-    run = globals()["fraud_from_sql"].test(logical_date=datetime(2026, 1, 31, tzinfo=timezone.utc))
-    tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-    print({RESULT_MARK!r} + json.dumps({{"state": str(run.state), "tasks": tasks}}), flush=True)
-"""
-TASKS = ["wait_for_data", "validate_data", "train", "gate", "register"]
 
 
 def _sqlalchemy(cluster_url: str, database: str) -> str:
@@ -77,26 +60,9 @@ def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_t
     )
     request.addfinalizer(lambda: stop_mlflow_server(server.process))
     env.update(AIRFLOW_CONN_MLFLOW_DEFAULT=server.connection_json())
-    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags / "configs").mkdir(exist_ok=True)
     config = yaml.safe_load(warehouse.sql_config(tmp_path, partitions=30).read_text())
-    config["pipeline"] = "fraud_from_sql"
-    config["register"].pop("model_name")  # the pipeline's name
-    config["training"]["hyperparameters"]["epochs"] = 1
-    config["gate"]["no_champion"]["min_value"] = 0.0  # one short epoch: the path is tested, not the model
-    (dags / "configs" / "fraud_from_sql.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    (dags / "pipeline.py").write_text(DAG_FILE)
-
-    done = subprocess.run(
-        [sys.executable, str(dags / "pipeline.py")], env=env, capture_output=True, text=True, timeout=540
-    )
-    output = done.stdout + done.stderr
-    runs = [
-        json.loads(line.split(RESULT_MARK, 1)[1]) for line in done.stdout.splitlines() if RESULT_MARK in line
-    ]
-    assert len(runs) == 1, output[-8000:]
-    (run,) = runs
-    assert run["tasks"] == dict.fromkeys(TASKS, "success"), output[-8000:]
+    run, output = run_factory_pipeline(env, {**config, "pipeline": "fraud_from_sql"}, "2026-01-31")
+    assert run["tasks"] == dict.fromkeys(FACTORY_TASKS, "success"), output[-8000:]
     # The sensor counts the run's own day; the window is 30 days ending with it: 2026-01-02 ..
     # 2026-01-31, the 15th absent at the source.
     assert "the query on 'warehouse' returns 300 row(s)" in output

@@ -3,7 +3,6 @@ the storage is unreachable, ends the wait at once on a table that does not exist
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import date
 from pathlib import Path
@@ -12,20 +11,9 @@ import pytest
 
 from airflow_trainpipe.triggers.delta import DeltaRowsTrigger
 from tests.helpers import lake
+from tests.helpers.triggers import first_event
 
 START, END = "2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"
-
-
-async def _first_event(trigger: DeltaRowsTrigger, timeout: float) -> dict | None:
-    async def first() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    try:
-        return await asyncio.wait_for(first(), timeout)
-    except TimeoutError:
-        return None
 
 
 def _trigger(uri: str, min_rows: int, **source: object) -> DeltaRowsTrigger:
@@ -44,12 +32,12 @@ def _trigger(uri: str, min_rows: int, **source: object) -> DeltaRowsTrigger:
 def test_fires_once_the_window_holds_enough_rows(tmp_path: Path) -> None:
     table = tmp_path / "transactions"
     lake.write_days(table, [date(2026, 1, 1), date(2026, 1, 2), date(2026, 1, 3)], 20)
-    event = asyncio.run(_first_event(_trigger(table.as_uri(), 20), 20))
+    event = first_event(_trigger(table.as_uri(), 20), 20)
     assert event is not None and event["status"] == "ready"
     assert event["message"].startswith(f"{table.as_uri()} (version 2) holds 20 row(s) in ")
-    assert asyncio.run(_first_event(_trigger(table.as_uri(), 21), 1.0)) is None
+    assert first_event(_trigger(table.as_uri(), 21), 1.0) is None
     missing = _trigger((tmp_path / "nowhere").as_uri(), 1)
-    event = asyncio.run(_first_event(missing, 20))
+    event = first_event(missing, 20)
     assert event is not None and event["status"] == "error" and "no Delta table at" in event["message"]
     kind, kwargs = missing.serialize()
     assert kind == "airflow_trainpipe.triggers.delta.DeltaRowsTrigger"
@@ -65,4 +53,4 @@ def test_unreachable_storage_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> 
         json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}),
     )
     trigger = _trigger("s3://lake/transactions", 1, conn_id="lake_down")
-    assert asyncio.run(_first_event(trigger, 6.0)) is None  # no error event: it keeps waiting
+    assert first_event(trigger, 6.0) is None  # no error event: it keeps waiting

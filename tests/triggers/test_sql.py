@@ -3,25 +3,13 @@ is unreachable, ends the wait at once on a query the database refuses."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import date
 
 import pytest
 
 from airflow_trainpipe.triggers.sql import SqlRowsTrigger
 from tests.helpers import warehouse
-
-
-async def _first_event(trigger: SqlRowsTrigger, timeout: float) -> dict | None:
-    async def first() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    try:
-        return await asyncio.wait_for(first(), timeout)
-    except TimeoutError:
-        return None
+from tests.helpers.triggers import first_event
 
 
 def test_fires_once_the_query_returns_enough_rows(postgres_server, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,14 +18,14 @@ def test_fires_once_the_query_returns_enough_rows(postgres_server, monkeypatch: 
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", url)
     query = "SELECT * FROM card_transactions"
     trigger = SqlRowsTrigger(conn_id="warehouse", query=query, min_rows=20, poke_interval=0.1)
-    assert asyncio.run(_first_event(trigger, 20)) == {
+    assert first_event(trigger, 20) == {
         "status": "ready",
         "message": "the query on 'warehouse' returns 20 row(s)",
     }
     waiting = SqlRowsTrigger(conn_id="warehouse", query=query, min_rows=21, poke_interval=0.1)
-    assert asyncio.run(_first_event(waiting, 1.0)) is None
+    assert first_event(waiting, 1.0) is None
     refused = SqlRowsTrigger(conn_id="warehouse", query="SELECT * FROM nope", min_rows=1, poke_interval=0.1)
-    event = asyncio.run(_first_event(refused, 20))
+    event = first_event(refused, 20)
     assert (
         event is not None
         and event["status"] == "error"
@@ -55,4 +43,4 @@ def test_an_unreachable_database_is_asked_again(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setenv("AIRFLOW_CONN_DOWN", f"postgres://postgres@127.0.0.1:{free_port()}/postgres")
     trigger = SqlRowsTrigger(conn_id="down", query="SELECT 1", min_rows=1, poke_interval=0.1)
-    assert asyncio.run(_first_event(trigger, 1.5)) is None  # no error event: it keeps waiting
+    assert first_event(trigger, 1.5) is None  # no error event: it keeps waiting

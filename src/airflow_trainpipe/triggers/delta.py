@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow_trainpipe.sources.sql import SourceUnavailable
+from airflow_trainpipe.triggers.polling import PollingTrigger
 
 
-class DeltaRowsTrigger(BaseTrigger):
+class DeltaRowsTrigger(PollingTrigger):
     """Fires once the table's current version holds `min_rows` rows in the run's window.
 
     delta-rs and the Arrow scan block, so the count runs in a worker thread: the triggerer's event
@@ -18,6 +17,8 @@ class DeltaRowsTrigger(BaseTrigger):
     the wait at once (the task reports it); storage that cannot be reached is asked again next
     interval. The source travels as its config (a dict), the window as ISO timestamps.
     """
+
+    keep_waiting_on = (SourceUnavailable,)
 
     def __init__(
         self,
@@ -35,17 +36,14 @@ class DeltaRowsTrigger(BaseTrigger):
         self.min_rows = min_rows
         self.poke_interval = poke_interval
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "source": self.source,
-                "window_start": self.window_start,
-                "window_end": self.window_end,
-                "min_rows": self.min_rows,
-                "poke_interval": self.poke_interval,
-            },
-        )
+    def _arguments(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "min_rows": self.min_rows,
+            "poke_interval": self.poke_interval,
+        }
 
     def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.config.sources import DeltaSource
@@ -54,20 +52,3 @@ class DeltaRowsTrigger(BaseTrigger):
 
         window = SqlWindow(datetime.fromisoformat(self.window_start), datetime.fromisoformat(self.window_end))
         return rows_ready(DeltaSource.model_validate(self.source), window, self.min_rows)
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_trainpipe.sources.sql import SourceUnavailable
-
-        while True:
-            try:
-                ready, reason = await asyncio.to_thread(self._ready)
-            except SourceUnavailable as exc:
-                ready, reason = False, str(exc)
-            except Exception as exc:  # the task, not the triggerer, reports it
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
-                return
-            if ready:
-                yield TriggerEvent({"status": "ready", "message": reason})
-                return
-            self.log.info("waiting: %s", reason)
-            await asyncio.sleep(self.poke_interval)

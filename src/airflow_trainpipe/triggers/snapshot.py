@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow_trainpipe.triggers.polling import PollingTrigger
 
 
-class DataSnapshotTrigger(BaseTrigger):
-    """Fires once the partition is complete by the same rule the sensor pokes with.
-
-    The check is blocking fsspec I/O, so it runs in a worker thread: the triggerer's event loop
-    serves every deferred task of the deployment and must never block.
-    """
+class DataSnapshotTrigger(PollingTrigger):
+    """Fires once the partition is complete by the same rule the sensor pokes with (fsspec I/O,
+    in a worker thread)."""
 
     def __init__(
         self,
@@ -34,32 +29,17 @@ class DataSnapshotTrigger(BaseTrigger):
         self.conn_id = conn_id
         self.poke_interval = poke_interval
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "uri": self.uri,
-                "format": self.format,
-                "marker": self.marker,
-                "min_rows": self.min_rows,
-                "conn_id": self.conn_id,
-                "poke_interval": self.poke_interval,
-            },
-        )
+    def _arguments(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "format": self.format,
+            "marker": self.marker,
+            "min_rows": self.min_rows,
+            "conn_id": self.conn_id,
+            "poke_interval": self.poke_interval,
+        }
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.snapshot import partition_ready
 
-        while True:
-            try:
-                ready, reason = await asyncio.to_thread(
-                    partition_ready, self.uri, self.format, self.marker, self.min_rows, self.conn_id
-                )
-            except Exception as exc:  # the task, not the triggerer, reports it
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
-                return
-            if ready:
-                yield TriggerEvent({"status": "ready", "message": reason})
-                return
-            self.log.info("waiting: %s", reason)
-            await asyncio.sleep(self.poke_interval)
+        return partition_ready(self.uri, self.format, self.marker, self.min_rows, self.conn_id)

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow_trainpipe.sources.sql import SourceUnavailable
+from airflow_trainpipe.triggers.polling import PollingTrigger
 
 
-class SqlRowsTrigger(BaseTrigger):
-    """Fires once the run's query returns `min_rows` rows, counted by the database.
+class SqlRowsTrigger(PollingTrigger):
+    """Fires once the run's query returns `min_rows` rows, counted by the database. A query the
+    database refuses ends the wait at once; a database that cannot be reached is asked again."""
 
-    The driver is blocking, so the count runs in a worker thread: the triggerer's event loop
-    serves every deferred task of the deployment. A query the database refuses ends the wait at
-    once (the task reports it); a database that cannot be reached is asked again next interval.
-    """
+    keep_waiting_on = (SourceUnavailable,)
 
     def __init__(self, *, conn_id: str, query: str, min_rows: int, poke_interval: float = 300.0) -> None:
         super().__init__()
@@ -24,30 +21,15 @@ class SqlRowsTrigger(BaseTrigger):
         self.min_rows = min_rows
         self.poke_interval = poke_interval
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "conn_id": self.conn_id,
-                "query": self.query,
-                "min_rows": self.min_rows,
-                "poke_interval": self.poke_interval,
-            },
-        )
+    def _arguments(self) -> dict[str, Any]:
+        return {
+            "conn_id": self.conn_id,
+            "query": self.query,
+            "min_rows": self.min_rows,
+            "poke_interval": self.poke_interval,
+        }
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_trainpipe.sources.sql import SourceUnavailable, rows_ready
+    def _ready(self) -> tuple[bool, str]:
+        from airflow_trainpipe.sources.sql import rows_ready
 
-        while True:
-            try:
-                ready, reason = await asyncio.to_thread(rows_ready, self.conn_id, self.query, self.min_rows)
-            except SourceUnavailable as exc:
-                ready, reason = False, str(exc)
-            except Exception as exc:  # the task, not the triggerer, reports it
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
-                return
-            if ready:
-                yield TriggerEvent({"status": "ready", "message": reason})
-                return
-            self.log.info("waiting: %s", reason)
-            await asyncio.sleep(self.poke_interval)
+        return rows_ready(self.conn_id, self.query, self.min_rows)
