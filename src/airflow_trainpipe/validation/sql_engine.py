@@ -1,0 +1,96 @@
+"""`validation.engine: sql`: the Great Expectations suite run in the source's database.
+
+GX's SQL execution engine runs each expectation as queries over a query asset, the run's
+rendered window query, so the database does the counting and no rows reach the worker. The
+rows were exported into the snapshot store just before (training reads those files); a COUNT
+of the same query, compared with the export's row count, catches a window whose rows changed
+in between, which would make the verdict be about other rows than the ones trained on.
+
+GX 1.24 quirks coded around: numpy scalars in expectation kwargs are rendered into the SQL
+literally (kwargs are made plain first), and `ValidationDefinition.run` cannot serialise the
+quantile expectation's result (batches are validated directly, without a validation definition).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+from airflow_trainpipe.config.validation import ExpectationRule
+from airflow_trainpipe.validation.expectations import ExpectationRunner, plain
+
+
+def sqlalchemy_url(conn_id: str) -> str:
+    """SQLAlchemy URL of an Airflow connection: PostgreSQL through psycopg 3, SQLite by path."""
+    from airflow_trainpipe.sources.sql import (
+        _ADBC_POSTGRES,
+        _ADBC_SQLITE,
+        SourceError,
+        _connection,
+        _postgres_uri,
+    )
+
+    conn = _connection(conn_id)
+    kind = (conn.conn_type or "").lower()
+    if kind in _ADBC_POSTGRES:
+        return "postgresql+psycopg://" + _postgres_uri(conn).removeprefix("postgresql://")
+    if kind in _ADBC_SQLITE:
+        path = conn.host or conn.schema
+        return f"sqlite:///{quote(str(path))}"
+    raise SourceError(
+        f"validation.engine 'sql' runs on PostgreSQL and SQLite connections; {conn_id!r} is a {kind!r} connection"
+    )
+
+
+class SqlExpectationRunner(ExpectationRunner):
+    """The suite on one query asset of a SQL data source; every expectation runs once, in the
+    database (there are no batches to merge)."""
+
+    def __init__(self, rules: list[ExpectationRule], url: str, query: str) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        from airflow_trainpipe.sources.sql import statement
+
+        self.gx = gx
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        name = f"trainpipe-{uuid.uuid4().hex[:8]}"
+        if url.startswith("sqlite"):
+            self.database: Any = self.context.data_sources.add_sqlite(name, connection_string=url)
+        else:
+            self.database = self.context.data_sources.add_postgres(name, connection_string=url)
+        self.query = statement(query)
+        self.streamed: list[ExpectationRule] = []
+        self.whole = [ExpectationRule(type=r.type, kwargs=plain(r.kwargs)) for r in rules]
+        self._rules = list(rules)
+        self._merged: list[dict[str, Any]] = []
+        self._whole_results: list[Any] = []
+        self._suites = {"streamed": self._suite([]), "whole": self._suite(self.whole)}
+        self._asset = self.database.add_query_asset(
+            "window", query=self.query
+        ).add_batch_definition_whole_table("batch")
+
+    def _validate(self, frame: Any, part: str) -> Any:
+        return self._asset.get_batch().validate(self._suites[part], result_format="BASIC")
+
+    def run(self) -> list[Any]:
+        """Run the suite in the database; outcomes carry the caller's rules (not the plain copies)."""
+        self.run_whole(None)
+        outcomes = self.outcomes()
+        for outcome, rule in zip(outcomes, self._rules, strict=True):
+            outcome.rule = rule
+        return outcomes
+
+    def _configuration(self, rule: ExpectationRule) -> Any:
+        return self._suites["whole"].expectations[self._rules.index(rule)].configuration
+
+    def row_count(self) -> int:
+        """COUNT(*) of the window query, in the database."""
+        import sqlalchemy as sa
+
+        from airflow_trainpipe.sources.sql import counted
+
+        with self.database.get_engine().connect() as connection:
+            return int(connection.execute(sa.text(counted(self.query))).scalar_one())
