@@ -14,7 +14,8 @@ import yaml
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.exceptions import ConfigError
 from airflow_trainpipe.snapshot import cli_snapshot
-from airflow_trainpipe.validation.validate import ValidationReport, validate_snapshot
+from airflow_trainpipe.validation import drift
+from airflow_trainpipe.validation.validate import ValidationReport, history_payload, validate_snapshot
 from tests.helpers import warehouse
 
 pytestmark = pytest.mark.slow
@@ -65,12 +66,17 @@ def _config_file(folder: Path, engine: str, expectations: list[dict[str, Any]] =
     return path
 
 
-def _validated(folder: Path, engine: str, day: str) -> ValidationReport:
+def _validated(
+    folder: Path, engine: str, day: str, reference: ValidationReport | None = None
+) -> ValidationReport:
     config = load_config(_config_file(folder / engine, engine))
     manifest = cli_snapshot(config, day)
     assert manifest.source is not None
+    record = None
+    if reference is not None:
+        record = {**history_payload(reference), "partition": reference.partition}
     return validate_snapshot(
-        config, day, manifest, reference=None, previous=None, query=manifest.source.query
+        config, day, manifest, reference=record, previous=None, query=manifest.source.query
     )
 
 
@@ -89,6 +95,7 @@ def test_the_sql_engine_gives_the_stream_engine_s_verdicts(
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(drift, "SAMPLE_ROWS", 500)  # numeric profiles from every 3rd value: the stride counts
     for engine in ("stream", "sql"):
         (tmp_path / engine).mkdir()
     passing = {engine: _validated(tmp_path, engine, "2026-03-01") for engine in ("stream", "sql")}
@@ -109,9 +116,17 @@ def test_the_sql_engine_gives_the_stream_engine_s_verdicts(
         f"UPDATE card_transactions SET hour = NULL WHERE {day} AND hour = 7",
         f"UPDATE card_transactions SET is_fraud = 2 WHERE {day} AND hour = 9",
     )
-    broken = {engine: _validated(tmp_path, engine, "2026-03-02") for engine in ("stream", "sql")}
+    broken = {
+        engine: _validated(tmp_path, engine, "2026-03-02", passing[engine]) for engine in ("stream", "sql")
+    }
     assert _verdicts(broken["sql"]) == _verdicts(broken["stream"])
-    failed = {(c.name, c.column) for c in broken["sql"].failures}
+    # The drift profiles counted in the database are the streamed ones, and so are the scores.
+    assert passing["sql"].profiles == passing["stream"].profiles
+    assert broken["sql"].profiles == broken["stream"].profiles
+    assert broken["sql"].profiles["hour"]["nulls"] > 0
+    assert broken["sql"].drift_scores == broken["stream"].drift_scores
+    assert set(broken["sql"].drift_scores) == set(broken["sql"].profiles)
+    failed = {(c.name, c.column) for c in broken["sql"].failures if c.kind == "expectation"}
     assert failed == {
         ("expect_column_values_to_not_be_null", "hour"),
         ("expect_column_values_to_be_between", "amount"),

@@ -94,3 +94,77 @@ class SqlExpectationRunner(ExpectationRunner):
 
         with self.database.get_engine().connect() as connection:
             return int(connection.execute(sa.text(counted(self.query))).scalar_one())
+
+
+def fill_profiles(runner: SqlExpectationRunner, order_by: list[str], accumulators: dict[str, Any]) -> None:
+    """The drift profiles, counted in the database; the same numbers as the streamed pass over the
+    exported files (which are in `order_by` order): one scan for every feature's null count and its
+    counts at the reference's edges (exact), a GROUP BY per categorical feature, and per numeric
+    feature the strided sample its percentiles are taken from (at most drift.SAMPLE_ROWS values,
+    whatever the window's size: the rows themselves never reach the worker)."""
+    from airflow_trainpipe.validation.drift import NumericAccumulator
+
+    if not accumulators:
+        return
+    engine = runner.database.get_engine()
+    quote = engine.dialect.identifier_preparer.quote
+    with engine.connect() as connection:
+        _fill_counts(connection, runner.query, accumulators, quote)
+        for name, accumulator in accumulators.items():
+            if isinstance(accumulator, NumericAccumulator):
+                _fill_sample(connection, runner.query, name, accumulator, [quote(k) for k in order_by], quote)
+            else:
+                _fill_categories(connection, runner.query, name, accumulator, quote)
+
+
+def _fill_counts(connection: Any, query: str, accumulators: dict[str, Any], quote: Any) -> None:
+    """One scan: each feature's non-null count, and each numeric one's counts at its edges."""
+    import numpy as np
+    import sqlalchemy as sa
+
+    from airflow_trainpipe.validation.drift import NumericAccumulator
+
+    columns, params = ["COUNT(*)"], {}
+    for i, (name, accumulator) in enumerate(accumulators.items()):
+        columns.append(f"COUNT({quote(name)})")
+        if isinstance(accumulator, NumericAccumulator) and accumulator.edges is not None:
+            for j, edge in enumerate(accumulator.edges):
+                params[f"e{i}_{j}"] = float(edge)  # bound, never rendered: GX 1.24 prints numpy floats raw
+                columns.append(f"SUM(CASE WHEN {quote(name)} <= :e{i}_{j} THEN 1 ELSE 0 END)")
+    row = iter(connection.execute(sa.text(f"SELECT {', '.join(columns)} FROM ({query}) AS q"), params).one())
+    total = int(next(row))
+    for accumulator in accumulators.values():
+        accumulator.nulls = total - int(next(row))
+        if isinstance(accumulator, NumericAccumulator):
+            accumulator.count = total - accumulator.nulls
+            if accumulator.edges is not None:
+                accumulator.at_or_below = np.array(
+                    [int(next(row) or 0) for _ in accumulator.edges], dtype=np.int64
+                )
+
+
+def _fill_sample(
+    connection: Any, query: str, name: str, accumulator: Any, keys: list[str], quote: Any
+) -> None:
+    """The numeric feature's strided sample: every `stride`-th non-null value in export order."""
+    import numpy as np
+    import sqlalchemy as sa
+
+    column = quote(name)
+    sampled = (
+        f"SELECT v FROM (SELECT {column} AS v, ROW_NUMBER() OVER (ORDER BY {', '.join(keys)}) AS rn "
+        f"FROM ({query}) AS q WHERE {column} IS NOT NULL) AS s WHERE (s.rn - 1) % :stride = 0"
+    )
+    values = connection.execute(sa.text(sampled), {"stride": accumulator.stride}).scalars().all()
+    accumulator.samples = [np.asarray(values, dtype=np.float64)]
+
+
+def _fill_categories(connection: Any, query: str, name: str, accumulator: Any, quote: Any) -> None:
+    """The categorical feature's value counts (keys as the streamed profile writes them: str())."""
+    import sqlalchemy as sa
+
+    column = quote(name)
+    grouped = f"SELECT {column}, COUNT(*) FROM ({query}) AS q WHERE {column} IS NOT NULL GROUP BY {column}"
+    for value, count in connection.execute(sa.text(grouped)):
+        key = str(value)
+        accumulator.counts[key] = accumulator.counts.get(key, 0) + int(count)
