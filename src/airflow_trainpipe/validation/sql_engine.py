@@ -110,10 +110,17 @@ def fill_profiles(runner: SqlExpectationRunner, order_by: list[str], accumulator
     quote = engine.dialect.identifier_preparer.quote
     with engine.connect() as connection:
         _fill_counts(connection, runner.query, accumulators, quote)
+        keys = [quote(k) for k in order_by]
+        numeric = {n: a for n, a in accumulators.items() if isinstance(a, NumericAccumulator)}
+        # Columns without nulls share their positions among the non-null values: one query for all.
+        whole = {n: a for n, a in numeric.items() if a.nulls == 0}
+        if whole:
+            _fill_samples(connection, runner.query, whole, keys, quote)
+        for name, accumulator in numeric.items():
+            if name not in whole:
+                _fill_samples(connection, runner.query, {name: accumulator}, keys, quote)
         for name, accumulator in accumulators.items():
-            if isinstance(accumulator, NumericAccumulator):
-                _fill_sample(connection, runner.query, name, accumulator, [quote(k) for k in order_by], quote)
-            else:
+            if name not in numeric:
                 _fill_categories(connection, runner.query, name, accumulator, quote)
 
 
@@ -143,20 +150,25 @@ def _fill_counts(connection: Any, query: str, accumulators: dict[str, Any], quot
                 )
 
 
-def _fill_sample(
-    connection: Any, query: str, name: str, accumulator: Any, keys: list[str], quote: Any
+def _fill_samples(
+    connection: Any, query: str, accumulators: dict[str, Any], keys: list[str], quote: Any
 ) -> None:
-    """The numeric feature's strided sample: every `stride`-th non-null value in export order."""
+    """The numeric features' strided samples: every `stride`-th non-null value in export order
+    (several features at once only when none of them has nulls, so their positions agree)."""
     import numpy as np
     import sqlalchemy as sa
 
-    column = quote(name)
+    columns = [quote(name) for name in accumulators]
+    not_null = " AND ".join(f"{c} IS NOT NULL" for c in columns)
     sampled = (
-        f"SELECT v FROM (SELECT {column} AS v, ROW_NUMBER() OVER (ORDER BY {', '.join(keys)}) AS rn "
-        f"FROM ({query}) AS q WHERE {column} IS NOT NULL) AS s WHERE (s.rn - 1) % :stride = 0"
+        f"SELECT {', '.join(columns)} FROM (SELECT {', '.join(columns)}, ROW_NUMBER() OVER "
+        f"(ORDER BY {', '.join(keys)}) AS trainpipe_rn FROM ({query}) AS q WHERE {not_null}) AS s "
+        "WHERE (s.trainpipe_rn - 1) % :stride = 0"
     )
-    values = connection.execute(sa.text(sampled), {"stride": accumulator.stride}).scalars().all()
-    accumulator.samples = [np.asarray(values, dtype=np.float64)]
+    stride = next(iter(accumulators.values())).stride
+    rows = connection.execute(sa.text(sampled), {"stride": stride}).all()
+    for index, accumulator in enumerate(accumulators.values()):
+        accumulator.samples = [np.asarray([row[index] for row in rows], dtype=np.float64)]
 
 
 def _fill_categories(connection: Any, query: str, name: str, accumulator: Any, quote: Any) -> None:
