@@ -182,3 +182,32 @@ def test_validate_data_runs_the_suite_in_the_database(
     assert "all 12 check(s) passed" in first.output, first.output[-6000:]
     assert second.tasks == {"validate_data": "failed"}, second.output[-6000:]
     assert "expect_column_values_to_be_between(amount): " in second.output, second.output[-6000:]
+
+
+def test_gx_never_pulls_the_window_s_rows_to_read_its_columns(
+    warehouse_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GX 1.24 reads a query asset's column names by executing the bare query; it runs as LIMIT 0."""
+    import sqlalchemy as sa
+
+    from airflow_trainpipe.config.validation import ExpectationRule
+    from airflow_trainpipe.validation.sql_engine import SqlExpectationRunner, sqlalchemy_url
+
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
+    query = "SELECT * FROM card_transactions"
+    fetched: list[tuple[str, int]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        fetched.append((statement, cursor.rowcount))
+
+    runner = SqlExpectationRunner(
+        [ExpectationRule.model_validate(SUITE[0])], sqlalchemy_url("warehouse"), query
+    )
+    sa.event.listen(sa.engine.Engine, "after_cursor_execute", record)
+    try:
+        [outcome] = runner.run()
+    finally:
+        sa.event.remove(sa.engine.Engine, "after_cursor_execute", record)
+    assert outcome.success and outcome.result["element_count"] == runner.row_count() > 0
+    assert fetched and all(rows <= 20 for _, rows in fetched), fetched
+    assert not any(statement.strip() == query for statement, _ in fetched)

@@ -6,7 +6,10 @@ rows were exported into the snapshot store just before (training reads those fil
 of the same query, compared with the export's row count, catches a window whose rows changed
 in between, which would make the verdict be about other rows than the ones trained on.
 
-GX 1.24 quirks coded around: numpy scalars in expectation kwargs are rendered into the SQL
+GX 1.24 quirks coded around: a query asset's column names are read by running the bare query
+(metrics/util.py `column_reflection_fallback`, no LIMIT), which with psycopg's client-side cursor
+fetched every row of the window into the worker (+227 MB at 1M rows): that one statement is
+rewritten to a `LIMIT 0` of itself; numpy scalars in expectation kwargs are rendered into the SQL
 literally (kwargs are made plain first), and `ValidationDefinition.run` cannot serialise the
 quantile expectation's result (batches are validated directly, without a validation definition).
 """
@@ -14,6 +17,8 @@ quantile expectation's result (batches are validated directly, without a validat
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -41,6 +46,26 @@ def sqlalchemy_url(conn_id: str) -> str:
     raise SourceError(
         f"validation.engine 'sql' runs on PostgreSQL and SQLite connections; {conn_id!r} is a {kind!r} connection"
     )
+
+
+@contextmanager
+def _columns_without_rows(query: str) -> Iterator[None]:
+    """While GX runs: its column-name probe of the query asset (the bare query text, which no
+    metric executes otherwise: they wrap it in a subquery) runs as `LIMIT 0`, the same columns
+    without the rows. GX builds its own engine from the URL, so the hook is on every engine, for
+    this exact text only, and removed afterwards."""
+    import sqlalchemy as sa
+
+    def probe(conn: Any, clause: Any, multiparams: Any, params: Any, options: Any) -> Any:
+        if isinstance(clause, sa.TextClause) and clause.text == query:
+            clause = sa.text(f"SELECT * FROM ({query}) AS trainpipe_probe LIMIT 0")
+        return clause, multiparams, params
+
+    sa.event.listen(sa.engine.Engine, "before_execute", probe, retval=True)
+    try:
+        yield
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_execute", probe)
 
 
 class SqlExpectationRunner(ExpectationRunner):
@@ -77,7 +102,8 @@ class SqlExpectationRunner(ExpectationRunner):
 
     def run(self) -> list[Any]:
         """Run the suite in the database; outcomes carry the caller's rules (not the plain copies)."""
-        self.run_whole(None)
+        with _columns_without_rows(self.query):
+            self.run_whole(None)
         outcomes = self.outcomes()
         for outcome, rule in zip(outcomes, self._rules, strict=True):
             outcome.rule = rule
