@@ -211,3 +211,42 @@ def test_gx_never_pulls_the_window_s_rows_to_read_its_columns(
     assert outcome.success and outcome.result["element_count"] == runner.row_count() > 0
     assert fetched and all(rows <= 20 for _, rows in fetched), fetched
     assert not any(statement.strip() == query for statement, _ in fetched)
+
+
+def test_sqlite_runs_the_suite_and_the_profiles_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+    from urllib.parse import quote
+
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_trainpipe.config.validation import ExpectationRule
+    from airflow_trainpipe.validation.sql_engine import SqlExpectationRunner, fill_profiles, sqlalchemy_url
+
+    database = tmp_path / "a warehouse.db"
+    rows = [
+        (i, None if i % 50 == 0 else (-1.0 if i % 97 == 0 else i / 7), "abc"[i % 3]) for i in range(1, 1001)
+    ]
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE t (id INTEGER, x REAL, c TEXT)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    monkeypatch.setenv("AIRFLOW_CONN_LOCAL", f"sqlite://{quote(str(database), safe='')}")
+    monkeypatch.setattr(drift, "SAMPLE_ROWS", 300)
+    rules = [
+        ExpectationRule(type="expect_column_values_to_be_between", kwargs={"column": "x", "min_value": 0}),
+        ExpectationRule(type="expect_column_values_to_not_be_null", kwargs={"column": "x"}),
+    ]
+    runner = SqlExpectationRunner(rules, sqlalchemy_url("local"), "SELECT * FROM t WHERE id > 0;")
+    between, not_null = runner.run()
+    assert (between.success, between.result["unexpected_count"]) == (False, 10)
+    assert (not_null.success, not_null.result["unexpected_count"]) == (False, 20)
+
+    edges = np.array([1.0, 50.0, 100.0])
+    in_db = {"x": drift.NumericAccumulator(1000, edges), "c": drift.CategoricalAccumulator()}
+    fill_profiles(runner, ["id"], in_db)
+    streamed = {"x": drift.NumericAccumulator(1000, edges), "c": drift.CategoricalAccumulator()}
+    for start in range(0, 1000, 128):  # the exported file's row groups, in id order
+        for name, index in (("x", 1), ("c", 2)):
+            streamed[name].add(pa.array([r[index] for r in rows[start : start + 128]]))
+    assert {n: a.profile() for n, a in in_db.items()} == {n: a.profile() for n, a in streamed.items()}
+    assert in_db["x"].at_or_below.tolist() == streamed["x"].at_or_below.tolist()
