@@ -178,7 +178,7 @@ def test_validate_data_runs_the_suite_in_the_database(
     )
     first, second = runs
     assert first.tasks == {"validate_data": "success"}, first.output[-6000:]
-    assert "validation.engine sql: the expectations run in warehouse" in first.output
+    assert "validation.engine sql: the expectations and drift profiles run in warehouse" in first.output
     assert "all 12 check(s) passed" in first.output, first.output[-6000:]
     assert second.tasks == {"validate_data": "failed"}, second.output[-6000:]
     assert "expect_column_values_to_be_between(amount): " in second.output, second.output[-6000:]

@@ -143,10 +143,11 @@ class ValidationSection(Section):
 
     engine: Literal["stream", "sql"] = "stream"
     """Where the checks run. `stream`: on the snapshot's files, read a row group at a time (GX on
-    pandas batches). `sql` (only with a `data.source` of kind `sql`): in the source's database,
-    over the run's window query, through GX's SQL execution engine; row count and column types come
-    from the database too, and no rows are pulled to validate them. An expectation the chosen
-    engine cannot run (per GX's metric registry) is rejected when the config is checked."""
+    pandas batches). `sql` (only with a `data.source` of kind `sql`): the GX suite and the drift
+    profiles run in the source's database over the run's window query (GX's SQL execution engine),
+    and a COUNT there must equal the rows the export froze; the schema contract and volume read the
+    export's manifest either way. An expectation the chosen engine cannot run (per GX's metric
+    registry) is rejected when the config is checked."""
 
     @model_validator(mode="after")
     def _engine_runs_expectations(self) -> ValidationSection:

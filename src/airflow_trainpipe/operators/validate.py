@@ -108,8 +108,9 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
 
     def _execute_sql(self, context: Context) -> dict[str, Any]:
         """A `sql` source: the window's rows exported once into the snapshot store, then checked
-        there; training reads the same frozen files."""
-        from airflow_trainpipe.sources import freeze_run, rendered_query
+        there, or with `validation.engine: sql` in the database over the query the export ran;
+        training reads the same frozen files."""
+        from airflow_trainpipe.sources import freeze_run
 
         manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
         assert manifest.source is not None
@@ -122,8 +123,11 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self._log_snapshot(manifest)
         query = None
         if self.config.validation.engine == "sql":
-            query = rendered_query(self.config.data, context, self.partition, self.render_template)
-            self.log.info("validation.engine sql: the expectations run in %s", manifest.source.conn_id)
+            query = manifest.source.query  # the text the export ran
+            self.log.info(
+                "validation.engine sql: the expectations and drift profiles run in %s",
+                manifest.source.conn_id,
+            )
         return self._checked(manifest, self.partition, query).to_xcom()
 
     def _log_snapshot(self, manifest: Manifest) -> None:
