@@ -59,6 +59,7 @@ docs: $(INSTALLED)
 
 gx-catalog: $(INSTALLED)
 	$(BIN)/python scripts/gen_gx_catalog.py
+	$(BIN)/ruff format src/airflow_trainpipe/config/gx_catalog.py
 
 # Re-pin after changing dependencies in pyproject.toml: resolves in a scratch venv.
 constraints:

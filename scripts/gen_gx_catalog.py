@@ -3,6 +3,10 @@
 The config layer must not import great_expectations (3 s at parse time), yet `trainpipe check`
 should catch a misspelt expectation or kwarg. So the names are generated once from GX and a
 test (tests/config/test_gx_catalog.py) fails when the installed GX no longer matches.
+
+Which engine can run each expectation also comes from GX: the metrics an expectation declares
+(`metric_dependencies`, or its `map_metric`'s `.condition`) and the execution engines GX's metric
+registry holds a provider for. `stream` validates pandas frames, `sql` runs on SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -25,17 +29,8 @@ INTERNAL_FIELDS = frozenset(
 
 
 def build_catalog() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    import inspect
-
-    import great_expectations.expectations as gxe
-    from great_expectations.expectations.expectation import Expectation
-
     catalog = {}
-    for cls in vars(gxe).values():
-        if not (inspect.isclass(cls) and issubclass(cls, Expectation)):
-            continue
-        if not getattr(cls, "expectation_type", ""):
-            continue  # abstract bases such as ColumnMapExpectation
+    for cls in _expectation_classes():  # abstract bases such as ColumnMapExpectation have no type
         required, optional = [], []
         for name, field in cls.__fields__.items():
             if name in INTERNAL_FIELDS:
@@ -45,7 +40,42 @@ def build_catalog() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     return dict(sorted(catalog.items()))
 
 
-def render(catalog: dict) -> str:
+# validation.engine -> the GX execution engine it runs on
+ENGINE_CLASSES = {"stream": "PandasExecutionEngine", "sql": "SqlAlchemyExecutionEngine"}
+
+
+def _expectation_classes() -> list[type]:
+    import inspect
+
+    import great_expectations.expectations as gxe
+    from great_expectations.expectations.expectation import Expectation
+
+    return [
+        cls
+        for cls in vars(gxe).values()
+        if inspect.isclass(cls) and issubclass(cls, Expectation) and getattr(cls, "expectation_type", "")
+    ]
+
+
+def build_engines() -> dict[str, tuple[str, ...]]:
+    """Expectation -> the `validation.engine`s whose GX execution engine provides every metric it
+    declares. An expectation that declares none (kl_divergence computes its metrics at run time)
+    counts as runnable everywhere."""
+    from great_expectations.expectations.registry import _registered_metrics
+
+    engines = {}
+    for cls in _expectation_classes():
+        metrics = list(getattr(cls, "metric_dependencies", ()) or ())
+        if getattr(cls, "map_metric", None):
+            metrics.append(f"{cls.map_metric}.condition")
+        providers = [set(_registered_metrics.get(m, {}).get("providers", {})) for m in metrics]
+        engines[cls.expectation_type] = tuple(
+            name for name, engine in ENGINE_CLASSES.items() if all(engine in p for p in providers)
+        )
+    return dict(sorted(engines.items()))
+
+
+def render(catalog: dict, engines: dict | None = None) -> str:
     import great_expectations
 
     lines = [
@@ -59,6 +89,14 @@ def render(catalog: dict) -> str:
     ]
     for name, (required, optional) in catalog.items():
         lines.append(f"    {name!r}: ({required!r}, {optional!r}),")
+    lines.append("}")
+    lines += [
+        "",
+        "# name -> the validation.engines that can run it (GX's metric registry, see the generator)",
+        "ENGINES: dict[str, tuple[str, ...]] = {",
+    ]
+    for name, names in (engines if engines is not None else build_engines()).items():
+        lines.append(f"    {name!r}: {names!r},")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

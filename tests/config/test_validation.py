@@ -152,3 +152,42 @@ def test_expectation_problems_are_located_by_index() -> None:
     [error] = caught.value.errors()
     assert error["loc"] == ("expectations", 1)
     assert error["ctx"]["problems"] == [(("kwargs",), "expect_column_to_exist needs column")]
+
+
+@pytest.mark.parametrize(
+    ("engine", "expectation", "runs_on"),
+    [
+        ("sql", "expect_column_values_to_be_increasing", "it runs on engine 'stream'"),
+        ("sql", "expect_column_values_to_match_strftime_format", "it runs on engine 'stream'"),
+        ("stream", "expect_column_values_to_match_like_pattern", "it runs on engine 'sql'"),
+    ],
+)
+def test_an_expectation_the_engine_cannot_run_is_rejected(
+    engine: str, expectation: str, runs_on: str
+) -> None:
+    required = {"column": "a", "strftime_format": "%Y", "like_pattern": "a%"}
+    kwargs = {k: v for k, v in required.items() if k in EXPECTATIONS[expectation][0]}
+    rules = [
+        {"type": BETWEEN, "kwargs": {"column": "a", "min_value": 0}},
+        {"type": expectation, "kwargs": kwargs},
+    ]
+    with pytest.raises(ValidationError) as caught:
+        ValidationSection.model_validate({"engine": engine, "expectations": rules})
+    [error] = caught.value.errors()
+    [(loc, message)] = error["ctx"]["problems"]
+    assert loc == ("expectations", 1, "type")
+    assert message.startswith(f"{expectation} cannot run on validation.engine {engine!r}")
+    assert message.endswith(runs_on)
+
+
+def test_the_sql_engine_runs_the_usual_expectations() -> None:
+    rules = [
+        {"type": BETWEEN, "kwargs": {"column": "a", "min_value": 0}},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}},
+        {
+            "type": "expect_column_quantile_values_to_be_between",
+            "kwargs": {"column": "a", "quantile_ranges": {}},
+        },
+        {"type": "expect_column_values_to_be_unique", "kwargs": {"column": "a"}},
+    ]
+    assert ValidationSection.model_validate({"engine": "sql", "expectations": rules}).engine == "sql"

@@ -331,6 +331,13 @@ class PipelineConfig(Section):
                 )
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
+        if self.validation.engine == "sql" and self.data.source.kind != "sql":
+            problems.append(
+                (
+                    ("validation", "engine"),
+                    "engine 'sql' runs the checks in the source's database: it needs a data.source of kind 'sql'",
+                )
+            )
         return [*problems, *self._ranking_problems()]
 
     def _ranking_problems(self) -> FieldProblems:

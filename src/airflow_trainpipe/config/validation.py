@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
-from airflow_trainpipe.config.gx_catalog import EXPECTATIONS
+from airflow_trainpipe.config.gx_catalog import ENGINES, EXPECTATIONS
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import ColumnName
 
@@ -140,3 +140,34 @@ class ValidationSection(Section):
     batch_rows: PositiveInt = 524_288
     """Rows per batch of the row-wise expectations (gathered from whole Parquet row groups, read
     one at a time); bounds the validator's memory. Larger batches run GX fewer times (~0.2 s each)."""
+
+    engine: Literal["stream", "sql"] = "stream"
+    """Where the checks run. `stream`: on the snapshot's files, read a row group at a time (GX on
+    pandas batches). `sql` (only with a `data.source` of kind `sql`): the GX suite and the drift
+    profiles run in the source's database over the run's window query (GX's SQL execution engine),
+    and a COUNT there must equal the rows the export froze; the schema contract and volume read the
+    export's manifest either way. An expectation the chosen engine cannot run (per GX's metric
+    registry) is rejected when the config is checked."""
+
+    @model_validator(mode="after")
+    def _engine_runs_expectations(self) -> ValidationSection:
+        field_problems(
+            [
+                (
+                    ("expectations", index, "type"),
+                    f"{rule.type} cannot run on validation.engine {self.engine!r} (Great Expectations "
+                    f"has no {_GX_ENGINES[self.engine]} implementation of its metrics); "
+                    + (
+                        f"it runs on engine {', '.join(map(repr, ENGINES[rule.type]))}"
+                        if ENGINES[rule.type]
+                        else "no engine here runs it"
+                    ),
+                )
+                for index, rule in enumerate(self.expectations)
+                if self.engine not in ENGINES.get(rule.type, (self.engine,))
+            ]
+        )
+        return self
+
+
+_GX_ENGINES = {"stream": "pandas", "sql": "SQLAlchemy"}

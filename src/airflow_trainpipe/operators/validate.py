@@ -107,8 +107,9 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         return frozen
 
     def _execute_frozen(self, context: Context) -> dict[str, Any]:
-        """A `sql` or `delta` source: the window's rows exported once into the snapshot store,
-        then checked there; training reads the same frozen files."""
+        """A `sql` or `delta` source: the window's rows exported once into the snapshot store, then
+        checked there (or, with `validation.engine: sql`, in the database over the query the export
+        ran); training reads the same frozen files."""
         from airflow_trainpipe.sources import freeze_run
 
         manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
@@ -120,7 +121,14 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             manifest.source.origin,
         )
         self._log_snapshot(manifest)
-        return self._checked(manifest, self.partition).to_xcom()
+        query = None
+        if self.config.validation.engine == "sql":
+            query = manifest.source.query  # the text the export ran
+            self.log.info(
+                "validation.engine sql: the expectations and drift profiles run in %s",
+                manifest.source.conn_id,
+            )
+        return self._checked(manifest, self.partition, query).to_xcom()
 
     def _log_snapshot(self, manifest: Manifest) -> None:
         self.log.info(
@@ -131,9 +139,10 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             len(manifest.columns),
         )
 
-    def _checked(self, manifest: Manifest, partition: str) -> ValidationSummary:
-        """Validate the run's snapshot; bad data fails the task (unless `fail_on: never`)."""
-        summary, report = self._validate(manifest, partition)
+    def _checked(self, manifest: Manifest, partition: str, query: str | None = None) -> ValidationSummary:
+        """Validate the run's snapshot; bad data fails the task (unless `fail_on: never`).
+        `query`: the window query the `sql` engine runs the expectations on."""
+        summary, report = self._validate(manifest, partition, query)
         if not summary.passed:
             self.log.warning("%d check(s) failed:\n%s", len(summary.failures), report.failure_table())
             if self.config.validation.fail_on == "error":
@@ -191,7 +200,9 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             return None
         return kept if is_current(kept, self.conn_id) else None
 
-    def _validate(self, manifest: Manifest, partition: str) -> tuple[ValidationSummary, ValidationReport]:
+    def _validate(
+        self, manifest: Manifest, partition: str, query: str | None = None
+    ) -> tuple[ValidationSummary, ValidationReport]:
         """Run the checks, write the report, record a usable snapshot in the history."""
         from airflow_trainpipe.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
         from airflow_trainpipe.validation import history
@@ -206,6 +217,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             reference=self._reference(previous),
             previous=previous,
             conn_id=self.conn_id,
+            query=query,
         )
         written = write_report(report, self.conn_id)
         self.log.info("report: %s", written["report"])

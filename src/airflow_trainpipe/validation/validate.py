@@ -135,9 +135,11 @@ def validate_snapshot(
     reference: dict[str, Any] | None,
     previous: dict[str, Any] | None,
     conn_id: str | None = None,
+    query: str | None = None,
 ) -> ValidationReport:
     """Run every configured check; `reference` is the drift baseline, `previous` the volume one
-    (both validated-snapshot records from history.py, or None)."""
+    (both validated-snapshot records from history.py, or None). With `validation.engine: sql`,
+    `query` is the run's rendered window query: the expectations run on it in the database."""
     report = ValidationReport(config.pipeline, partition, manifest, reference=_describe(reference))
     report.checks += schema_checks(config, manifest.columns, previous)
     report.checks += volume_checks(config, manifest.rows, previous)
@@ -159,22 +161,76 @@ def validate_snapshot(
             )
     profiles = (reference or {}).get("profiles", {})
     accumulators = _accumulators(config, manifest, broken, profiles)
-    runner = ExpectationRunner(runnable) if runnable else None
-    _stream(config, manifest, accumulators, runner, conn_id)
-    if runner is not None:
-        if runner.whole:
-            needed = sorted({c for s in runner.whole for c in columns_of(s)})
-            table_level = any(not columns_of(s) for s in runner.whole)
-            runner.run_whole(
-                _whole(manifest, list(manifest.columns) if table_level or not needed else needed, conn_id)
-            )
-        outcomes = runner.outcomes()
-        report.checks += [_expectation_check(o) for o in outcomes]
-        report.data_docs_html = runner.data_docs_html(outcomes)
+    if config.validation.engine == "sql" and query is not None:
+        report.checks += _in_database(config, manifest, runnable, query, report, accumulators)
+    else:
+        report.checks += _in_files(config, manifest, runnable, report, accumulators, conn_id)
     report.profiles = {name: acc.profile() for name, acc in accumulators.items()}
     if config.validation.drift is not None and report.reference is not None:
         report.checks += _drift_checks(config.validation.drift, accumulators, profiles, report)
     return report
+
+
+def _in_files(
+    config: PipelineConfig,
+    manifest: Manifest,
+    rules: list[Any],
+    report: ValidationReport,
+    accumulators: dict[str, Any],
+    conn_id: str | None,
+) -> list[Check]:
+    """`engine: stream`: one read of the files feeds the drift profiles and GX's batches; the
+    expectations that need whole columns then run on just those columns."""
+    runner = ExpectationRunner(rules) if rules else None
+    _stream(config, manifest, accumulators, runner, conn_id)
+    if runner is None:
+        return []
+    if runner.whole:
+        needed = sorted({c for s in runner.whole for c in columns_of(s)})
+        table_level = any(not columns_of(s) for s in runner.whole)
+        runner.run_whole(
+            _whole(manifest, list(manifest.columns) if table_level or not needed else needed, conn_id)
+        )
+    outcomes = runner.outcomes()
+    report.data_docs_html = runner.data_docs_html(outcomes)
+    return [_expectation_check(o) for o in outcomes]
+
+
+def _in_database(
+    config: PipelineConfig,
+    manifest: Manifest,
+    rules: list[Any],
+    query: str,
+    report: ValidationReport,
+    accumulators: dict[str, Any],
+) -> list[Check]:
+    """`engine: sql`: the suite on the window query through GX's SQL engine, the drift profiles
+    counted there too, and a COUNT of the query against the export's rows (the verdict must be
+    about the rows that were frozen)."""
+    from airflow_trainpipe.validation.sql_engine import SqlExpectationRunner, fill_profiles, sqlalchemy_url
+
+    source = config.data.source
+    assert source.kind == "sql"
+    runner = SqlExpectationRunner(rules, sqlalchemy_url(source.conn_id), query)
+    rows = runner.row_count()
+    checks = [
+        Check(
+            "volume",
+            "source_unchanged",
+            None,
+            rows == manifest.rows,
+            rows,
+            manifest.rows,
+            f"the window query returns {rows} row(s) in the database, the export froze {manifest.rows}"
+            + ("" if rows == manifest.rows else ": the source changed during validation; run again"),
+        )
+    ]
+    fill_profiles(runner, source.order_by, accumulators)
+    if rules:
+        outcomes = runner.run()
+        checks += [_expectation_check(o) for o in outcomes]
+        report.data_docs_html = runner.data_docs_html(outcomes)
+    return checks
 
 
 def _broken_columns(config: PipelineConfig, manifest: Manifest, checks: list[Check]) -> dict[str, str]:
