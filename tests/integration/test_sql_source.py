@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.helpers import warehouse
-from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
+from tests.helpers.airflow_dags import FACTORY_TASKS, dag_test_env, run_factory_pipeline
 from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
 
 
@@ -47,14 +47,16 @@ def _postgres_metadata(cluster_url: str) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_the_source_changed(
-    airflow_env: dict[str, str], postgres_server, tmp_path: Path, request: pytest.FixtureRequest
+    migrated_airflow_db: Path, postgres_server, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     from mlflow import MlflowClient
 
     url = warehouse.create_database(postgres_server.url, "pipeline_from_sql")
     days = [date(2026, 1, 1) + timedelta(days=d) for d in range(31)]
     warehouse.load_days(url, [d for d in days if d != date(2026, 1, 15)], 300, seed=3)
-    env = {**airflow_env, "AIRFLOW_CONN_WAREHOUSE": url, **_postgres_metadata(postgres_server.url)}
+    (tmp_path / "airflow").mkdir()
+    env = dag_test_env(tmp_path / "airflow", migrated_airflow_db)  # its own home: nothing shared
+    env.update(AIRFLOW_CONN_WAREHOUSE=url, **_postgres_metadata(postgres_server.url))
     server = start_mlflow_server(
         tmp_path / "mlflow", backend_store_uri=_sqlalchemy(postgres_server.url, "mlflow")
     )
