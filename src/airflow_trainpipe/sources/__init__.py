@@ -40,7 +40,7 @@ def freeze_run(
         from airflow_trainpipe.sources.sql import run_window as sql_window
 
         window = sql_window(data, context, partition, render)
-        query = rendered_query(data, context, partition, render)
+        query = str(render(data.source.query, {**context, **window.names()}))
         try:
             return sql_snapshot(config, partition, window, query, conn_id)
         except SourceError as exc:  # the same class: the retry policy still reads `retryable`

@@ -134,9 +134,9 @@ def storage_options(uri: str, conn_id: str | None) -> dict[str, str] | None:
         )
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from airflow_trainpipe.sources.sql import _connection
+    from airflow_trainpipe.sources.sql import airflow_connection
 
-    _connection(conn_id)  # a clear error for a connection that is not defined
+    airflow_connection(conn_id)  # a clear error for a connection that is not defined
     hook = S3Hook(aws_conn_id=conn_id)
     try:
         credentials = hook.get_credentials()

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from airflow_trainpipe.config.data import DataSection
     from airflow_trainpipe.config.sources import DeltaSource, SqlSource
 
-_ADBC_POSTGRES = ("postgres", "postgresql")
-_ADBC_SQLITE = ("sqlite",)
+POSTGRES_TYPES = ("postgres", "postgresql")
+SQLITE_TYPES = ("sqlite",)
 # libpq connection parameters a connection's extras may carry into the ADBC URI.
 _LIBPQ_EXTRAS = (
     "sslmode",
@@ -116,7 +116,7 @@ def counted(query: str) -> str:
     return f"SELECT COUNT(*) FROM (\n{statement(query)}\n) AS trainpipe_source"
 
 
-def _connection(conn_id: str) -> Any:
+def airflow_connection(conn_id: str) -> Any:
     from airflow.sdk import BaseHook
 
     try:
@@ -129,7 +129,7 @@ def _connection(conn_id: str) -> Any:
         raise SourceUnavailable(f"reading Airflow connection {conn_id!r}: {exc}") from exc
 
 
-def _postgres_uri(conn: Any) -> str:
+def postgres_uri(conn: Any) -> str:
     user = quote(conn.login or "", safe="")
     password = f":{quote(conn.password, safe='')}" if conn.password else ""
     auth = f"{user}{password}@" if user or password else ""
@@ -138,20 +138,25 @@ def _postgres_uri(conn: Any) -> str:
     return f"postgresql://{auth}{conn.host or 'localhost'}:{conn.port or 5432}/{quote(conn.schema or '', safe='')}{query}"
 
 
+def sqlite_path(conn: Any) -> str | None:
+    """An Airflow sqlite connection's database file: `host` (its documented URI form), else `schema`."""
+    return conn.host or conn.schema
+
+
 @contextmanager
 def connect(conn_id: str) -> Iterator[tuple[Any, bool]]:
     """A DB-API connection for the Airflow connection, and whether it is ADBC (Arrow batches)."""
-    conn = _connection(conn_id)
+    conn = airflow_connection(conn_id)
     kind = (conn.conn_type or "").lower()
     try:
-        if kind in _ADBC_POSTGRES:
+        if kind in POSTGRES_TYPES:
             import adbc_driver_postgresql.dbapi as adbc_pg
 
-            db = adbc_pg.connect(_postgres_uri(conn))
-        elif kind in _ADBC_SQLITE:
+            db = adbc_pg.connect(postgres_uri(conn))
+        elif kind in SQLITE_TYPES:
             import adbc_driver_sqlite.dbapi as adbc_sqlite
 
-            path = conn.host or conn.schema
+            path = sqlite_path(conn)
             if not path or not Path(path).is_file():
                 raise SourceError(f"connection {conn_id!r}: SQLite database {path!r} does not exist")
             db = adbc_sqlite.connect(path)
@@ -162,7 +167,7 @@ def connect(conn_id: str) -> Iterator[tuple[Any, bool]]:
     except Exception as exc:
         raise _classified(exc, f"connecting to {conn_id!r} ({kind})") from exc
     try:
-        yield db, kind in (*_ADBC_POSTGRES, *_ADBC_SQLITE)
+        yield db, kind in (*POSTGRES_TYPES, *SQLITE_TYPES)
     finally:
         db.close()
 

@@ -29,20 +29,20 @@ from airflow_trainpipe.validation.expectations import ExpectationRunner, plain
 def sqlalchemy_url(conn_id: str) -> str:
     """SQLAlchemy URL of an Airflow connection: PostgreSQL through psycopg 3, SQLite by path."""
     from airflow_trainpipe.sources.sql import (
-        _ADBC_POSTGRES,
-        _ADBC_SQLITE,
+        POSTGRES_TYPES,
+        SQLITE_TYPES,
         SourceError,
-        _connection,
-        _postgres_uri,
+        airflow_connection,
+        postgres_uri,
+        sqlite_path,
     )
 
-    conn = _connection(conn_id)
+    conn = airflow_connection(conn_id)
     kind = (conn.conn_type or "").lower()
-    if kind in _ADBC_POSTGRES:
-        return "postgresql+psycopg://" + _postgres_uri(conn).removeprefix("postgresql://")
-    if kind in _ADBC_SQLITE:
-        path = conn.host or conn.schema
-        return f"sqlite:///{quote(str(path))}"
+    if kind in POSTGRES_TYPES:
+        return "postgresql+psycopg://" + postgres_uri(conn).removeprefix("postgresql://")
+    if kind in SQLITE_TYPES:
+        return f"sqlite:///{quote(str(sqlite_path(conn)))}"
     raise SourceError(
         f"validation.engine 'sql' runs on PostgreSQL and SQLite connections; {conn_id!r} is a {kind!r} connection"
     )
