@@ -13,7 +13,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 $(INSTALLED): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	@touch $@
 
 venv: $(INSTALLED)
@@ -65,7 +65,7 @@ gx-catalog: $(INSTALLED)
 constraints:
 	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
 	echo "torch==2.13.0" > .venv-pin/torch.txt
-	PIP_CONSTRAINT=$(CURDIR)/.venv-pin/torch.txt .venv-pin/bin/pip install --quiet -e '.[test]'
+	PIP_CONSTRAINT=$(CURDIR)/.venv-pin/torch.txt .venv-pin/bin/pip install --quiet -e '.[test,spark]'
 	{ sed -n '1,3p' constraints.txt; .venv-pin/bin/pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-pin
 
