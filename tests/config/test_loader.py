@@ -224,3 +224,29 @@ def test_a_problem_inside_one_kind_of_a_source_is_named_as_written() -> None:
     assert problem.endswith(
         "(did you mean 'batch_rows'?); allowed keys: kind, conn_id, query, order_by, batch_rows, file_rows"
     )
+
+
+def test_an_iceberg_source_s_problems_are_located_and_explained() -> None:
+    """A table without its namespace is refused with what the field expects; a missing catalog
+    connection names the field; an unknown key lists the iceberg kind's keys."""
+    iceberg = (
+        "  source:\n    kind: iceberg\n    conn_id: lake\n    table: card_transactions\n"
+        "    time_column: event_time\n    order_by: [transaction_id]\n"
+    )
+    fraud = FRAUD.replace("    marker: _SUCCESS", "")  # a table has no marker file
+    line = fraud[: fraud.index("  format: parquet\n")].count("\n") + 4
+    (problem,) = _problems(fraud.replace("  format: parquet\n", iceberg))
+    assert problem.startswith(
+        f"x.yaml:{line}:12: data.source.table: expected the table's identifier in the catalog, "
+        "`namespace.table`"
+    ), problem
+    assert problem.endswith(", got 'card_transactions'")
+    edited = iceberg.replace("    conn_id: lake\n", "").replace(
+        "card_transactions\n", "sales.card_transactions\n    snapshot: 3\n"
+    )
+    missing, unknown = _problems(fraud.replace("  format: parquet\n", edited))
+    assert ": data.source.conn_id: required field is missing; expected: Airflow connection of type" in missing
+    assert ": data.source.snapshot: unknown key 'snapshot'" in unknown
+    assert unknown.endswith(
+        "allowed keys: kind, conn_id, table, time_column, order_by, columns, batch_rows, file_rows"
+    )

@@ -9,11 +9,11 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
-from airflow_trainpipe.config.sources import DeltaSource, FilesSource, SqlSource
+from airflow_trainpipe.config.sources import DeltaSource, FilesSource, IcebergSource, SqlSource
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
 # Sources exported into the snapshot store: rows, not files, so no marker file and always Parquet.
-_FROZEN_KINDS = ("sql", "delta")
+_FROZEN_KINDS = ("sql", "delta", "iceberg")
 
 
 class FeatureColumns(Section):
@@ -126,13 +126,16 @@ class DataSection(Section):
 
     uri: StorageUri
     """Dataset root: `s3://bucket/prefix`, `file:///abs/path`, or a path relative to TRAINPIPE_HOME.
-    With a `sql` or `delta` source it holds the pipeline's records (manifests, validation history,
+    With a `sql`, `delta` or `iceberg` source it holds the pipeline's records (manifests, validation history,
     reports)."""
 
-    source: FilesSource | SqlSource | DeltaSource = Field(default=FilesSource(), discriminator="kind")
+    source: FilesSource | SqlSource | DeltaSource | IcebergSource = Field(
+        default=FilesSource(), discriminator="kind"
+    )
     """Where the rows come from: `files` under `uri` (the default); `sql`, a query on an Airflow
-    connection; or `delta`, a Delta Lake table's window at its current version. The last two are
-    frozen into `snapshots.uri` once per run."""
+    connection; `delta`, a Delta Lake table's window at its current version; or `iceberg`, an
+    Iceberg table's window at its current snapshot. The last three are frozen into
+    `snapshots.uri` once per run."""
 
     partition: str = "ds={{ ds }}"
     """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""
@@ -140,7 +143,7 @@ class DataSection(Section):
     freeze: bool = False
     """`files` source: copy each run's validated files into the content-addressed snapshot store
     (`snapshots.uri`) and train on the copies, so an overwritten partition cannot change what a
-    model can be reproduced from. A `sql` source is always frozen."""
+    model can be reproduced from. A `sql`, `delta` or `iceberg` source is always frozen."""
 
     format: Literal["parquet", "csv"] = "parquet"
     """File format of the snapshot's files."""
@@ -182,8 +185,8 @@ class DataSection(Section):
     @model_validator(mode="before")
     @classmethod
     def _sql_waits_for_rows(cls, value: Any) -> Any:
-        """A query or a table has no marker file: unless told otherwise, a sql or delta source
-        waits for one row in the run's window."""
+        """A query or a table has no marker file: unless told otherwise, a sql, delta or iceberg
+        source waits for one row in the run's window."""
         if not isinstance(value, dict) or not isinstance(value.get("source"), dict):
             return value
         if value["source"].get("kind") not in _FROZEN_KINDS:
@@ -201,13 +204,14 @@ class DataSection(Section):
         if kind not in _FROZEN_KINDS:
             return self
         problems: FieldProblems = []
+        a_kind = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
         if self.format != "parquet":
             problems.append(
-                (("format",), f"a {kind} source is exported as parquet; remove format or set parquet")
+                (("format",), f"{a_kind} source is exported as parquet; remove format or set parquet")
             )
         if self.wait.marker is not None:
             problems.append(
-                (("wait", "marker"), f"a {kind} source has no marker file; wait for rows with min_rows")
+                (("wait", "marker"), f"{a_kind} source has no marker file; wait for rows with min_rows")
             )
         field_problems(problems)
         return self

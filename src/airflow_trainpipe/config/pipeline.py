@@ -50,7 +50,7 @@ class PipelineConfig(Section):
     """What it trains on."""
 
     snapshots: SnapshotsSection = SnapshotsSection()
-    """Where runs of a `sql` or `delta` source freeze the rows they validate and train on."""
+    """Where runs of a `sql`, `delta` or `iceberg` source freeze the rows they validate and train on."""
 
     features: FeaturesSection = FeaturesSection()
     """How raw columns become model inputs (fitted on the training split, shipped inside the model)."""
