@@ -1,18 +1,16 @@
 """The delta source on real Delta tables written by `deltalake.write_deltalake`, partitioned by a
 date column: the export's bytes whatever files hold the rows, the partition columns restored, the
-window's bounds, the external sort, the lineage, a snapshot that outlives a vacuum, and every bad
-input named, retried only when a retry can help."""
+window's bounds, the lineage, a snapshot that outlives a vacuum, and every bad input named,
+retried only when a retry can help. The external sort itself: test_sorted_export.py."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import random
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -186,31 +184,6 @@ def test_a_time_column_of_another_type_is_refused(instants: Path, tmp_path: Path
     ) as caught:
         _export(_source(instants, time_column="id", order_by=["id"]), tmp_path)
     assert caught.value.retryable is False
-
-
-def test_the_external_sort_orders_like_one_arrow_sort_nulls_last(tmp_path: Path) -> None:
-    """Three key columns with nulls and non-ASCII text, in runs that interleave (shuffled rows) and
-    in runs that do not overlap at all (rows already in order): the merge's order is Arrow's."""
-    rng = random.Random(3)
-    rows = 3_000
-    table = pa.table(
-        {
-            "a": pa.array([rng.choice([None, *range(12)]) for _ in range(rows)], pa.int32()),
-            "b": [rng.choice([None, "x", "é", "zz", "ab", ""]) for _ in range(rows)],
-            "c": list(range(rows)),
-            "v": [rng.random() for _ in range(rows)],
-        }
-    )
-    keys = ["a", "b", "c"]
-    expected = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys]))
-    rng.shuffle(shuffled := list(range(rows)))
-    for name, given in (("interleaved", table.take(pa.array(shuffled))), ("disjoint", expected)):
-        for file_rows in (250, 1_024, 5_000):
-            source = _source("x", order_by=keys, file_rows=file_rows)
-            spill = tmp_path / f"{name}-{file_rows}"
-            spill.mkdir()
-            batches = delta.sorted_batches(given.to_batches(max_chunksize=97), table.schema, source, spill)
-            assert pa.Table.from_batches(list(batches), table.schema).equals(expected), (name, file_rows)
 
 
 def test_ties_in_the_key_fail_naming_the_rows(table: Path, tmp_path: Path) -> None:

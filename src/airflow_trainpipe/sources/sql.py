@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from airflow_trainpipe.config.data import DataSection
-    from airflow_trainpipe.config.sources import DeltaSource, SqlSource
+    from airflow_trainpipe.config.sources import SqlSource, TableSource
 
 POSTGRES_TYPES = ("postgres", "postgresql")
 SQLITE_TYPES = ("sqlite",)
@@ -234,7 +234,7 @@ class ParquetExport:
     """Cuts an ordered stream of batches into row groups of exactly `batch_rows` rows and files of
     `file_rows` (rounded up to whole row groups), checking the ordering key for ties as it goes."""
 
-    def __init__(self, source: SqlSource | DeltaSource, folder: Path):
+    def __init__(self, source: SqlSource | TableSource, folder: Path):
         self.source, self.folder = source, folder
         self.files: list[ExportedFile] = []
         self.schema: pa.Schema | None = None
