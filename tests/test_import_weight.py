@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
 
-HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna", "deltalake")
+HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna", "deltalake", "pyiceberg")
 
 
 def _modules_after(code: str) -> set[str]:
@@ -103,16 +103,22 @@ def test_the_factory_is_light() -> None:
     )
 
 
-def test_a_delta_pipeline_s_dag_is_built_without_deltalake(tmp_path) -> None:
-    """delta-rs (and its Arrow scan) is the export's and the sensor's, at run time: a DAG file of
-    a delta-source pipeline parses without it."""
-    from tests.helpers import lake
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_table_source_pipeline_s_dag_is_built_without_its_reader(tmp_path, kind: str) -> None:
+    """delta-rs (and its Arrow scan), pyiceberg and Airflow's Iceberg hook are the export's and
+    the sensor's, at run time: a DAG file of a delta- or iceberg-source pipeline parses without
+    them."""
+    from tests.helpers import iceberg_lake, lake
 
-    lake.delta_config(tmp_path, "lake/transactions")
+    if kind == "delta":
+        lake.delta_config(tmp_path, "lake/transactions")
+    else:
+        iceberg_lake.iceberg_config(tmp_path)
     modules = _modules_after(
         "from airflow_trainpipe.factory import build_pipeline_dags\n"
         "from pathlib import Path\n"
         f"(dag,) = build_pipeline_dags(Path({str(tmp_path)!r}))\n"
-        "assert dag.task_dict['wait_for_data'].data.source.kind == 'delta', dag.task_dict\n"
+        f"assert dag.task_dict['wait_for_data'].data.source.kind == {kind!r}, dag.task_dict\n"
     )
     assert _heavy(modules, HEAVY) == []
+    assert "airflow.providers.apache.iceberg.hooks.iceberg" not in modules

@@ -54,26 +54,33 @@ class SourceLineage(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: str
-    """`sql` or `delta`."""
+    """`sql`, `delta` or `iceberg`."""
     conn_id: str | None = None
-    """sql: the database's Airflow connection; delta: the table storage's (None: the environment)."""
+    """sql: the database's Airflow connection; delta: the table storage's (None: the environment);
+    iceberg: the catalog's."""
     query: str | None = None
     """sql: the query as run, its window filled in (without the ORDER BY the export adds)."""
     window_start: str
     window_end: str
     table: str | None = None
-    """delta: the table's URI."""
+    """delta: the table's URI; iceberg: its identifier in the catalog (`namespace.table`)."""
     version: int | None = None
     """delta: the table version the rows were read at (the first one that gave these bytes, when
     a later version gave them again: the manifest is stored once per digest)."""
     filter: str | None = None
-    """delta: the row filter as evaluated (Arrow's expression text)."""
+    """delta: the row filter as evaluated (Arrow's expression text); iceberg: the row filter the
+    scan was given (pyiceberg's filter syntax)."""
+    snapshot_id: int | None = None
+    """iceberg: the snapshot the rows were read at (the first one that gave these bytes, when a
+    later snapshot gave them again: the manifest is stored once per digest)."""
 
     @property
     def origin(self) -> str:
         """What the rows were read from, for logs: a connection, or a table at a version."""
         if self.kind == "delta":
             return f"{self.table} at version {self.version}"
+        if self.kind == "iceberg":
+            return f"{self.table} of catalog {self.conn_id} at snapshot {self.snapshot_id}"
         return str(self.conn_id)
 
 
@@ -95,8 +102,9 @@ class Manifest(BaseModel):
     missing: list[str] = []
     """The window's partitions that did not exist when it was frozen."""
     source: SourceLineage | None = None
-    """A `sql` source's query and window, a `delta` source's table, version, filter and window;
-    None for files (`partition_uri` holds them)."""
+    """A `sql` source's query and window, a `delta` source's table, version, filter and window, an
+    `iceberg` source's table, snapshot, filter and window; None for files (`partition_uri` holds
+    them)."""
 
     @property
     def file_uris(self) -> list[str]:
@@ -112,7 +120,8 @@ class Manifest(BaseModel):
 
     def source_tags(self) -> dict[str, str]:
         """A `sql` snapshot's connection, window and query hash (the manifest keeps the query); a
-        `delta` snapshot's table, version, window and filter."""
+        `delta` snapshot's table, version, window and filter; an `iceberg` snapshot's catalog
+        connection and table, snapshot id, window and filter."""
         source = self.source
         if source is None:
             return {}
@@ -123,6 +132,13 @@ class Manifest(BaseModel):
                 **window,
                 "trainpipe.data_table_version": str(source.version),
                 "trainpipe.data_filter": str(source.filter)[:5000],  # MLflow caps a tag value
+            }
+        if source.kind == "iceberg":
+            return {
+                "trainpipe.data_source": f"iceberg:{source.conn_id}/{source.table}",
+                **window,
+                "trainpipe.data_snapshot_id": str(source.snapshot_id),
+                "trainpipe.data_filter": str(source.filter)[:5000],
             }
         import hashlib
 

@@ -159,3 +159,26 @@ def test_the_gate_lists_improvement_guardrails_and_the_first_model_rule(fraud: s
 
 def test_a_guardrail_with_only_a_relative_limit_shows_only_that_limit(fraud: str) -> None:
     assert "`recall` may regress <= 5.0%;" in _rows(fraud)["Gate"]
+
+
+def test_a_table_source_names_its_table_its_window_and_its_store(tmp_path) -> None:
+    """A delta or iceberg source reads no partition of files: the doc names the table (and the
+    catalog's connection), the window and the snapshot store, and the rows it waits for."""
+    from airflow_trainpipe.config import load_config
+    from tests.helpers import iceberg_lake, lake
+
+    store = (tmp_path / "snapshots").as_uri()
+    (tmp_path / "d").mkdir()
+    delta = _rows(
+        pipeline_doc(load_config(lake.delta_config(tmp_path / "d", "lake/t", partitions=30)), SOURCE, ASSET)
+    )
+    assert delta["Data"].startswith(
+        f"Delta table `lake/t` at its current version, a window of 30 x 1d ending with the run's day, "
+        f"frozen into `{(tmp_path / 'd' / 'snapshots').as_uri()}`; label `is_fraud`"
+    )
+    iceberg = _rows(pipeline_doc(load_config(iceberg_lake.iceberg_config(tmp_path)), SOURCE, ASSET))
+    assert iceberg["Data"].startswith(
+        "Iceberg table `sales.card_transactions` of connection `lake` at its current snapshot, the run's "
+        f"day, frozen into `{store}`; label `is_fraud`"
+    )
+    assert iceberg["Waits for"] == "100 rows from the table; poke, every 1s, timeout 60s"

@@ -79,28 +79,40 @@ def _data(config: PipelineConfig) -> str:
 
 
 def _rows_from(config: PipelineConfig) -> str:
-    """The partition (or window of partitions) of files, or the query's window and its store."""
+    """The partition (or window of partitions) of files, or the window of a query or a table and
+    its store."""
     d = config.data
+    if d.source.kind == "files":
+        return f"`{d.uri}/{d.partition}` ({d.format})" + (
+            f", a window of the last {d.window.partitions} (at least {d.window.required} present)"
+            if d.window is not None
+            else ""
+        )
+    window = (
+        f"a window of {d.window.partitions} x {short_duration(d.window.every)} ending with the run's day"
+        if d.window is not None
+        else "the run's day"
+    )
     if d.source.kind == "sql":
         # The connection by id only; the query stays in the config (and the run's manifest).
-        window = (
-            f"a window of {d.window.partitions} x {short_duration(d.window.every)} ending with the run's day"
-            if d.window is not None
-            else "the run's day"
+        origin = f"a query on connection `{d.source.conn_id}`"
+    elif d.source.kind == "delta":
+        origin = f"Delta table `{d.source.uri}` at its current version"
+    else:
+        origin = (
+            f"Iceberg table `{d.source.table}` of connection `{d.source.conn_id}` at its current snapshot"
         )
-        return f"a query on connection `{d.source.conn_id}`, {window}, frozen into `{config.snapshots.uri}`"
-    return f"`{d.uri}/{d.partition}` ({d.format})" + (
-        f", a window of the last {d.window.partitions} (at least {d.window.required} present)"
-        if d.window is not None
-        else ""
-    )
+    return f"{origin}, {window}, frozen into `{config.snapshots.uri}`"
 
 
 def _wait(config: PipelineConfig) -> str:
     w = config.data.wait
     needs = [f"marker `{w.marker}`"] if w.marker else []
     if w.min_rows:
-        needs.append(f"{w.min_rows} rows" + (" from the query" if config.data.source.kind == "sql" else ""))
+        kind = config.data.source.kind
+        needs.append(
+            f"{w.min_rows} rows" + {"sql": " from the query", "files": ""}.get(kind, " from the table")
+        )
     return f"{' and '.join(needs) or 'any data file'}; {w.mode}, every {format_duration(w.poke_interval)}, timeout {format_duration(w.timeout)}"
 
 

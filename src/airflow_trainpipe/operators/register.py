@@ -40,6 +40,7 @@ LINEAGE_RUN_TAGS = (
     "trainpipe.data_source",
     "trainpipe.data_query_sha256",
     "trainpipe.data_table_version",
+    "trainpipe.data_snapshot_id",
     "trainpipe.data_filter",
     "trainpipe.threshold",
 )

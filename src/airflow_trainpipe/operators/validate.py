@@ -107,7 +107,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         return frozen
 
     def _execute_frozen(self, context: Context) -> dict[str, Any]:
-        """A `sql` or `delta` source: the window's rows exported once into the snapshot store, then
+        """A `sql`, `delta` or `iceberg` source: the window's rows exported once into the snapshot store, then
         checked there (or, with `validation.engine: sql`, in the database over the query the export
         ran); training reads the same frozen files."""
         from airflow_trainpipe.sources import freeze_run

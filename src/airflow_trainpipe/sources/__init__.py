@@ -5,7 +5,8 @@ Light on purpose: operators import it in `execute()`; each kind imports its driv
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,26 +27,29 @@ def freeze_run(
 ) -> Manifest:
     """The run's snapshot, as its source holds it now, unvalidated: the partition (or the
     window's partitions) of a `files` source, or the window's rows of a `sql` source (or of a
-    `delta` table's current version) exported into the snapshot store. `partition` is the run's,
-    rendered; `conn_id` is the storage's."""
+    `delta` table's current version, an `iceberg` table's current snapshot) exported into the
+    snapshot store. `partition` is the run's, rendered; `conn_id` is the storage's. A source's
+    error names the pipeline and the source."""
     data = config.data
-    if data.source.kind == "delta":
-        from airflow_trainpipe.sources.freeze import delta_snapshot
-        from airflow_trainpipe.sources.sql import run_window as delta_window
+    source = data.source
+    if source.kind in ("delta", "iceberg"):
+        from airflow_trainpipe.sources import freeze
+        from airflow_trainpipe.sources.sql import run_window as table_window
 
-        return delta_snapshot(config, partition, delta_window(data, context, partition, render), conn_id)
-    if data.source.kind == "sql":
+        window = table_window(data, context, partition, render)
+        if source.kind == "delta":
+            with _named(config, f"data.source delta ({source.uri})"):
+                return freeze.delta_snapshot(config, partition, window, conn_id)
+        with _named(config, f"data.source iceberg ({source.table}, connection {source.conn_id})"):
+            return freeze.iceberg_snapshot(config, partition, window, conn_id)
+    if source.kind == "sql":
         from airflow_trainpipe.sources.freeze import sql_snapshot
-        from airflow_trainpipe.sources.sql import SourceError
         from airflow_trainpipe.sources.sql import run_window as sql_window
 
         window = sql_window(data, context, partition, render)
-        query = str(render(data.source.query, {**context, **window.names()}))
-        try:
+        query = str(render(source.query, {**context, **window.names()}))
+        with _named(config, f"data.source sql ({source.conn_id})"):
             return sql_snapshot(config, partition, window, query, conn_id)
-        except SourceError as exc:  # the same class: the retry policy still reads `retryable`
-            where = f"pipeline {config.pipeline}, data.source sql ({data.source.conn_id})"
-            raise type(exc)(f"{where}: {exc}") from exc
     from airflow_trainpipe.snapshot import resolve_window
     from airflow_trainpipe.window import run_window
 
@@ -55,6 +59,18 @@ def freeze_run(
 
         return freeze_manifest(config, manifest, conn_id)
     return manifest
+
+
+@contextmanager
+def _named(config: PipelineConfig, source: str) -> Iterator[None]:
+    """A source's error, prefixed with the pipeline and the source; the same class, so the retry
+    policy still reads `retryable`."""
+    from airflow_trainpipe.sources.sql import SourceError
+
+    try:
+        yield
+    except SourceError as exc:
+        raise type(exc)(f"pipeline {config.pipeline}, {source}: {exc}") from exc
 
 
 def rendered_query(

@@ -97,7 +97,12 @@ def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> Sn
         return freeze_file(Path(staged.name), entry.rows, store, conn_id)
 
 
-def check_columns(config: PipelineConfig, schema: pa.Schema) -> None:
+# What a mistyped numeric feature asks of a query, and of a table (the export has no query).
+QUERY_REMEDY = "cast it to a number in the query"
+TABLE_REMEDY = "cast it to a number in the table, or list it in data.features.categorical"
+
+
+def check_columns(config: PipelineConfig, schema: pa.Schema, remedy: str = QUERY_REMEDY) -> None:
     """The columns the pipeline reads are in the result, numeric features as numbers: caught
     here, before anything is frozen, rather than as a transform error inside the training job."""
     import pyarrow.types as pat
@@ -115,9 +120,7 @@ def check_columns(config: PipelineConfig, schema: pa.Schema) -> None:
     for name in data.features.numeric:
         kind = schema.field(name).type
         if not any(test(kind) for test in numeric):
-            raise SourceError(
-                f"numeric feature {name!r} is {kind} in the result; cast it to a number in the query"
-            )
+            raise SourceError(f"numeric feature {name!r} is {kind} in the result; {remedy}")
 
 
 def use_uri(store: str, pipeline: str, digest: str) -> str:
@@ -177,7 +180,7 @@ def delta_snapshot(
     assert source.kind == "delta"
     with _scratch(config) as folder:
         exported = export(source, window, folder)
-        check_columns(config, exported.schema)
+        check_columns(config, exported.schema, TABLE_REMEDY)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
     lineage = SourceLineage(
         kind="delta",
@@ -186,6 +189,33 @@ def delta_snapshot(
         window_end=window.end.isoformat(),
         table=exported.scan.table,
         version=exported.scan.version,
+        filter=exported.scan.filter_text,
+    )
+    return _stored(config, partition, files, exported.schema, lineage, conn_id)
+
+
+def iceberg_snapshot(
+    config: PipelineConfig, partition: str, window: SqlWindow, conn_id: str | None = None
+) -> Manifest:
+    """Export the window's rows of the table's current snapshot, freeze the files, and store the
+    manifest that reads them and names the table, snapshot id and filter. `conn_id` is the
+    snapshot store's; the catalog's is `data.source.conn_id`."""
+    from airflow_trainpipe.snapshot import SourceLineage
+    from airflow_trainpipe.sources.iceberg import export
+
+    source = config.data.source
+    assert source.kind == "iceberg"
+    with _scratch(config) as folder:
+        exported = export(source, window, folder)
+        check_columns(config, exported.schema, TABLE_REMEDY)
+        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
+    lineage = SourceLineage(
+        kind="iceberg",
+        conn_id=source.conn_id,
+        window_start=window.start.isoformat(),
+        window_end=window.end.isoformat(),
+        table=source.table,
+        snapshot_id=exported.scan.snapshot_id,
         filter=exported.scan.filter_text,
     )
     return _stored(config, partition, files, exported.schema, lineage, conn_id)
