@@ -45,6 +45,7 @@ def get_provider_info() -> dict:
                     "airflow_trainpipe.triggers.snapshot",
                     "airflow_trainpipe.triggers.sql",
                     "airflow_trainpipe.triggers.delta",
+                    "airflow_trainpipe.triggers.iceberg",
                 ],
             },
         ],

@@ -266,3 +266,45 @@ def test_a_delta_source_waits_until_its_window_holds_min_rows_at_the_current_ver
         "2026-01-02T00:00:00+00:00",
         "2026-01-03T00:00:00+00:00",
     )
+
+
+def test_an_iceberg_source_waits_until_its_window_holds_min_rows_at_the_current_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+
+    from airflow_trainpipe.window import date_context
+    from tests.helpers import iceberg_lake
+
+    table = iceberg_lake.table(tmp_path, monkeypatch)
+    iceberg_lake.write_days(table, [date(2026, 1, 1)], 600)  # in the run's window, but not its own day
+    data = {
+        **_data(tmp_path.as_uri(), "poke", min_rows=500),
+        "source": {
+            "kind": "iceberg",
+            "conn_id": iceberg_lake.CONN_ID,
+            "table": iceberg_lake.TABLE,
+            "time_column": "event_time",
+            "order_by": ["transaction_id"],
+        },
+        "window": {"partitions": 3},
+    }
+    sensor = DataSnapshotSensor(task_id="w", data=DataSection.model_validate(data), partition="ds=2026-01-02")
+    context = date_context(datetime(2026, 1, 2, tzinfo=UTC))
+    assert sensor.poke(context) is False  # type: ignore[arg-type]
+    iceberg_lake.write_days(table, [DAY], 499)
+    assert sensor.poke(context) is False  # type: ignore[arg-type]
+    iceberg_lake.write_days(table, [DAY], 500, seed=9)  # the day written again, with 500 rows
+    ready, reason = sensor._ready(context)  # type: ignore[arg-type]
+    snapshot = table.refresh().current_snapshot().snapshot_id
+    assert ready and reason == (
+        f"Iceberg table sales.card_transactions (snapshot {snapshot}, catalog lake) holds 500 row(s) in "
+        "event_time >= '2026-01-02T00:00:00+00:00' AND event_time < '2026-01-03T00:00:00+00:00'"
+    )
+    trigger = sensor._trigger(context)  # type: ignore[arg-type]
+    assert type(trigger).__name__ == "IcebergRowsTrigger"
+    assert (trigger.window_start, trigger.window_end, trigger.min_rows) == (
+        "2026-01-02T00:00:00+00:00",
+        "2026-01-03T00:00:00+00:00",
+        500,
+    )

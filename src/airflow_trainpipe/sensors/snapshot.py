@@ -28,7 +28,9 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     returns at least `min_rows` rows (a `COUNT(*)` the database runs). For a `delta` source: the
     table's current version holds at least `min_rows` rows in the window (a file the log's
     statistics place wholly inside it is counted from its Parquet footer, the others stream the
-    time column).
+    time column). For an `iceberg` source: the table's current snapshot holds them (a file whose
+    partition lies wholly inside the window is counted from its manifest entry, the others read
+    the time column).
     Works on `file://` and `s3://`; with `conn_id` the credentials and endpoint come from that
     Airflow connection (an AWS connection for s3://), as with ObjectStoragePath.
 
@@ -78,6 +80,10 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
             from airflow_trainpipe.sources import delta
 
             return delta.rows_ready(source, self._window(context), wait.min_rows or 1)
+        if source.kind == "iceberg":
+            from airflow_trainpipe.sources import iceberg
+
+            return iceberg.rows_ready(source, self._window(context), wait.min_rows or 1)
         return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
 
     def _query(self, context: Context) -> str:
@@ -87,7 +93,7 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         return rendered_query(self.data, context, self.partition, self.render_template, own_slot=True)
 
     def _window(self, context: Context) -> SqlWindow:
-        """A `delta` source's slot to wait for: the run's own day, the window's last (earlier
+        """A table source's slot to wait for: the run's own day, the window's last (earlier
         days landed before, as a files source waits for its own partition only)."""
         from airflow_trainpipe.sources.sql import run_window
 
@@ -119,11 +125,13 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     def _trigger(self, context: Context) -> BaseTrigger:
         wait, interval = self.data.wait, _seconds(self.poke_interval)
-        if self.data.source.kind == "delta":
+        if self.data.source.kind in ("delta", "iceberg"):
             from airflow_trainpipe.triggers.delta import DeltaRowsTrigger
+            from airflow_trainpipe.triggers.iceberg import IcebergRowsTrigger
 
             window = self._window(context)
-            return DeltaRowsTrigger(
+            trigger = DeltaRowsTrigger if self.data.source.kind == "delta" else IcebergRowsTrigger
+            return trigger(
                 source=self.data.source.model_dump(mode="json"),
                 window_start=window.start.isoformat(),
                 window_end=window.end.isoformat(),
