@@ -3,8 +3,9 @@ this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl
 SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
 
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
-synthetic data for fraud_detector, and home/warehouse.db, the SQLite table fraud_detector_sql reads
-through the connection trainpipe_warehouse), mlflow/ (tracking db and artifacts). tests/integration reuses
+synthetic data for fraud_detector, home/warehouse.db, the SQLite table fraud_detector_sql reads
+through the connection trainpipe_warehouse, and home/lake, the Iceberg catalog fraud_detector_iceberg
+reads through the connection trainpipe_lake), mlflow/ (tracking db and artifacts). tests/integration reuses
 `airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
 """
 
@@ -31,6 +32,7 @@ from urllib.parse import quote
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WAREHOUSE = "warehouse.db"  # under TRAINPIPE_HOME: dags/configs/fraud_detector_sql.yaml's table
+LAKE = "lake"  # under TRAINPIPE_HOME: the catalog of dags/configs/fraud_detector_iceberg.yaml's table
 
 
 def port_free(port: int) -> bool:
@@ -56,7 +58,10 @@ def airflow_env(
     airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: Path, port: int, mlflow_connection: str
 ) -> dict[str, str]:
     """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default,
-    and trainpipe_warehouse (the SQLite file of the sql source example, `sqlite://` + its path)."""
+    trainpipe_warehouse (the SQLite file of the sql source example, `sqlite://` + its path) and
+    trainpipe_lake (the Iceberg SQL catalog of the iceberg source example)."""
+    from airflow_trainpipe.synthetic_iceberg import connection
+
     env = {**os.environ}
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)
@@ -79,6 +84,7 @@ def airflow_env(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW_CONN_MLFLOW_DEFAULT": mlflow_connection,
             "AIRFLOW_CONN_TRAINPIPE_WAREHOUSE": "sqlite://" + quote(str(trainpipe_home / WAREHOUSE), safe=""),
+            "AIRFLOW_CONN_TRAINPIPE_LAKE": connection(trainpipe_home / LAKE),
             "TRAINPIPE_HOME": str(trainpipe_home),
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
         }
@@ -183,6 +189,34 @@ def ensure_warehouse(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> 
     )
 
 
+def ensure_lake(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
+    """The days up to today in the Iceberg table of the iceberg source example (a 7-day window)."""
+    from airflow_trainpipe.synthetic_iceberg import days_held
+
+    folder = trainpipe_home / LAKE
+    start = date.today() - timedelta(days=days - 1)
+    wanted = {start + timedelta(days=i) for i in range(days)}
+    if wanted <= days_held(folder):
+        return
+    print(f"writing {days} days of synthetic card transactions into the Iceberg catalog {folder}", flush=True)
+    subprocess.run(
+        [
+            str(BIN / "trainpipe"),
+            "make-data",
+            "--iceberg",
+            str(folder),
+            "--start",
+            start.isoformat(),
+            "--days",
+            str(days),
+            "--rows",
+            str(rows),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,  # the connection it prints is already in Airflow's environment
+    )
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -252,6 +286,7 @@ def main() -> int:
     try:
         ensure_data(trainpipe_home)
         ensure_warehouse(trainpipe_home)
+        ensure_lake(trainpipe_home)
         airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
         if airflow_port == mlflow_port:
             mlflow_port = pick_port(0)
@@ -284,6 +319,7 @@ def main() -> int:
                     f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
                     f"dags     {REPO / 'dags'}   state {state}",
                     f"sql      fraud_detector_sql reads {trainpipe_home / WAREHOUSE} (connection trainpipe_warehouse)",
+                    f"iceberg  fraud_detector_iceberg reads the catalog {trainpipe_home / LAKE} (connection trainpipe_lake)",
                     "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
                 ]
             )

@@ -199,6 +199,8 @@ def _make_data(args: argparse.Namespace) -> int:
             )
         if args.sqlite:
             _make_data_sqlite(args, days, problems)
+        elif args.iceberg:
+            _make_data_iceberg(args, days, problems)
         else:
             _make_data_files(args, days, problems)
     except ValueError as exc:
@@ -251,6 +253,29 @@ def _make_data_sqlite(
     print(
         f"Airflow connection to it (dags/configs/fraud_detector_sql.yaml reads {WAREHOUSE_CONN_ID}):\n"
         f"export AIRFLOW_CONN_{WAREHOUSE_CONN_ID.upper()}={shlex.quote(uri)}"
+    )
+
+
+def _make_data_iceberg(
+    args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]
+) -> None:
+    """The days as a table of an Iceberg SQL catalog on SQLite, and the Airflow connection to it."""
+    import shlex
+
+    from airflow_trainpipe.synthetic_iceberg import LAKE_CONN_ID, TIME_COLUMN, connection, write_day_iceberg
+
+    if args.files != 1:
+        raise ValueError("--files splits Parquet days (--out); an Iceberg day is one data file")
+    folder = Path(args.iceberg).resolve()
+    for day in days:
+        table, rows = write_day_iceberg(
+            folder, day, args.rows, seed=args.seed, problems=problems.get(day, ()), kind=args.kind
+        )
+        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
+        print(f"{folder} table {table} day({TIME_COLUMN})={day}: {rows} row(s), {injected}")
+    print(
+        f"Airflow connection to its catalog (dags/configs/fraud_detector_iceberg.yaml reads {LAKE_CONN_ID}):\n"
+        f"export AIRFLOW_CONN_{LAKE_CONN_ID.upper()}={shlex.quote(connection(folder))}"
     )
 
 
@@ -555,7 +580,7 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     make_data = commands.add_parser(
         "make-data",
         help="write synthetic daily partitions (card transactions, house sales, support tickets or search results), "
-        "or the days' rows into an SQLite table, optionally with injected problems",
+        "or the days' rows into an SQLite table or an Iceberg table, optionally with injected problems",
     )
     make_data.add_argument(
         "--kind",
@@ -574,6 +599,13 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         help="instead, rows of table KIND (plus event_date 'YYYY-MM-DD') in this SQLite database, "
         "a day's old rows replaced; prints the Airflow connection to define (the sql source example)",
     )
+    target.add_argument(
+        "--iceberg",
+        metavar="DIR",
+        help="instead, rows of Iceberg table trainpipe.KIND (plus event_time, partitioned by its day) "
+        "in a SQL catalog on DIR/catalog.db (SQLite) with its warehouse in DIR/warehouse, a day's old "
+        "rows replaced; prints the Airflow connection to define (the iceberg source example)",
+    )
     make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
     make_data.add_argument("--days", type=int, default=1, help="number of daily partitions (default 1)")
     make_data.add_argument(
@@ -589,7 +621,7 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         default=[],
         metavar="DAY=KIND[:ARGS]",
         help="inject a problem into one day (repeatable): drop:COL, rename:COL:NEW, dtype:COL, nulls:COL[:FRACTION], "
-        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite: not the first three)",
+        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite, --iceberg: not the first three)",
     )
     make_data.set_defaults(handler=_make_data)
 

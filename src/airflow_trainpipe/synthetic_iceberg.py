@@ -125,3 +125,19 @@ def write_day_iceberg(
     table = ensure_table(open_catalog(folder, conn_id), identifier, rows_table.schema)
     replace_days(table, {day: [rows_table]})
     return identifier, rows_table.num_rows
+
+
+def days_held(folder: Path, kind: str = "card_transactions", conn_id: str = LAKE_CONN_ID) -> set[date]:
+    """The days whose rows the table `trainpipe.<kind>` holds at its current snapshot (none when
+    the catalog or the table does not exist yet): read from the manifests, no data file opened."""
+    if not (folder / "catalog.db").exists():
+        return set()
+    catalog = open_catalog(folder, conn_id)
+    identifier = f"{NAMESPACE}.{kind}"
+    if not catalog.table_exists(identifier):
+        return set()
+    epoch = date(1970, 1, 1)
+    return {
+        epoch + timedelta(days=task.file.partition[0])
+        for task in catalog.load_table(identifier).scan().plan_files()
+    }

@@ -47,6 +47,13 @@ SQL_ROWS = {
     f"emits asset `{ASSET}`",
 }
 
+ICEBERG_ROWS = {
+    "Data": "Iceberg table `trainpipe.card_transactions` of connection `trainpipe_lake` at its current "
+    "snapshot, a window of 7 x 1d ending with the run's day, frozen into `snapshots`; label `is_fraud`; "
+    "6 numeric + 2 categorical features; holdout 20% by `transaction_id`",
+    "Waits for": "1000 rows from the table; deferrable, every 300s, timeout 21600s",
+}
+
 
 def _doc(example: str = "fraud_detector", **edits: str) -> str:
     text = (EXAMPLE_CONFIGS / f"{example}.yaml").read_text()
@@ -98,7 +105,12 @@ def test_the_table_has_the_seven_rows_in_order(fraud: str) -> None:
 
 @pytest.mark.parametrize(
     ("example", "expected"),
-    [("fraud_detector", FRAUD_ROWS), ("house_prices", HOUSE_ROWS), ("fraud_detector_sql", SQL_ROWS)],
+    [
+        ("fraud_detector", FRAUD_ROWS),
+        ("house_prices", HOUSE_ROWS),
+        ("fraud_detector_sql", SQL_ROWS),
+        ("fraud_detector_iceberg", ICEBERG_ROWS),
+    ],
 )
 def test_each_row_describes_the_example_config(example: str, expected: dict[str, str]) -> None:
     rows = _rows(_doc(example))

@@ -36,14 +36,16 @@ class Up:
 
     def __init__(self, state: Path) -> None:
         # The days up.py wants, small: it writes 4 x 20,000 rows (and 7 x 5,000 into the sql
-        # example's SQLite table) itself when they are missing.
+        # example's SQLite table and the iceberg example's table) itself when they are missing.
         from airflow_trainpipe.synthetic import write_day, write_day_sqlite
+        from airflow_trainpipe.synthetic_iceberg import write_day_iceberg
 
         for back in range(7):
             day = date.today() - timedelta(days=back)
             if back < 4:
                 write_day((state / "home" / "data" / "card_transactions").as_uri(), day, 200, seed=back)
             write_day_sqlite(state / "home" / "warehouse.db", day, 50, seed=back)
+            write_day_iceberg(state / "home" / "lake", day, 50, seed=back)
         env = {**os.environ, "TRAINPIPE_CONFIG_CACHE": str(state / "config-cache")}
         self.process = subprocess.Popen(
             [
