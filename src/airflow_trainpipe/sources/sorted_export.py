@@ -103,13 +103,15 @@ def _spill(table: pa.Table, folder: Path, index: int) -> Path:
 
 
 class _Run:
-    """A sorted run on disk, memory-mapped (uncompressed IPC: batches are read without a copy),
-    taken into `buffer` a slice at a time."""
+    """A sorted run on disk (uncompressed IPC), read a batch at a time into `buffer`, a slice at a
+    time. Read, not memory-mapped: the pages of a mapped run stay resident as the merge reads on,
+    so the process's RSS grew with the window (8M rows of 20 columns: 1.38 GiB of mapped runs
+    beside 0.74 GiB of heap, measured); a batch read is freed once the merge has taken it."""
 
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         import pyarrow as pa
 
-        self._file = pa.memory_map(str(path))
+        self._file = pa.OSFile(str(path), "rb")
         self._reader = pa.ipc.open_file(self._file)
         self._batch: pa.RecordBatch | None = None
         self._offset = self._next = 0
