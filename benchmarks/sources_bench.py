@@ -1,4 +1,6 @@
-"""Sources: the `sql` source's streamed, ordered export to Parquet vs ADBC's own loop.
+"""Sources: the `sql` source's streamed, ordered export to Parquet vs ADBC's own loop; then the
+`delta` and `iceberg` window exports vs delta-rs's and pyiceberg's own loops
+(`table_sources_bench.py`, appended to the same section).
 
 A throwaway PostgreSQL cluster (`tests/helpers/postgres.py`, the tests' own) holds two tables
 of 2M and 8M rows x 20 columns, built inside PostgreSQL with generate_series: a bigint `id`
@@ -16,7 +18,9 @@ exported by:
 
 Each export runs in its own process, the sides alternately, REPEATS times (medians). The timed
 part is from connecting to the last file closed (imports, and the first lookup of the Airflow
-connection, come before it). Peak RSS is the process's `ru_maxrss` at the end.
+connection, come before it). Peak RSS is the process's VmHWM at the end: its own memory map's
+peak. `ru_maxrss`, read before, is inherited through fork + exec from the parent when the parent
+was larger: it reported the ~290 MiB of `benchmarks/run.py` for every export.
 
 `python benchmarks/sources_bench.py` prints the section; `make bench` writes it.
 """
@@ -56,30 +60,29 @@ FROM generate_series(1::bigint, {rows}) AS i
 
 def _child(side: str, url: str, table: str, folder: str) -> None:
     """One export in this process; prints `SOURCES {json}`."""
-    import resource
     import time
 
     import adbc_driver_postgresql.dbapi as adbc_pg  # ~0.3 s; ours imports it in `connect`: not timed
     import pyarrow.parquet as pq
 
     from airflow_trainpipe.config.sources import SqlSource
-    from airflow_trainpipe.sources.sql import _connection, export, ordered
+    from airflow_trainpipe.sources.sql import airflow_connection, export, ordered
 
     query = QUERY.format(table=table)
     out = Path(folder)
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = url
     if side != "raw":
-        _connection(CONN_ID)  # Airflow imported and its first connection lookup done
+        airflow_connection(CONN_ID)  # Airflow imported and its first connection lookup done
     if side == "ours":
         source = SqlSource(kind="sql", conn_id=CONN_ID, query=query, order_by=["id"])
-        base_kb = _vmrss_kb()
+        base_kb = _status_kb("VmRSS")
         started, cpu = time.perf_counter(), _cpu_s()
         files, _ = export(source, query, out)
         seconds, cpu = time.perf_counter() - started, _cpu_s() - cpu
         rows = sum(f.rows for f in files)
     else:
         uri = url.replace("postgres://", "postgresql://", 1)
-        base_kb = _vmrss_kb()
+        base_kb = _status_kb("VmRSS")
         started, cpu = time.perf_counter(), _cpu_s()
         rows = 0
         with adbc_pg.connect(uri) as db, db.cursor() as cursor:
@@ -90,7 +93,7 @@ def _child(side: str, url: str, table: str, folder: str) -> None:
                     writer.write_batch(batch)
                     rows += batch.num_rows
         seconds, cpu = time.perf_counter() - started, _cpu_s() - cpu
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kb = _status_kb("VmHWM")
     groups = [pq.ParquetFile(p).metadata for p in sorted(out.glob("*.parquet"))]
     group_rows = [m.row_group(i).num_rows for m in groups for i in range(m.num_row_groups)]
     result = {
@@ -115,9 +118,10 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _vmrss_kb() -> int:
+def _status_kb(name: str) -> int:
+    """A /proc/self/status figure in KiB: VmRSS now, VmHWM the peak of this process's own memory."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS"):
+        if line.startswith(name):
             return int(line.split()[1])
     return 0
 
@@ -194,7 +198,9 @@ def bench_sources() -> list[str]:
         return statistics.median(rows / r["seconds"] for r in runs[rows][side])
 
     lines = [
-        "## Sources: SQL export to Parquet vs ADBC's own loop (PostgreSQL)",
+        "## Sources: SQL, Delta and Iceberg exports to Parquet vs each library's own loop",
+        "",
+        "### SQL export vs ADBC's own loop (PostgreSQL)",
         "",
         "A throwaway PostgreSQL 15 cluster on 127.0.0.1 (`tests/helpers/postgres.py`, fsync off) holds tables of",
         f"{' and '.join(_label(rows) for rows in SIZES)} rows x 20 columns built with generate_series: bigint `id` (primary key), a timestamp, 8 float8,",
@@ -207,7 +213,8 @@ def bench_sources() -> list[str]:
         "as ours does (any Airflow task has Airflow loaded). All write snappy Parquet (pyarrow's default) to local",
         f"disk. Each export in its own process, the sides alternately, {REPEATS} times (medians); timed from connecting",
         "to the last file closed; imports come before, the ADBC driver's too (~0.3 s, which `export` would",
-        "otherwise pay once per process). Peak RSS: the process's `ru_maxrss`; *after imports*: its RSS just",
+        "otherwise pay once per process). Peak RSS: the process's VmHWM (`ru_maxrss` would report the parent's",
+        "larger peak, inherited through fork + exec); *after imports*: its RSS just",
         "before the timed part. The database runs on the same machine: its backend takes one of the",
         f"{os.cpu_count()} cores. Command: `make bench` (`--only sources`). 1-minute load average {load_before:.1f} before",
         f"and {load_after:.1f} after the measurement: wall times stretch with other load, so the client process's",
@@ -250,7 +257,9 @@ def bench_sources() -> list[str]:
         f"- peak RSS of ours, {_label(large)} / {_label(small)} rows: **{ours_rss:.2f}x** (target <= 1.2x: flat); raw: {raw_rss:.2f}x.",
         "",
     ]
-    return lines
+    from table_sources_bench import bench_table_sources  # benchmarks/ is on sys.path (run.py, this file)
+
+    return lines + bench_table_sources()
 
 
 if __name__ == "__main__":

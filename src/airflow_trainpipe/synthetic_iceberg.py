@@ -79,15 +79,15 @@ def ensure_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:
     return catalog.load_table(identifier)
 
 
-def replace_days(table: Any, days: dict[date, Sequence[pa.Table]]) -> None:
-    """In one commit: each day's earlier rows deleted, its new rows added as one Parquet file per
-    table given (in that order)."""
+def replace_days(table: Any, days: dict[date, Sequence[pa.Table]], time_column: str = TIME_COLUMN) -> None:
+    """In one commit: each day's earlier rows (by `time_column`, the table's day partition)
+    deleted, its new rows added as one Parquet file per table given (in that order)."""
     import pyarrow.parquet as pq
 
     paths = []
     for day, parts in days.items():
         for part in parts:
-            path = f"{table.location()}/data/{TIME_COLUMN}_day={day.isoformat()}/{uuid.uuid4().hex}.parquet"
+            path = f"{table.location()}/data/{time_column}_day={day.isoformat()}/{uuid.uuid4().hex}.parquet"
             with table.io.new_output(path).create(overwrite=False) as out:
                 pq.write_table(part, out)
             paths.append(path)
@@ -98,7 +98,7 @@ def replace_days(table: Any, days: dict[date, Sequence[pa.Table]]) -> None:
             start = datetime(day.year, day.month, day.day, tzinfo=UTC)
             end = start + timedelta(days=1)
             transaction.delete(
-                f"{TIME_COLUMN} >= '{start.isoformat()}' AND {TIME_COLUMN} < '{end.isoformat()}'"
+                f"{time_column} >= '{start.isoformat()}' AND {time_column} < '{end.isoformat()}'"
             )
         transaction.add_files(paths)
 
