@@ -70,7 +70,7 @@ _TRANSIENT = {
 }
 # Errors no other try can change, whatever their class says (an OSError that is a refusal).
 _REFUSED = ("403", "forbidden", "access denied", "accessdenied", "unauthorized", "no such ", "not authorized")
-_NOT_FOUND = ("NoSuchTableError", "NoSuchNamespaceError", "NoSuchIdentifierError")
+_NOT_FOUND = {"NoSuchTableError", "NoSuchNamespaceError", "NoSuchIdentifierError"}
 # Keywords of pyiceberg's filter syntax: a column named like one is quoted in the filter text.
 _KEYWORDS = {"and", "or", "not", "is", "in", "null", "nan", "like", "between", "true", "false"}
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
@@ -121,15 +121,15 @@ def _text(exc: BaseException) -> str:
 def _classified(exc: BaseException, where: str, doing: str) -> SourceError:
     names = {klass.__name__ for klass in type(exc).__mro__}
     text = _text(exc)
-    if names & set(_NOT_FOUND):
+    if names & _NOT_FOUND:
         return SourceError(f"{doing} {where}: it does not exist (data.source.table): {text}")
     if isinstance(exc, FileNotFoundError):
         return SourceError(
             f"{doing} {where}: a file of the snapshot being read no longer exists (the snapshot "
             f"expired and its files were removed since it was loaded, or deleted by hand): {text}"
         )
-    refused_ = isinstance(exc, PermissionError) or any(word in text.lower() for word in _REFUSED)
-    if not refused_ and (names & _TRANSIENT or (isinstance(exc, OSError) and "ValueError" not in names)):
+    a_refusal = isinstance(exc, PermissionError) or any(word in text.lower() for word in _REFUSED)
+    if not a_refusal and (names & _TRANSIENT or (isinstance(exc, OSError) and "ValueError" not in names)):
         return SourceUnavailable(f"{doing} {where}: {type(exc).__name__}: {text}")
     return SourceError(f"{doing} {where}: {type(exc).__name__}: {text}")
 
