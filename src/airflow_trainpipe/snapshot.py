@@ -243,8 +243,12 @@ def resolve_snapshot(data: DataSection, partition: str, conn_id: str | None = No
     fs, _ = filesystem(uri, conn_id)
     entries: list[SnapshotFile] = []
     columns: dict[str, str] | None = None
-    for file_uri in files:
-        path = filesystem(file_uri)[1]
+    for listed in files:
+        file_uri, path = listed, filesystem(listed)[1]
+        if data.freeze == "versions":
+            # Pinned before it is read: the hash, the rows and the schema are then the pinned
+            # version's, even when the object is overwritten while it is being hashed.
+            file_uri, path = pinned(fs, listed, path)
         rows, schema = _file_facts(fs, path, data.format)
         if columns is None:
             columns = schema
@@ -327,12 +331,56 @@ def resolve_window(data: DataSection, partitions: list[str], conn_id: str | None
 
 
 def is_current(manifest: Manifest, conn_id: str | None = None) -> bool:
-    """Whether a partition still holds exactly the manifest's files at their sizes: a listing and
-    a stat per file, not a re-hash (training re-hashes every byte it reads anyway)."""
-    if list_data_files(manifest.partition_uri, manifest.format, conn_id) != manifest.file_uris:
+    """Whether a partition still holds exactly the manifest's files at their sizes (pinned files:
+    as their current versions): a listing and a stat per file, not a re-hash (training re-hashes
+    every byte it reads anyway)."""
+    listed = list_data_files(manifest.partition_uri, manifest.format, conn_id)
+    if listed != [unpinned(f.uri) for f in manifest.files]:
         return False
     fs, _ = filesystem(manifest.partition_uri, conn_id)
-    return all(fs.size(filesystem(f.uri)[1]) == f.size for f in manifest.files)
+    for entry in manifest.files:
+        path, version = filesystem(unpinned(entry.uri))[1], version_of(entry.uri)
+        if version is None:
+            if fs.size(path) != entry.size:
+                return False
+        elif _current_version(fs, path) != version:
+            return False
+    return True
+
+
+_VERSION_QUERY = "?versionId="
+
+
+class UnversionedError(SnapshotError):
+    """`data.freeze: versions` on an object that has no version: retrying cannot version it."""
+
+    retryable = False
+
+
+def pinned(fs: Any, uri: str, path: str) -> tuple[str, str]:
+    """`uri` and `path` pinned to the object's current S3 version (`?versionId=`, which s3fs reads
+    from a path): what the manifest records, so every later read gets these bytes."""
+    version = _current_version(fs, path)
+    if not version or version == "null":  # "null": written while the bucket was unversioned
+        raise UnversionedError(
+            f"data.freeze is versions, but {uri} has no object version: enable versioning on its "
+            "bucket (objects written before that have none; rewrite them), or set data.freeze: true to copy"
+        )
+    return f"{uri}{_VERSION_QUERY}{version}", f"{path}{_VERSION_QUERY}{version}"
+
+
+def _current_version(fs: Any, path: str) -> str | None:
+    # refresh: the listing that found the file cached its entry, and a listing has no versions.
+    return fs.info(path, refresh=True).get("VersionId")
+
+
+def unpinned(uri: str) -> str:
+    return uri.split(_VERSION_QUERY, 1)[0]
+
+
+def version_of(uri: str) -> str | None:
+    """The object version a pinned URI reads; None for any other URI."""
+    return uri.split(_VERSION_QUERY, 1)[1] if _VERSION_QUERY in uri else None
 
 
 def manifest_uri(data: DataSection, digest: str) -> str:

@@ -1,9 +1,11 @@
-"""Frozen snapshots of a sql source: content-addressed files that outlive changes at the source,
-and the manifest that records where the rows came from."""
+"""Frozen snapshots: a sql source's content-addressed files that outlive changes at the source, the
+manifest that records where the rows came from, and a files source frozen by copy or by pinned
+S3 object versions."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import date
 from pathlib import Path
 
@@ -139,3 +141,106 @@ def test_freezing_needs_a_store_pods_can_read() -> None:
         PipelineConfig.model_validate(config)
     config["snapshots"] = {"uri": "s3://ml-snapshots/trainpipe"}
     assert PipelineConfig.model_validate(config).data.freeze
+
+
+def _versioned_config(tmp_path: Path, bucket: str, freeze: bool | str) -> Path:
+    import yaml
+
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
+    config["data"].update(uri=f"s3://{bucket}/data", freeze=freeze, window={"partitions": 2})
+    path = tmp_path / f"versions_{freeze}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_freeze_versions_pins_s3_object_versions_that_later_writes_cannot_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str
+) -> None:
+    import boto3
+
+    from airflow_trainpipe.runtime.data import ChangedDataError, DataError, iter_batches
+    from airflow_trainpipe.snapshot import is_current, resolve_snapshot, unpinned, version_of
+    from airflow_trainpipe.synthetic import write_day
+
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket="versioned-lake")
+    s3.put_bucket_versioning(Bucket="versioned-lake", VersioningConfiguration={"Status": "Enabled"})
+    for day in (1, 2):
+        write_day("s3://versioned-lake/data", date(2026, 3, day), 300, seed=1)
+    config = load_config(_versioned_config(tmp_path, "versioned-lake", "versions"))
+    pinned = cli_snapshot(config, "2026-03-02")
+    versions = {
+        f"s3://versioned-lake/{v['Key']}": v["VersionId"]
+        for v in s3.list_object_versions(Bucket="versioned-lake")["Versions"]
+    }
+    assert [(unpinned(f.uri), version_of(f.uri)) for f in pinned.files] == [
+        (uri, versions[uri])
+        for uri in (
+            "s3://versioned-lake/data/ds=2026-03-01/part-00000.parquet",
+            "s3://versioned-lake/data/ds=2026-03-02/part-00000.parquet",
+        )
+    ]
+    assert load_manifest(config.data, pinned.digest) == pinned
+    first_day = resolve_snapshot(config.data, "ds=2026-03-01")  # what a window reuses for that day
+    assert first_day.files == pinned.files[:1] and is_current(first_day)
+    columns = ["amount", "is_fraud"]
+    before = [t.to_pydict() for t in iter_batches(pinned.file_uris, "parquet", columns, manifest=pinned)]
+
+    # Upstream rewrites a day in place. The pinned snapshot still reads the bytes it validated,
+    # while the same files unpinned (freeze: false) now fail training's byte check.
+    write_day("s3://versioned-lake/data", date(2026, 3, 1), 310, seed=2)
+    assert not is_current(first_day)  # the day is validated again before a window reuses it
+    after = [t.to_pydict() for t in iter_batches(pinned.file_uris, "parquet", columns, manifest=pinned)]
+    assert after == before and sum(len(t["amount"]) for t in after) == 600
+    unpinned_manifest = pinned.model_copy(
+        update={"files": [f.model_copy(update={"uri": unpinned(f.uri)}) for f in pinned.files]}
+    )
+    with pytest.raises(ChangedDataError, match=r"ds=2026-03-01/part-00000\.parquet changed"):
+        list(iter_batches(unpinned_manifest.file_uris, "parquet", columns, manifest=unpinned_manifest))
+    again = cli_snapshot(config, "2026-03-02")  # the new day's version: another data version
+    assert again.digest != pinned.digest and again.rows == 610
+
+    # A lifecycle rule expires the pinned version: reading it fails, naming the file.
+    gone = pinned.files[0].uri
+    s3.delete_object(Bucket="versioned-lake", Key=unpinned(gone).split("/", 3)[3], VersionId=version_of(gone))
+    with pytest.raises(DataError, match=re.escape(f"cannot read {gone}")):
+        list(iter_batches(pinned.file_uris, "parquet", columns, manifest=pinned))
+
+
+def test_freeze_versions_refuses_an_unversioned_bucket_and_a_local_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str
+) -> None:
+    import boto3
+
+    from airflow_trainpipe.exceptions import ConfigError
+    from airflow_trainpipe.snapshot import UnversionedError
+    from airflow_trainpipe.synthetic import write_day
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="plain-lake")
+    for day in (1, 2):
+        write_day("s3://plain-lake/data", date(2026, 3, day), 50, seed=1)
+    config = load_config(_versioned_config(tmp_path, "plain-lake", "versions"))
+    with pytest.raises(
+        UnversionedError,
+        match=r"s3://plain-lake/data/ds=2026-03-01/part-00000\.parquet has no object version",
+    ) as caught:
+        cli_snapshot(config, "2026-03-02")
+    assert not caught.value.retryable
+
+    local = _versioned_config(tmp_path, "plain-lake", "versions")
+    local.write_text(local.read_text().replace("s3://plain-lake/data", (tmp_path / "data").as_uri()))
+    with pytest.raises(ConfigError, match=r"data\.freeze.*data\.uri must be an s3:// bucket"):
+        load_config(local)
+    sql = tmp_path / "sql_versions.yaml"
+    sql.write_text(
+        (EXAMPLE_CONFIGS / "fraud_detector_sql.yaml")
+        .read_text()
+        .replace("  source:", "  freeze: versions\n  source:", 1)
+    )
+    with pytest.raises(ConfigError, match=r"data\.freeze.*a sql source is always frozen"):
+        load_config(sql)

@@ -140,10 +140,15 @@ class DataSection(Section):
     partition: str = "ds={{ ds }}"
     """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""
 
-    freeze: bool = False
-    """`files` source: copy each run's validated files into the content-addressed snapshot store
-    (`snapshots.uri`) and train on the copies, so an overwritten partition cannot change what a
-    model can be reproduced from. A `sql`, `delta` or `iceberg` source is always frozen."""
+    freeze: bool | Literal["versions"] = False
+    """`files` source: `true` copies each run's validated files into the content-addressed snapshot
+    store (`snapshots.uri`) and trains on the copies, so an overwritten partition cannot change
+    what a model can be reproduced from. `versions` copies nothing: on an `s3://` bucket with
+    versioning enabled, the manifest pins each file to the object version it hashed
+    (`...?versionId=`), and validation, training and reproduce read that version, whatever is
+    written over it later; the bucket's lifecycle rule for noncurrent versions then decides how
+    long a model stays reproducible (`snapshots gc` does not touch your bucket). Non-file sources
+    are always frozen."""
 
     format: Literal["parquet", "csv"] = "parquet"
     """File format of the snapshot's files."""
@@ -197,6 +202,26 @@ class DataSection(Section):
         if isinstance(wait, dict) and "marker" not in wait:
             return {**value, "wait": {"marker": None, "min_rows": 1, **wait}}
         return value
+
+    @model_validator(mode="after")
+    def _versions_need_a_versioned_store(self) -> DataSection:
+        if self.freeze != "versions":
+            return self
+        if self.source.kind != "files":
+            where, problem = (
+                ("freeze",),
+                f"{'an' if self.source.kind[0] in 'aeiou' else 'a'} {self.source.kind} source is always "
+                "frozen into snapshots.uri; remove freeze",
+            )
+        elif not self.uri.startswith("s3://"):
+            where, problem = (
+                ("freeze",),
+                "versions pins S3 object versions: data.uri must be an s3:// bucket with versioning; use true to copy",
+            )
+        else:
+            return self
+        field_problems([(where, problem)])
+        return self
 
     @model_validator(mode="after")
     def _sql_source_fits(self) -> DataSection:

@@ -325,7 +325,7 @@ class PipelineConfig(Section):
                 )
         if self.training.launcher == "kubernetes":
             problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))
-            if self.data.source.kind != "files" or self.data.freeze:
+            if self.data.source.kind != "files" or self.data.freeze is True:
                 problems.extend(
                     pod_storage_problems(self.snapshots.uri, self.training.kubernetes, ("snapshots", "uri"))
                 )

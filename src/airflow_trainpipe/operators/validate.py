@@ -88,7 +88,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 spanned.rows,
             )
             summary = summary.model_copy(update={"manifest": spanned})
-        if data.freeze:
+        if data.freeze is True:
             summary = summary.model_copy(update={"manifest": self._frozen(summary.manifest)})
         return summary.to_xcom()
 

@@ -54,7 +54,7 @@ def freeze_run(
     from airflow_trainpipe.window import run_window
 
     manifest = resolve_window(data, run_window(data, context, partition, render), conn_id)
-    if data.freeze:
+    if data.freeze is True:  # `versions` pinned each file's version as it resolved it
         from airflow_trainpipe.sources.freeze import freeze_manifest
 
         return freeze_manifest(config, manifest, conn_id)
