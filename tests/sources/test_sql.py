@@ -78,6 +78,20 @@ def test_a_key_that_does_not_order_every_row_fails_naming_the_tie(wh: str, tmp_p
     assert caught.value.retryable is False
 
 
+@pytest.mark.parametrize("batch_rows", [65_536, 2], ids=["within a batch", "across batches"])
+def test_nan_keys_tie_like_repeated_values(wh: str, tmp_path: Path, batch_rows: int) -> None:
+    # PostgreSQL sorts NaN after every number and NaNs together, in no defined order among them.
+    query = "SELECT * FROM (VALUES (1.0::float8, 'a'), ('NaN'::float8, 'b'), ('NaN'::float8, 'c')) AS t(k, v)"
+    with pytest.raises(sql.SourceError, match=r"rows 1 and 2 of the result both have \{'k': nan\}"):
+        sql.export(_source(query=query, order_by=["k"], batch_rows=batch_rows), query, tmp_path)
+    unique = query.replace("'NaN'::float8, 'c'", "2.0::float8, 'c'")
+    (tmp_path / "ok").mkdir()
+    files, _ = sql.export(
+        _source(query=unique, order_by=["k"], batch_rows=batch_rows), unique, tmp_path / "ok"
+    )
+    assert pq.read_table(files[0].path).column("v").to_pylist() == ["a", "c", "b"]
+
+
 @pytest.mark.parametrize(
     ("query", "order_by", "message"),
     [

@@ -295,19 +295,23 @@ class ParquetExport:
 
     def _check_ties(self, batch: pa.RecordBatch) -> None:
         """Vectorised: a row equal to the one before it on every key column (nulls tie with
-        nulls), within the batch and across the boundary with the previous batch."""
+        nulls, NaN with NaN: the database sorts them together in no defined order), within the
+        batch and across the boundary with the previous batch."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         columns = [batch.column(name) for name in self.source.order_by]
         first = tuple(c[0].as_py() for c in columns)
-        tie_at = 0 if first == self._last_key else None
+        tie_at = 0 if self._last_key is not None and _same_key(first, self._last_key) else None
         if tie_at is None and batch.num_rows > 1:
             same = pa.array([True] * (batch.num_rows - 1))
             for column in columns:
                 later, earlier = column.slice(1), column.slice(0, batch.num_rows - 1)
                 equal = pc.fill_null(pc.equal(later, earlier), False)
                 both_null = pc.and_(pc.is_null(later), pc.is_null(earlier))
+                if pa.types.is_floating(column.type):
+                    both_nan = pc.fill_null(pc.and_(pc.is_nan(later), pc.is_nan(earlier)), False)
+                    both_null = pc.or_(both_null, both_nan)
                 same = pc.and_(same, pc.or_(equal, both_null))
             if pc.any(same).as_py():
                 tie_at = pc.index(same, True).as_py() + 1
@@ -322,6 +326,11 @@ class ParquetExport:
             )
         self._last_key = tuple(c[batch.num_rows - 1].as_py() for c in columns)
         self._rows_seen += batch.num_rows
+
+
+def _same_key(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    # NaN != NaN in Python too, and it ties in the ORDER BY like a repeated value.
+    return all(a == b or (a != a and b != b) for a, b in zip(one, other, strict=True))
 
 
 def export(source: SqlSource, query: str, folder: Path) -> tuple[list[ExportedFile], pa.Schema]:
