@@ -37,11 +37,13 @@ def freeze_run(
         from airflow_trainpipe.sources.sql import run_window as table_window
 
         window = table_window(data, context, partition, render)
-        if source.kind == "delta":
-            with _named(config, f"data.source delta ({source.uri})"):
-                return freeze.delta_snapshot(config, partition, window, conn_id)
-        with _named(config, f"data.source iceberg ({source.table}, connection {source.conn_id})"):
-            return freeze.iceberg_snapshot(config, partition, window, conn_id)
+        where = (
+            f"data.source delta ({source.uri})"
+            if source.kind == "delta"
+            else f"data.source iceberg ({source.table}, connection {source.conn_id})"
+        )
+        with _named(config, where):
+            return freeze.table_snapshot(config, partition, window, conn_id)
     if source.kind == "sql":
         from airflow_trainpipe.sources.freeze import sql_snapshot
         from airflow_trainpipe.sources.sql import run_window as sql_window

@@ -72,6 +72,11 @@ class WindowScan:
     def filter_text(self) -> str:
         return str(self.filter)
 
+    @property
+    def lineage(self) -> dict[str, Any]:
+        """What the manifest's SourceLineage records of the table, beside the window and filter."""
+        return {"table": self.table, "version": self.version}
+
 
 @dataclass
 class DeltaExport:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.snapshot import Manifest, SnapshotFile, SourceLineage
+    from airflow_trainpipe.sources.delta import DeltaExport
+    from airflow_trainpipe.sources.iceberg import IcebergExport
     from airflow_trainpipe.sources.sql import SqlWindow
 
 
@@ -167,58 +169,42 @@ def sql_snapshot(
     return _stored(config, partition, files, schema, lineage, conn_id)
 
 
-def delta_snapshot(
+def table_snapshot(
     config: PipelineConfig, partition: str, window: SqlWindow, conn_id: str | None = None
 ) -> Manifest:
-    """Export the window's rows of the table's current version, freeze the files, and store the
-    manifest that reads them and names the table, version and filter. `conn_id` is the snapshot
-    store's; the table's own is `data.source.conn_id`."""
+    """A `delta` or `iceberg` source: export the window's rows of the table's current version
+    (snapshot), freeze the files, and store the manifest that reads them and names the table, its
+    version and the filter. `conn_id` is the snapshot store's; the table's own is
+    `data.source.conn_id`."""
     from airflow_trainpipe.snapshot import SourceLineage
-    from airflow_trainpipe.sources.delta import export
 
     source = config.data.source
-    assert source.kind == "delta"
+    assert source.kind in ("delta", "iceberg")
     with _scratch(config) as folder:
-        exported = export(source, window, folder)
+        exported = _export_table(config, window, folder)
         check_columns(config, exported.schema, TABLE_REMEDY)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
     lineage = SourceLineage(
-        kind="delta",
+        kind=source.kind,
         conn_id=source.conn_id,
         window_start=window.start.isoformat(),
         window_end=window.end.isoformat(),
-        table=exported.scan.table,
-        version=exported.scan.version,
         filter=exported.scan.filter_text,
+        **exported.scan.lineage,
     )
     return _stored(config, partition, files, exported.schema, lineage, conn_id)
 
 
-def iceberg_snapshot(
-    config: PipelineConfig, partition: str, window: SqlWindow, conn_id: str | None = None
-) -> Manifest:
-    """Export the window's rows of the table's current snapshot, freeze the files, and store the
-    manifest that reads them and names the table, snapshot id and filter. `conn_id` is the
-    snapshot store's; the catalog's is `data.source.conn_id`."""
-    from airflow_trainpipe.snapshot import SourceLineage
-    from airflow_trainpipe.sources.iceberg import export
-
+def _export_table(config: PipelineConfig, window: SqlWindow, folder: Path) -> DeltaExport | IcebergExport:
     source = config.data.source
+    if source.kind == "delta":
+        from airflow_trainpipe.sources import delta
+
+        return delta.export(source, window, folder)
     assert source.kind == "iceberg"
-    with _scratch(config) as folder:
-        exported = export(source, window, folder)
-        check_columns(config, exported.schema, TABLE_REMEDY)
-        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
-    lineage = SourceLineage(
-        kind="iceberg",
-        conn_id=source.conn_id,
-        window_start=window.start.isoformat(),
-        window_end=window.end.isoformat(),
-        table=source.table,
-        snapshot_id=exported.scan.snapshot_id,
-        filter=exported.scan.filter_text,
-    )
-    return _stored(config, partition, files, exported.schema, lineage, conn_id)
+    from airflow_trainpipe.sources import iceberg
+
+    return iceberg.export(source, window, folder)
 
 
 @contextmanager

@@ -101,6 +101,11 @@ class IcebergScan:
     """The exported columns' Arrow types: plain ones, no field ids."""
 
     @property
+    def lineage(self) -> dict[str, Any]:
+        """What the manifest's SourceLineage records of the table, beside the window and filter."""
+        return {"table": self.table, "snapshot_id": self.snapshot_id}
+
+    @property
     def where(self) -> str:
         """The table at its snapshot, for messages."""
         return f"Iceberg table {self.table} (snapshot {self.snapshot_id}, catalog {self.conn_id})"
