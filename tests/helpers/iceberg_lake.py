@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import yaml
 
 from airflow_trainpipe.synthetic_iceberg import connection, ensure_table, open_catalog, replace_days
+from tests.helpers.source_configs import source_config
 from tests.helpers.warehouse import COLUMNS, day_rows
 
 CONN_ID = "lake"
@@ -57,32 +57,10 @@ def iceberg_config(
 ) -> Path:
     """The demo's fraud_detector config reading the Iceberg table `table` of connection `conn_id`
     instead of files, its records, snapshots and checkpoints under `folder`."""
-    from tests.conftest import EXAMPLE_CONFIGS
-
-    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
-    config["data"].update(
-        {
-            "uri": (folder / "records").as_uri(),
-            "source": {
-                "kind": "iceberg",
-                "conn_id": conn_id,
-                "table": table,
-                "time_column": "event_time",
-                "order_by": ["transaction_id"],
-                "columns": [c.strip() for c in COLUMNS.split(",")],
-                **source,
-            },
-            "wait": {"min_rows": 100, "mode": "poke", "poke_interval": "1s", "timeout": "60s"},
-        }
-    )
-    config["data"].pop("format", None)
-    if partitions is not None:
-        config["data"]["window"] = {"partitions": partitions}
-    config["snapshots"] = {"uri": (folder / "snapshots").as_uri()}
-    config["training"]["checkpoint"]["uri"] = (folder / "checkpoints").as_uri()
-    path = folder / "iceberg.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    columns = [c.strip() for c in COLUMNS.split(",")]
+    table_source = {"kind": "iceberg", "conn_id": conn_id, "table": table, "time_column": "event_time"}
+    table_source |= {"order_by": ["transaction_id"], "columns": columns}
+    return source_config(folder, {**table_source, **source}, "iceberg", partitions)
 
 
 def expire_snapshots(lake: Any) -> list[Path]:

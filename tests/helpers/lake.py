@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import yaml
 
+from tests.helpers.source_configs import source_config
 from tests.helpers.warehouse import COLUMNS, day_rows
 
 
@@ -51,28 +51,11 @@ def write_days(
 def delta_config(folder: Path, table: str, partitions: int | None = None, **source: Any) -> Path:
     """The demo's fraud_detector config reading the Delta table `table` instead of files, its
     records, snapshots and checkpoints under `folder`."""
-    from tests.conftest import EXAMPLE_CONFIGS
-
-    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
-    config["data"].update(
-        {
-            "uri": (folder / "records").as_uri(),
-            "source": {
-                "kind": "delta",
-                "uri": table,
-                "time_column": "event_time",
-                "order_by": ["transaction_id"],
-                "columns": [c.strip() for c in COLUMNS.split(",")],
-                **source,
-            },
-            "wait": {"min_rows": 100, "mode": "poke", "poke_interval": "1s", "timeout": "60s"},
-        }
-    )
-    config["data"].pop("format", None)
-    if partitions is not None:
-        config["data"]["window"] = {"partitions": partitions}
-    config["snapshots"] = {"uri": (folder / "snapshots").as_uri()}
-    config["training"]["checkpoint"]["uri"] = (folder / "checkpoints").as_uri()
-    path = folder / "delta.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    columns = [c.strip() for c in COLUMNS.split(",")]
+    table_source = {
+        "kind": "delta",
+        "uri": table,
+        "time_column": "event_time",
+        "order_by": ["transaction_id"],
+    }
+    return source_config(folder, {**table_source, "columns": columns, **source}, "delta", partitions)

@@ -12,9 +12,9 @@ from typing import Any
 
 import adbc_driver_postgresql.dbapi as adbc_pg
 import pyarrow as pa
-import yaml
 
 from airflow_trainpipe.synthetic import transactions
+from tests.helpers.source_configs import source_config
 
 COLUMNS = (
     "transaction_id, amount, hour, merchant_risk, distance_from_home_km, account_age_days, "
@@ -64,27 +64,5 @@ WINDOW_QUERY = (
 def sql_config(folder: Path, conn_id: str = "warehouse", partitions: int | None = None, **data: Any) -> Path:
     """The demo's fraud_detector config reading `card_transactions` from a connection instead of
     files, its records, snapshots and checkpoints under `folder`."""
-    from tests.conftest import EXAMPLE_CONFIGS
-
-    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
-    config["data"].update(
-        {
-            "uri": (folder / "records").as_uri(),
-            "source": {
-                "kind": "sql",
-                "conn_id": conn_id,
-                "query": WINDOW_QUERY,
-                "order_by": ["transaction_id"],
-            },
-            "wait": {"min_rows": 100, "mode": "poke", "poke_interval": "1s", "timeout": "60s"},
-            **data,
-        }
-    )
-    config["data"].pop("format", None)
-    if partitions is not None:
-        config["data"]["window"] = {"partitions": partitions}
-    config["snapshots"] = {"uri": (folder / "snapshots").as_uri()}
-    config["training"]["checkpoint"]["uri"] = (folder / "checkpoints").as_uri()
-    path = folder / f"sql_{conn_id}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    source = {"kind": "sql", "conn_id": conn_id, "query": WINDOW_QUERY, "order_by": ["transaction_id"]}
+    return source_config(folder, source, f"sql_{conn_id}", partitions, **data)
