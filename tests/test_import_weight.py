@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
 
-HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna", "deltalake")
+HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna", "deltalake", "pyspark")
 
 
 def _modules_after(code: str) -> set[str]:
