@@ -179,7 +179,7 @@ class ValidationSection(Section):
     than per pipeline, and the place for a URL that carries a token: a token is a credential and
     does not belong in a config). A config field rather than an Airflow connection: the
     `spark_connect` connection type comes with the apache-spark provider, which this package does
-    not depend on. The server must be able to read the snapshot store (docs/validation.md)."""
+    not depend on. The server must be able to read the snapshot store (docs/data.md)."""
 
     @model_validator(mode="after")
     def _engine_runs_expectations(self) -> ValidationSection:

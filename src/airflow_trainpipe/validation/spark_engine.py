@@ -11,7 +11,7 @@ from (at most drift.SAMPLE_ROWS values a feature, whatever the snapshot's size).
 
 The server reads the files itself, so it must reach the snapshot store: a file:// store only on
 the same machine (tests, a local server), s3:// as s3a:// (hadoop-aws and credentials configured
-on the server; docs/validation.md). pyspark is imported here only, inside functions: it is the
+on the server; docs/data.md). pyspark is imported here only, inside functions: it is the
 `spark` extra, and DAG parsing never imports this module.
 
 GX 1.24 on Spark Connect: its Spark metrics call pyspark.sql.functions, which use the Connect
@@ -100,7 +100,11 @@ class SparkConnect:
         # GX's Spark metrics call) to their Connect implementation.
         self.session = PySparkSession.builder.remote(self.remote).create()
         self.session.client.set_retry_policies([DefaultPolicy(max_retries=CALL_RETRIES)])
-        self.probe()
+        try:
+            self.probe()
+        except TrainpipeError as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)  # `with` calls it only after a good start
+            raise
         return self
 
     def probe(self) -> None:
@@ -162,7 +166,7 @@ class SparkConnect:
         return SparkEngineError(
             f"pipeline {self.pipeline}: validation.engine spark: the Spark Connect server at "
             f"{self.remote} failed {doing} ({type(exc).__name__}: {first}); it reads the snapshot "
-            "store itself (s3:// as s3a://: see docs/validation.md)"
+            "store itself (s3:// as s3a://: see docs/data.md)"
         )
 
 
