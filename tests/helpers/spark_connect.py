@@ -6,7 +6,8 @@ from the tests (as a production server is apart from the Airflow worker), bound 
 free port, `local[2]`, without its web UI. Java comes from JAVA_HOME or PATH; there is no skip
 when it is missing (CI installs Debian's openjdk-17-jre-headless: scripts/ensure_debian_packages.sh).
 Ready means the server logged that it started and its port accepts connections. It is stopped by
-its pid (spark-submit execs the JVM, so that pid is the JVM's), then killed if it lingers.
+its pid (spark-submit execs the JVM, so that pid is the JVM's), then killed if it lingers; it also
+gets SIGTERM if the process that started it dies first.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ def java_home() -> str:
             "(scripts/ensure_debian_packages.sh installs Debian's openjdk-17-jre-headless)"
         )
     return str(Path(java).resolve().parents[1])
+
+
+def _detach_but_die_with_parent() -> None:
+    """In the child, before spark-submit execs the JVM: a session of its own (a Ctrl-C of the tests
+    does not reach it half-way), and SIGTERM when the process that started it dies, so a killed
+    test run leaves no JVM holding its heap (Linux's PR_SET_PDEATHSIG survives the exec)."""
+    import ctypes
+
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 class SparkConnectServer:
@@ -79,7 +90,7 @@ class SparkConnectServer:
         ]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_detach_but_die_with_parent
             )
         try:
             self._wait_ready(timeout=120)
