@@ -98,6 +98,7 @@ SECTIONS = (
     "step",
     "sources",
     "validation",
+    "validation_engines",
     "scale",
     "tuning",
     "checkpoint",
@@ -117,6 +118,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from train_bench import bench_training
     from tune_bench import bench_tuning
     from validation_bench import bench_validation
+    from validation_engines_bench import bench_validation_engines
 
     benches = {
         "config": bench_config_parsing,
@@ -124,6 +126,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "training": bench_training,
         "step": bench_step,
         "validation": bench_validation,
+        "validation_engines": bench_validation_engines,
         "sources": bench_sources,
         "scale": bench_scale,
         "tuning": bench_tuning,
@@ -193,6 +196,7 @@ def _section_name(heading: str) -> str:
     for name, marker in (
         ("config", "config parsing"),
         ("parsing", "dag parsing"),
+        ("validation_engines", "validation engines"),
         ("validation", "data validation"),
         ("sources", "sources:"),
         ("scale", "scale:"),

@@ -3,11 +3,14 @@
 # by CI's .ci/run):
 # - chromium: the browser test (tests/integration/test_ui_browser.py) drives /usr/bin/chromium with
 #   Playwright, which never downloads a browser of its own (there may be no network for that);
-# - postgresql: a throwaway cluster on 127.0.0.1 holds an Optuna study (tests/helpers/postgres.py).
+# - postgresql: a throwaway cluster on 127.0.0.1 holds an Optuna study (tests/helpers/postgres.py);
+# - openjdk-17-jre-headless: `java` for the Spark Connect server that validation.engine spark runs on
+#   (tests/helpers/spark_connect.py; pyspark's wheel carries the server's jars, not a JVM).
 set -euo pipefail
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null || missing+=(postgresql)
+command -v java > /dev/null || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || missing+=(openjdk-17-jre-headless)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then
     sudo=()

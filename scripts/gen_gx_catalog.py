@@ -6,7 +6,11 @@ test (tests/config/test_gx_catalog.py) fails when the installed GX no longer mat
 
 Which engine can run each expectation also comes from GX: the metrics an expectation declares
 (`metric_dependencies`, or its `map_metric`'s `.condition`) and the execution engines GX's metric
-registry holds a provider for. `stream` validates pandas frames, `sql` runs on SQLAlchemy.
+registry holds a provider for. `stream` validates pandas frames, `sql` runs on SQLAlchemy, `spark`
+on Spark DataFrames (a Spark Connect session). The registry cannot see row order: GX's Spark
+increasing/decreasing metrics compare each row with the one before it over
+`Window.orderBy(lit("constant"))`, and a DataFrame read from Parquet files has no defined row
+order, so they run but judge an arbitrary order; they are left out of `spark` here.
 """
 
 from __future__ import annotations
@@ -41,7 +45,15 @@ def build_catalog() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
 
 
 # validation.engine -> the GX execution engine it runs on
-ENGINE_CLASSES = {"stream": "PandasExecutionEngine", "sql": "SqlAlchemyExecutionEngine"}
+ENGINE_CLASSES = {
+    "stream": "PandasExecutionEngine",
+    "sql": "SqlAlchemyExecutionEngine",
+    "spark": "SparkDFExecutionEngine",
+}
+# validation.engine -> expectations its GX engine provides but that judge an undefined row order there
+ORDER_DEPENDENT = {
+    "spark": {"expect_column_values_to_be_increasing", "expect_column_values_to_be_decreasing"},
+}
 
 
 def _expectation_classes() -> list[type]:
@@ -70,7 +82,10 @@ def build_engines() -> dict[str, tuple[str, ...]]:
             metrics.append(f"{cls.map_metric}.condition")
         providers = [set(_registered_metrics.get(m, {}).get("providers", {})) for m in metrics]
         engines[cls.expectation_type] = tuple(
-            name for name, engine in ENGINE_CLASSES.items() if all(engine in p for p in providers)
+            name
+            for name, engine in ENGINE_CLASSES.items()
+            if all(engine in p for p in providers)
+            and cls.expectation_type not in ORDER_DEPENDENT.get(name, ())
         )
     return dict(sorted(engines.items()))
 
@@ -97,6 +112,14 @@ def render(catalog: dict, engines: dict | None = None) -> str:
     ]
     for name, names in (engines if engines is not None else build_engines()).items():
         lines.append(f"    {name!r}: {names!r},")
+    lines.append("}")
+    lines += [
+        "",
+        "# validation.engine -> expectations it leaves out because they judge a row order it does not have",
+        "ORDER_DEPENDENT: dict[str, tuple[str, ...]] = {",
+    ]
+    for name, types in ORDER_DEPENDENT.items():
+        lines.append(f"    {name!r}: {tuple(sorted(types))!r},")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -120,6 +120,17 @@ def postgres_server():
         yield server
 
 
+@pytest.fixture(scope="session")
+def spark_connect():
+    """A real Spark Connect server (pyspark's spark-submit, a JVM apart) on 127.0.0.1 for the
+    session; its start time is printed (and recorded as `start_seconds`)."""
+    from tests.helpers.spark_connect import SparkConnectServer
+
+    with SparkConnectServer(free_port()) as server:
+        print(f"\nSpark Connect server {server.url} ready in {server.start_seconds:.1f} s")
+        yield server
+
+
 @pytest.fixture
 def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A kubeconfig whose API server has nothing listening (there is no cluster here)."""

@@ -10,7 +10,17 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
 
-HEAVY = ("torch", "deepspeed", "mlflow", "great_expectations", "pandas", "optuna", "deltalake", "pyiceberg")
+HEAVY = (
+    "torch",
+    "deepspeed",
+    "mlflow",
+    "great_expectations",
+    "pandas",
+    "optuna",
+    "deltalake",
+    "pyiceberg",
+    "pyspark",
+)
 
 
 def _modules_after(code: str) -> set[str]:

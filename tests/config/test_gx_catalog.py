@@ -30,5 +30,9 @@ def test_engines_match_installed_great_expectations() -> None:
     assert ENGINES.keys() == EXPECTATIONS.keys()
     # the gaps measured on PostgreSQL: no SQL implementation of these
     assert ENGINES["expect_column_values_to_be_increasing"] == ("stream",)
-    assert ENGINES["expect_column_values_to_be_json_parseable"] == ("stream",)
-    assert ENGINES["expect_column_values_to_be_between"] == ("stream", "sql")
+    assert ENGINES["expect_column_values_to_be_json_parseable"] == ("stream", "spark")
+    assert ENGINES["expect_column_values_to_be_between"] == ("stream", "sql", "spark")
+    # Spark: no dateutil or LIKE implementation, and no row order for increasing/decreasing
+    assert ENGINES["expect_column_values_to_be_dateutil_parseable"] == ("stream",)
+    assert ENGINES["expect_column_values_to_match_like_pattern"] == ("sql",)
+    assert ENGINES["expect_column_values_to_be_decreasing"] == ("stream",)

@@ -158,8 +158,11 @@ def test_expectation_problems_are_located_by_index() -> None:
     ("engine", "expectation", "runs_on"),
     [
         ("sql", "expect_column_values_to_be_increasing", "it runs on engine 'stream'"),
-        ("sql", "expect_column_values_to_match_strftime_format", "it runs on engine 'stream'"),
+        ("sql", "expect_column_values_to_match_strftime_format", "it runs on engine 'stream', 'spark'"),
         ("stream", "expect_column_values_to_match_like_pattern", "it runs on engine 'sql'"),
+        ("spark", "expect_column_values_to_match_like_pattern", "it runs on engine 'sql'"),
+        ("spark", "expect_column_values_to_be_dateutil_parseable", "it runs on engine 'stream'"),
+        ("spark", "expect_column_values_to_be_increasing", "it runs on engine 'stream'"),
     ],
 )
 def test_an_expectation_the_engine_cannot_run_is_rejected(
@@ -178,6 +181,22 @@ def test_an_expectation_the_engine_cannot_run_is_rejected(
     assert loc == ("expectations", 1, "type")
     assert message.startswith(f"{expectation} cannot run on validation.engine {engine!r}")
     assert message.endswith(runs_on)
+
+
+def test_spark_refuses_an_order_it_does_not_have_and_a_token_in_the_config() -> None:
+    increasing = {"type": "expect_column_values_to_be_increasing", "kwargs": {"column": "a"}}
+    with pytest.raises(ValidationError) as caught:
+        ValidationSection.model_validate({"engine": "spark", "expectations": [increasing]})
+    [(_, message)] = caught.value.errors()[0]["ctx"]["problems"]
+    assert "rows have no defined order on engine 'spark'" in message
+    section = ValidationSection.model_validate({"engine": "spark", "spark_remote": "sc://spark:15002/"})
+    assert section.spark_remote == "sc://spark:15002"
+    for remote, why in [
+        ("sc://spark:15002/;token=abc", "SPARK_REMOTE environment variable"),
+        ("spark:15002", "expected a Spark Connect address sc://HOST:PORT"),
+    ]:
+        with pytest.raises(ValidationError, match=why):
+            ValidationSection.model_validate({"engine": "spark", "spark_remote": remote})
 
 
 def test_the_sql_engine_runs_the_usual_expectations() -> None:

@@ -331,6 +331,11 @@ class PipelineConfig(Section):
                 )
         if self.data.holdout.key_column == self.data.label:
             problems.append((("data", "holdout", "key_column"), "the split key cannot be the label column"))
+        return [*problems, *self._engine_problems(), *self._ranking_problems()]
+
+    def _engine_problems(self) -> FieldProblems:
+        """`validation.engine` against the data it runs on."""
+        problems: FieldProblems = []
         if self.validation.engine == "sql" and self.data.source.kind != "sql":
             problems.append(
                 (
@@ -338,7 +343,21 @@ class PipelineConfig(Section):
                     "engine 'sql' runs the checks in the source's database: it needs a data.source of kind 'sql'",
                 )
             )
-        return [*problems, *self._ranking_problems()]
+        if self.validation.engine == "spark" and self.data.format != "parquet":
+            problems.append(
+                (
+                    ("validation", "engine"),
+                    "engine 'spark' reads the snapshot's Parquet files: it needs data.format parquet",
+                )
+            )
+        if self.validation.spark_remote is not None and self.validation.engine != "spark":
+            problems.append(
+                (
+                    ("validation", "spark_remote"),
+                    "only engine 'spark' reads spark_remote; set validation.engine: spark or remove it",
+                )
+            )
+        return problems
 
     def _ranking_problems(self) -> FieldProblems:
         data, training = self.data, self.training

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
-from airflow_trainpipe.config.gx_catalog import ENGINES, EXPECTATIONS
+from airflow_trainpipe.config.gx_catalog import ENGINES, EXPECTATIONS, ORDER_DEPENDENT
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import ColumnName
 
@@ -78,6 +79,24 @@ def arrow_type_name(value: str) -> str:
 ArrowTypeName = Annotated[str, AfterValidator(arrow_type_name)]
 
 
+def _spark_remote(value: str) -> str:
+    """`sc://host:port`, without Spark Connect's `;token=`-style parameters (credentials)."""
+    parts = urlsplit(value)
+    if parts.scheme != "sc" or not parts.hostname:
+        raise ValueError(f"expected a Spark Connect address sc://HOST:PORT, got {value!r}")
+    if ";" in value or "@" in parts.netloc or parts.query:
+        raise ValueError(
+            "connection parameters (a token, a user) do not belong in the config; "
+            "set the whole address in the worker's SPARK_REMOTE environment variable instead"
+        )
+    return value.rstrip("/")
+
+
+SparkRemote = Annotated[
+    str, AfterValidator(_spark_remote), Field(json_schema_extra={"examples": ["sc://spark-connect:15002"]})
+]
+
+
 class SchemaContract(Section):
     """Columns a snapshot must have, with their types: a renamed, dropped or retyped column fails fast."""
 
@@ -141,13 +160,26 @@ class ValidationSection(Section):
     """Rows per batch of the row-wise expectations (gathered from whole Parquet row groups, read
     one at a time); bounds the validator's memory. Larger batches run GX fewer times (~0.2 s each)."""
 
-    engine: Literal["stream", "sql"] = "stream"
+    engine: Literal["stream", "sql", "spark"] = "stream"
     """Where the checks run. `stream`: on the snapshot's files, read a row group at a time (GX on
     pandas batches). `sql` (only with a `data.source` of kind `sql`): the GX suite and the drift
     profiles run in the source's database over the run's window query (GX's SQL execution engine),
-    and a COUNT there must equal the rows the export froze; the schema contract and volume read the
-    export's manifest either way. An expectation the chosen engine cannot run (per GX's metric
-    registry) is rejected when the config is checked."""
+    and a COUNT there must equal the rows the export froze. `spark` (Parquet snapshots): the GX
+    suite and the drift profiles run on a Spark Connect server over exactly the files the
+    snapshot's manifest lists (GX's Spark execution engine; the JVM is the server's, the worker
+    only sends plans and reads aggregates), and the rows Spark reads must equal the manifest's;
+    needs the `spark` extra (`pip install airflow-trainpipe[spark]`). The schema contract and
+    volume read the manifest with every engine. An expectation the chosen engine cannot run (per
+    GX's metric registry; on `spark` also those that need a row order) is rejected when the
+    config is checked."""
+
+    spark_remote: SparkRemote | None = None
+    """`engine: spark`: the Spark Connect server, `sc://HOST:PORT`. Leave out to use the worker's
+    `SPARK_REMOTE` environment variable, Spark's own setting (one server per deployment rather
+    than per pipeline, and the place for a URL that carries a token: a token is a credential and
+    does not belong in a config). A config field rather than an Airflow connection: the
+    `spark_connect` connection type comes with the apache-spark provider, which this package does
+    not depend on. The server must be able to read the snapshot store (docs/data.md)."""
 
     @model_validator(mode="after")
     def _engine_runs_expectations(self) -> ValidationSection:
@@ -155,8 +187,8 @@ class ValidationSection(Section):
             [
                 (
                     ("expectations", index, "type"),
-                    f"{rule.type} cannot run on validation.engine {self.engine!r} (Great Expectations "
-                    f"has no {_GX_ENGINES[self.engine]} implementation of its metrics); "
+                    f"{rule.type} cannot run on validation.engine {self.engine!r} "
+                    f"({_why_not(self.engine, rule.type)}); "
                     + (
                         f"it runs on engine {', '.join(map(repr, ENGINES[rule.type]))}"
                         if ENGINES[rule.type]
@@ -170,4 +202,12 @@ class ValidationSection(Section):
         return self
 
 
-_GX_ENGINES = {"stream": "pandas", "sql": "SQLAlchemy"}
+_GX_ENGINES = {"stream": "pandas", "sql": "SQLAlchemy", "spark": "Spark"}
+
+
+def _why_not(engine: str, expectation: str) -> str:
+    if expectation in ORDER_DEPENDENT.get(engine, ()):
+        return (
+            f"it compares each row with the one before, and rows have no defined order on engine {engine!r}"
+        )
+    return f"Great Expectations has no {_GX_ENGINES[engine]} implementation of its metrics"

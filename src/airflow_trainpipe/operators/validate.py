@@ -209,6 +209,12 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
 
         config, data = self.config, self.config.data
+        if config.validation.engine == "spark":
+            from airflow_trainpipe.validation.spark_engine import spark_remote
+
+            self.log.info(
+                "validation.engine spark: the expectations and drift profiles run on %s", spark_remote(config)
+            )
         previous = history.previous(data, config.pipeline, partition, self.conn_id)
         report = validate_snapshot(
             config,

@@ -81,9 +81,8 @@ class ExpectationRunner:
         self.gx = gx
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        self.source = self.context.data_sources.add_pandas(f"trainpipe-{uuid.uuid4().hex[:8]}")
-        self.streamed = [s for s in rules if streamable(s)]
-        self.whole = [s for s in rules if not streamable(s)]
+        self.name = f"trainpipe-{uuid.uuid4().hex[:8]}"
+        self.streamed, self.whole = self._split(rules)
         self._merged: list[dict[str, Any]] = [
             {
                 "element_count": 0,
@@ -99,9 +98,16 @@ class ExpectationRunner:
         # Built once: constructing a GX expectation costs ~20 ms (pydantic deep copies), and a
         # suite is reused by every batch.
         self._suites = {"streamed": self._suite(self.streamed), "whole": self._suite(self.whole)}
-        self._asset = self.source.add_dataframe_asset("snapshot").add_batch_definition_whole_dataframe(
-            "batch"
-        )
+        self._asset = self._batch_definition()
+
+    def _split(self, rules: list[ExpectationRule]) -> tuple[list[ExpectationRule], list[ExpectationRule]]:
+        """The rules run per batch and merged, and those run once on whole columns."""
+        return [s for s in rules if streamable(s)], [s for s in rules if not streamable(s)]
+
+    def _batch_definition(self) -> Any:
+        """What the suites validate: here one pandas frame at a time."""
+        source = self.context.data_sources.add_pandas(self.name)
+        return source.add_dataframe_asset("snapshot").add_batch_definition_whole_dataframe("batch")
 
     def _suite(self, rules: list[ExpectationRule]) -> Any:
         from great_expectations.expectations.registry import get_expectation_impl

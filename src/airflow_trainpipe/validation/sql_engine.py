@@ -10,20 +10,26 @@ GX 1.24 quirks coded around: a query asset's column names are read by running th
 (metrics/util.py `column_reflection_fallback`, no LIMIT), which with psycopg's client-side cursor
 fetched every row of the window into the worker (+227 MB at 1M rows): that one statement is
 rewritten to a `LIMIT 0` of itself; numpy scalars in expectation kwargs are rendered into the SQL
-literally (kwargs are made plain first), and `ValidationDefinition.run` cannot serialise the
-quantile expectation's result (batches are validated directly, without a validation definition).
+literally, and `ValidationDefinition.run` cannot serialise the quantile expectation's result
+(engines.WholeSuiteRunner handles both).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.validation import ExpectationRule
-from airflow_trainpipe.validation.expectations import ExpectationRunner, plain
+from airflow_trainpipe.snapshot import Manifest
+from airflow_trainpipe.validation.checks import Check
+from airflow_trainpipe.validation.engines import WholeSuiteRunner, rows_check, suite_checks
+from airflow_trainpipe.validation.expectations import ExpectationOutcome
+
+if TYPE_CHECKING:
+    from airflow_trainpipe.validation.validate import ValidationReport
 
 
 def sqlalchemy_url(conn_id: str) -> str:
@@ -68,49 +74,32 @@ def _columns_without_rows(query: str) -> Iterator[None]:
         sa.event.remove(sa.engine.Engine, "before_execute", probe)
 
 
-class SqlExpectationRunner(ExpectationRunner):
-    """The suite on one query asset of a SQL data source; every expectation runs once, in the
-    database (there are no batches to merge)."""
+class SqlExpectationRunner(WholeSuiteRunner):
+    """The suite on one query asset of a SQL data source, run once, in the database."""
 
     def __init__(self, rules: list[ExpectationRule], url: str, query: str) -> None:
-        import great_expectations as gx
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-
         from airflow_trainpipe.sources.sql import statement
 
-        self.gx = gx
-        self.context = gx.get_context(mode="ephemeral")
-        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        name = f"trainpipe-{uuid.uuid4().hex[:8]}"
-        if url.startswith("sqlite"):
-            self.database: Any = self.context.data_sources.add_sqlite(name, connection_string=url)
-        else:
-            self.database = self.context.data_sources.add_postgres(name, connection_string=url)
+        self.url = url
         self.query = statement(query)
-        self.streamed: list[ExpectationRule] = []
-        self.whole = [ExpectationRule(type=r.type, kwargs=plain(r.kwargs)) for r in rules]
-        self._rules = list(rules)
-        self._merged: list[dict[str, Any]] = []
-        self._whole_results: list[Any] = []
-        self._suites = {"streamed": self._suite([]), "whole": self._suite(self.whole)}
-        self._asset = self.database.add_query_asset(
-            "window", query=self.query
-        ).add_batch_definition_whole_table("batch")
+        super().__init__(rules)
+
+    def _batch_definition(self) -> Any:
+        sources = self.context.data_sources
+        if self.url.startswith("sqlite"):
+            self.database: Any = sources.add_sqlite(self.name, connection_string=self.url)
+        else:
+            self.database = sources.add_postgres(self.name, connection_string=self.url)
+        return self.database.add_query_asset("window", query=self.query).add_batch_definition_whole_table(
+            "batch"
+        )
 
     def _validate(self, frame: Any, part: str) -> Any:
         return self._asset.get_batch().validate(self._suites[part], result_format="BASIC")
 
-    def run(self) -> list[Any]:
-        """Run the suite in the database; outcomes carry the caller's rules (not the plain copies)."""
+    def run(self) -> list[ExpectationOutcome]:
         with _columns_without_rows(self.query):
-            self.run_whole(None)
-        outcomes = self.outcomes()
-        for outcome, rule in zip(outcomes, self._rules, strict=True):
-            outcome.rule = rule
-        return outcomes
-
-    def _configuration(self, rule: ExpectationRule) -> Any:
-        return self._suites["whole"].expectations[self._rules.index(rule)].configuration
+            return super().run()
 
     def row_count(self) -> int:
         """COUNT(*) of the window query, in the database."""
@@ -120,6 +109,35 @@ class SqlExpectationRunner(ExpectationRunner):
 
         with self.database.get_engine().connect() as connection:
             return int(connection.execute(sa.text(counted(self.query))).scalar_one())
+
+
+def checks_in_database(
+    config: PipelineConfig,
+    manifest: Manifest,
+    rules: list[ExpectationRule],
+    query: str,
+    report: ValidationReport,
+    accumulators: dict[str, Any],
+) -> list[Check]:
+    """The suite on the window query through GX's SQL engine, the drift profiles counted there
+    too, and a COUNT of the query against the export's rows (the verdict must be about the rows
+    that were frozen)."""
+    source = config.data.source
+    assert source.kind == "sql"
+    runner = SqlExpectationRunner(rules, sqlalchemy_url(source.conn_id), query)
+    checks = [
+        rows_check(
+            "source_unchanged",
+            runner.row_count(),
+            manifest.rows,
+            "the window query, run in the database, returns",
+            "the source changed during validation; run again",
+        )
+    ]
+    fill_profiles(runner, source.order_by, accumulators)
+    if rules:
+        checks += suite_checks(runner, report)
+    return checks
 
 
 def fill_profiles(runner: SqlExpectationRunner, order_by: list[str], accumulators: dict[str, Any]) -> None:

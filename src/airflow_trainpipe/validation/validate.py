@@ -24,6 +24,7 @@ from airflow_trainpipe.validation.drift import (
     numeric_score,
     reference_edges,
 )
+from airflow_trainpipe.validation.engines import expectation_check
 from airflow_trainpipe.validation.expectations import ExpectationRunner, columns_of
 
 NUMERIC_TYPES = ("int", "uint", "float", "double", "halffloat", "decimal")
@@ -139,7 +140,8 @@ def validate_snapshot(
 ) -> ValidationReport:
     """Run every configured check; `reference` is the drift baseline, `previous` the volume one
     (both validated-snapshot records from history.py, or None). With `validation.engine: sql`,
-    `query` is the run's rendered window query: the expectations run on it in the database."""
+    `query` is the run's rendered window query: the expectations run on it in the database; with
+    `spark`, they run on a Spark Connect server over the manifest's files."""
     report = ValidationReport(config.pipeline, partition, manifest, reference=_describe(reference))
     report.checks += schema_checks(config, manifest.columns, previous)
     report.checks += volume_checks(config, manifest.rows, previous)
@@ -162,7 +164,13 @@ def validate_snapshot(
     profiles = (reference or {}).get("profiles", {})
     accumulators = _accumulators(config, manifest, broken, profiles)
     if config.validation.engine == "sql" and query is not None:
-        report.checks += _in_database(config, manifest, runnable, query, report, accumulators)
+        from airflow_trainpipe.validation.sql_engine import checks_in_database
+
+        report.checks += checks_in_database(config, manifest, runnable, query, report, accumulators)
+    elif config.validation.engine == "spark":
+        from airflow_trainpipe.validation.spark_engine import checks_in_spark
+
+        report.checks += checks_in_spark(config, manifest, runnable, report, accumulators)
     else:
         report.checks += _in_files(config, manifest, runnable, report, accumulators, conn_id)
     report.profiles = {name: acc.profile() for name, acc in accumulators.items()}
@@ -193,44 +201,7 @@ def _in_files(
         )
     outcomes = runner.outcomes()
     report.data_docs_html = runner.data_docs_html(outcomes)
-    return [_expectation_check(o) for o in outcomes]
-
-
-def _in_database(
-    config: PipelineConfig,
-    manifest: Manifest,
-    rules: list[Any],
-    query: str,
-    report: ValidationReport,
-    accumulators: dict[str, Any],
-) -> list[Check]:
-    """`engine: sql`: the suite on the window query through GX's SQL engine, the drift profiles
-    counted there too, and a COUNT of the query against the export's rows (the verdict must be
-    about the rows that were frozen)."""
-    from airflow_trainpipe.validation.sql_engine import SqlExpectationRunner, fill_profiles, sqlalchemy_url
-
-    source = config.data.source
-    assert source.kind == "sql"
-    runner = SqlExpectationRunner(rules, sqlalchemy_url(source.conn_id), query)
-    rows = runner.row_count()
-    checks = [
-        Check(
-            "volume",
-            "source_unchanged",
-            None,
-            rows == manifest.rows,
-            rows,
-            manifest.rows,
-            f"the window query returns {rows} row(s) in the database, the export froze {manifest.rows}"
-            + ("" if rows == manifest.rows else ": the source changed during validation; run again"),
-        )
-    ]
-    fill_profiles(runner, source.order_by, accumulators)
-    if rules:
-        outcomes = runner.run()
-        checks += [_expectation_check(o) for o in outcomes]
-        report.data_docs_html = runner.data_docs_html(outcomes)
-    return checks
+    return [expectation_check(o) for o in outcomes]
 
 
 def _broken_columns(config: PipelineConfig, manifest: Manifest, checks: list[Check]) -> dict[str, str]:
@@ -307,29 +278,6 @@ def _stream(
             pending, pending_rows = [], 0
     if pending and gx is not None:
         gx.add_batch(pa.concat_tables(pending).to_pandas())
-
-
-def _expectation_check(outcome: Any) -> Check:
-    column = next(iter(columns_of(outcome.rule)), None)
-    result = outcome.result
-    observed = result.get("observed_value", result.get("unexpected_count"))
-    if outcome.error:
-        detail = outcome.error
-    elif "unexpected_count" in result:
-        examples = result.get("partial_unexpected_list") or []
-        detail = f"{result['unexpected_count']} unexpected of {result.get('element_count', 0)}"
-        detail += f", e.g. {examples[:5]}" if examples else ""
-    else:
-        detail = f"observed {observed!r}"
-    return Check(
-        "expectation",
-        outcome.rule.type,
-        column,
-        outcome.success,
-        observed,
-        outcome.rule.kwargs,
-        f"{outcome.rule.type}({column or ''}): {detail}",
-    )
 
 
 def _drift_checks(
