@@ -43,8 +43,12 @@ demo: $(INSTALLED)
 up: $(INSTALLED)
 	$(BIN)/python scripts/up.py
 
+# `make bench ONLY=sources` (or several: ONLY="sources validation_engines") re-measures those
+# sections and keeps the others. PostgreSQL and Java come from Debian, as for the tests.
+ONLY ?=
 bench: $(INSTALLED)
-	$(BIN)/python benchmarks/run.py --output BENCHMARKS.md
+	scripts/ensure_debian_packages.sh
+	$(BIN)/python benchmarks/run.py --output BENCHMARKS.md $(foreach s,$(ONLY),--only $(s))
 
 # The chaos soak (docs/architecture.md): SOAK_RUNS scheduled runs of one pipeline on a real stack
 # (airflow standalone, mlflow server, moto S3), each but the first struck by a seeded fault;

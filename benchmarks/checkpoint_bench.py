@@ -178,7 +178,7 @@ def bench_checkpoint() -> list[str]:
         f"alternately, {ROUNDS} times (medians). Save: until the checkpoint is complete (DeepSpeed's write,",
         "sha256 or compression of each file, marker). Load: what a resume does (verify the stored files'",
         "sha256, unpack for zstd, `engine.load_checkpoint`). Files in the page cache, not read from disk.",
-        "Command: `make bench` (`--only checkpoint`). The machine is shared: 1-minute load average",
+        "Command: `make bench ONLY=checkpoint`. The machine is shared: 1-minute load average",
         f"{load_before:.1f} before and {load_after:.1f} after the measurement, on {os.cpu_count()} cores.",
         "",
         "| compression | bytes on disk | stored / uncompressed | save (s) | load (s) | loaded weights bit-identical |",

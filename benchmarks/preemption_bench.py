@@ -7,7 +7,7 @@ the signal reaching rank 0 to the checkpoint's completion marker (every rank's s
 DeepSpeed's files written, hashed, the marker written), for each `training.checkpoint.compression`.
 Then the job is run again and must resume from that step with 0 steps recomputed.
 
-`python benchmarks/preemption_bench.py` prints the table; `make bench` (`--only preemption`) writes it.
+`python benchmarks/preemption_bench.py` prints the table; `make bench ONLY=preemption` writes it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def bench_preemption(compressions: tuple[str, ...] = ("none", "zstd")) -> list[s
         "reports step 10; the figure is the job's `preempted` event: seconds from the signal to the",
         "checkpoint's completion marker (the ranks' step finished, DeepSpeed's files written and hashed,",
         "the marker written) on local disk. The job is then started again and must resume from that step",
-        "with 0 steps recomputed. Command: `make bench` (`--only preemption`).",
+        "with 0 steps recomputed. Command: `make bench ONLY=preemption`.",
         "",
         "| compression | stopped after step | signal -> step finished | signal -> complete checkpoint | checkpoint on disk | resumed from | steps recomputed |",
         "|---|---|---|---|---|---|---|",

@@ -216,7 +216,7 @@ def bench_sources() -> list[str]:
         "otherwise pay once per process). Peak RSS: the process's VmHWM (`ru_maxrss` would report the parent's",
         "larger peak, inherited through fork + exec); *after imports*: its RSS just",
         "before the timed part. The database runs on the same machine: its backend takes one of the",
-        f"{os.cpu_count()} cores. Command: `make bench` (`--only sources`). 1-minute load average {load_before:.1f} before",
+        f"{os.cpu_count()} cores. Command: `make bench ONLY=sources`. 1-minute load average {load_before:.1f} before",
         f"and {load_after:.1f} after the measurement: wall times stretch with other load, so the client process's",
         "own CPU time (user + system, timed part) is given too.",
         "",

@@ -140,7 +140,7 @@ def bench_step() -> list[str]:
         f"DeepSpeed config; one engine, {BLOCKS} alternating blocks of {BLOCK_STEPS} steps (ours: the job's",
         "StepRunner over BlockStream, charged with all its reading; bare: the deepspeed_baseline loop over",
         "rows held in memory); median per-step time over the blocks. Checkpoints, tracking and the periodic",
-        "collective are not in it (see the training section). Command: `make bench` (`--only step`).",
+        "collective are not in it (see the training section). Command: `make bench ONLY=step`.",
         "",
         "| model | ZeRO | ours ms/step | bare ms/step | ours / bare throughput |",
         "|---|---|---|---|---|",

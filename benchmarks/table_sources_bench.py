@@ -296,7 +296,7 @@ def bench_table_sources(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS) 
         "pyiceberg `table.scan(row_filter, snapshot_id).to_arrow_batch_reader()` on the catalog loaded directly.",
         "*iceberg raw+airflow*: that loop after importing Airflow and looking the connection up, as ours does.",
         f"Each export in its own process, the sides alternately, {repeats} times (medians); timed from opening the",
-        "table to the last file closed; peak RSS: the process's VmHWM. Command: `make bench` (`--only sources`); the machine's",
+        "table to the last file closed; peak RSS: the process's VmHWM. Command: `make bench ONLY=sources`; the machine's",
         f"{os.cpu_count()} cores are shared with other workers: 1-minute load average {load_before:.1f} before and",
         f"{load_after:.1f} after, so the process's own CPU time is given beside the wall time.",
         "",

@@ -20,8 +20,8 @@ connection looked up first, then the kernel's RSS high-water mark is reset (clea
 server's own high-water mark is reset and read around the run (a JVM: its heap grows to what it
 was given and stays). The database and the server run on the same 2 cores as the worker.
 
-`python benchmarks/validation_engines_bench.py` prints the section; `python benchmarks/run.py
---only validation_engines` (`make bench`'s script, one section) writes it into BENCHMARKS.md.
+`python benchmarks/validation_engines_bench.py` prints the section; `make bench
+ONLY=validation_engines` writes it into BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def _table_lines(
         "Connect server's (a JVM) high-water mark over the same run is given apart. PostgreSQL and the Spark",
         "server share the machine's 2 cores with the worker, and other workers loaded the machine",
         f"(1-minute load average {before:.1f} before, {after:.1f} after): wall times are stretched by that load.",
-        "Command: `python benchmarks/run.py --only validation_engines` (the script of `make bench`, one section).",
+        "Command: `make bench ONLY=validation_engines`.",
         "",
         "| rows | engine | wall (s) | worker peak RSS (MiB) | worker RSS before (MiB) | Connect server peak RSS (MiB) |",
         "|---:|---|---:|---:|---:|---:|",
