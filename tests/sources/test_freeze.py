@@ -236,6 +236,10 @@ def test_freeze_versions_refuses_an_unversioned_bucket_and_a_local_uri(
     local.write_text(local.read_text().replace("s3://plain-lake/data", (tmp_path / "data").as_uri()))
     with pytest.raises(ConfigError, match=r"data\.freeze.*data\.uri must be an s3:// bucket"):
         load_config(local)
+    spark = _versioned_config(tmp_path, "plain-lake", "versions")
+    spark.write_text(spark.read_text().replace("validation:\n", "validation:\n  engine: spark\n", 1))
+    with pytest.raises(ConfigError, match=r"validation\.engine.*cannot read a pinned object version"):
+        load_config(spark)
     sql = tmp_path / "sql_versions.yaml"
     sql.write_text(
         (EXAMPLE_CONFIGS / "fraud_detector_sql.yaml")

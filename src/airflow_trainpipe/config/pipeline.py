@@ -350,6 +350,14 @@ class PipelineConfig(Section):
                     "engine 'spark' reads the snapshot's Parquet files: it needs data.format parquet",
                 )
             )
+        if self.validation.engine == "spark" and self.data.freeze == "versions":
+            problems.append(
+                (
+                    ("validation", "engine"),
+                    "engine 'spark' reads files by path, and Hadoop's s3a cannot read a pinned object "
+                    "version: use data.freeze: true (copies) or engine stream",
+                )
+            )
         if self.validation.spark_remote is not None and self.validation.engine != "spark":
             problems.append(
                 (
