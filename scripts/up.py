@@ -4,8 +4,8 @@ SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
 
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
 synthetic data for fraud_detector, home/warehouse.db, the SQLite table fraud_detector_sql reads
-through the connection trainpipe_warehouse, and home/lake, the Iceberg catalog fraud_detector_iceberg
-reads through the connection trainpipe_lake), mlflow/ (tracking db and artifacts). tests/integration reuses
+through the connection trainpipe_warehouse, home/lake, the Iceberg catalog fraud_detector_iceberg
+reads through the connection trainpipe_lake, and home/lake_delta, fraud_detector_delta's Delta table), mlflow/ (tracking db and artifacts). tests/integration reuses
 `airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
 """
 
@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 WAREHOUSE = "warehouse.db"  # under TRAINPIPE_HOME: dags/configs/fraud_detector_sql.yaml's table
 LAKE = "lake"  # under TRAINPIPE_HOME: the catalog of dags/configs/fraud_detector_iceberg.yaml's table
+DELTA_TABLE = "lake_delta/card_transactions"  # under TRAINPIPE_HOME: fraud_detector_delta.yaml's table
 
 
 def port_free(port: int) -> bool:
@@ -157,64 +158,52 @@ def ensure_data(trainpipe_home: Path, days: int = 4) -> None:
     )
 
 
+def _last_days(days: int) -> list[date]:
+    start = date.today() - timedelta(days=days - 1)
+    return [start + timedelta(days=i) for i in range(days)]
+
+
+def _make_table_data(option: str, target: Path, wanted: list[date], rows: int, what: str) -> None:
+    """`trainpipe make-data --<option> target` for the days `wanted` (consecutive)."""
+    print(f"writing {len(wanted)} days of synthetic card transactions into {what} {target}", flush=True)
+    days = ["--start", wanted[0].isoformat(), "--days", str(len(wanted)), "--rows", str(rows)]
+    subprocess.run(
+        [str(BIN / "trainpipe"), "make-data", f"--{option}", str(target), *days],
+        check=True,
+        stdout=subprocess.DEVNULL,  # a connection it prints is already in Airflow's environment
+    )
+
+
 def ensure_warehouse(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
     """The days up to today in the SQLite table of the sql source example (a 7-day window)."""
-    path = trainpipe_home / WAREHOUSE
-    start = date.today() - timedelta(days=days - 1)
-    wanted = {(start + timedelta(days=i)).isoformat() for i in range(days)}
+    path, wanted = trainpipe_home / WAREHOUSE, _last_days(days)
+    held: set[str] = set()
     if path.exists():
         with contextlib.closing(sqlite3.connect(path)) as db:
             try:
                 held = {day for (day,) in db.execute("SELECT DISTINCT event_date FROM card_transactions")}
             except sqlite3.Error:
                 held = set()
-        if wanted <= held:
-            return
-    print(f"writing {days} days of synthetic card transactions into {path}", flush=True)
-    subprocess.run(
-        [
-            str(BIN / "trainpipe"),
-            "make-data",
-            "--sqlite",
-            str(path),
-            "--start",
-            start.isoformat(),
-            "--days",
-            str(days),
-            "--rows",
-            str(rows),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,  # the connection it prints is already in Airflow's environment
-    )
+    if not {d.isoformat() for d in wanted} <= held:
+        _make_table_data("sqlite", path, wanted, rows, "the SQLite database")
 
 
 def ensure_lake(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
     """The days up to today in the Iceberg table of the iceberg source example (a 7-day window)."""
     from airflow_trainpipe.synthetic_iceberg import days_held
 
-    folder = trainpipe_home / LAKE
-    start = date.today() - timedelta(days=days - 1)
-    wanted = {start + timedelta(days=i) for i in range(days)}
-    if wanted <= days_held(folder):
-        return
-    print(f"writing {days} days of synthetic card transactions into the Iceberg catalog {folder}", flush=True)
-    subprocess.run(
-        [
-            str(BIN / "trainpipe"),
-            "make-data",
-            "--iceberg",
-            str(folder),
-            "--start",
-            start.isoformat(),
-            "--days",
-            str(days),
-            "--rows",
-            str(rows),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,  # the connection it prints is already in Airflow's environment
-    )
+    folder, wanted = trainpipe_home / LAKE, _last_days(days)
+    if not set(wanted) <= days_held(folder):
+        _make_table_data("iceberg", folder, wanted, rows, "the Iceberg catalog")
+
+
+def ensure_delta(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
+    """The days up to today in the Delta table of the delta source example (a 7-day window)."""
+    from airflow_trainpipe.synthetic_delta import days_held
+
+    table, wanted = trainpipe_home / DELTA_TABLE, _last_days(days)
+    if not set(wanted) <= days_held(table):
+        _make_table_data("delta", table, wanted, rows, "the Delta table")
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -287,6 +276,7 @@ def main() -> int:
         ensure_data(trainpipe_home)
         ensure_warehouse(trainpipe_home)
         ensure_lake(trainpipe_home)
+        ensure_delta(trainpipe_home)
         airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
         if airflow_port == mlflow_port:
             mlflow_port = pick_port(0)
@@ -320,6 +310,7 @@ def main() -> int:
                     f"dags     {REPO / 'dags'}   state {state}",
                     f"sql      fraud_detector_sql reads {trainpipe_home / WAREHOUSE} (connection trainpipe_warehouse)",
                     f"iceberg  fraud_detector_iceberg reads the catalog {trainpipe_home / LAKE} (connection trainpipe_lake)",
+                    f"delta    fraud_detector_delta reads the table {trainpipe_home / DELTA_TABLE}",
                     "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
                 ]
             )

@@ -201,6 +201,8 @@ def _make_data(args: argparse.Namespace) -> int:
             _make_data_sqlite(args, days, problems)
         elif args.iceberg:
             _make_data_iceberg(args, days, problems)
+        elif args.delta:
+            _make_data_delta(args, days, problems)
         else:
             _make_data_files(args, days, problems)
     except ValueError as exc:
@@ -277,6 +279,21 @@ def _make_data_iceberg(
         f"Airflow connection to its catalog (dags/configs/fraud_detector_iceberg.yaml reads {LAKE_CONN_ID}):\n"
         f"export AIRFLOW_CONN_{LAKE_CONN_ID.upper()}={shlex.quote(connection(folder))}"
     )
+
+
+def _make_data_delta(args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]) -> None:
+    """The days as partitions of a Delta table (dags/configs/fraud_detector_delta.yaml's)."""
+    from airflow_trainpipe.synthetic_delta import PARTITION_COLUMN, write_day_delta
+
+    if args.files != 1:
+        raise ValueError("--files splits Parquet days (--out); a Delta day is one commit")
+    folder = Path(args.delta).resolve()
+    for day in days:
+        rows = write_day_delta(
+            folder, day, args.rows, seed=args.seed, problems=problems.get(day, ()), kind=args.kind
+        )
+        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
+        print(f"{folder} {PARTITION_COLUMN}={day}: {rows} row(s), {injected}")
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -606,6 +623,12 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "in a SQL catalog on DIR/catalog.db (SQLite) with its warehouse in DIR/warehouse, a day's old "
         "rows replaced; prints the Airflow connection to define (the iceberg source example)",
     )
+    target.add_argument(
+        "--delta",
+        metavar="DIR",
+        help="instead, rows of KIND (plus event_time, and ds, the partition column) in a Delta table "
+        "at DIR, a day's partition replaced (the delta source example: its table, needs no connection)",
+    )
     make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
     make_data.add_argument("--days", type=int, default=1, help="number of daily partitions (default 1)")
     make_data.add_argument(
@@ -621,7 +644,7 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         default=[],
         metavar="DAY=KIND[:ARGS]",
         help="inject a problem into one day (repeatable): drop:COL, rename:COL:NEW, dtype:COL, nulls:COL[:FRACTION], "
-        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite, --iceberg: not the first three)",
+        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite, --iceberg, --delta: not the first three)",
     )
     make_data.set_defaults(handler=_make_data)
 

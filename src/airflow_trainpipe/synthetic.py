@@ -401,3 +401,17 @@ def write_day_sqlite(
     finally:
         db.close()
     return table.num_rows
+
+
+TIME_COLUMN = "event_time"
+"""The instant of each row in the table source examples (delta, iceberg)."""
+
+
+def with_event_time(table: pa.Table, day: date) -> pa.Table:
+    """The rows with `event_time` (UTC, microseconds) spread evenly over `day`, in row order."""
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    rows = table.num_rows
+    times = [start + timedelta(seconds=(86_400 * i) // max(rows, 1)) for i in range(rows)]
+    return table.append_column(TIME_COLUMN, pa.array(times, pa.timestamp("us", tz="UTC")))

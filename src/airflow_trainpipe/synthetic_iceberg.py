@@ -26,12 +26,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic import COLUMN_PROBLEMS, Problem, day_table
+from airflow_trainpipe.synthetic import COLUMN_PROBLEMS, TIME_COLUMN, Problem, day_table, with_event_time
 
 LAKE_CONN_ID = "trainpipe_lake"
 """The connection dags/configs/fraud_detector_iceberg.yaml reads its table through."""
 NAMESPACE = "trainpipe"
-TIME_COLUMN = "event_time"
 
 
 def catalog_properties(folder: Path) -> dict[str, str]:
@@ -56,14 +55,6 @@ def open_catalog(folder: Path, name: str = LAKE_CONN_ID) -> Any:
 
     (folder / "warehouse").mkdir(parents=True, exist_ok=True)
     return SqlCatalog(name, **catalog_properties(folder))
-
-
-def with_event_time(table: pa.Table, day: date) -> pa.Table:
-    """The rows with `event_time` (UTC, microseconds) spread evenly over `day`, in row order."""
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    rows = table.num_rows
-    times = [start + timedelta(seconds=(86_400 * i) // max(rows, 1)) for i in range(rows)]
-    return table.append_column(TIME_COLUMN, pa.array(times, pa.timestamp("us", tz="UTC")))
 
 
 def ensure_table(catalog: Any, identifier: str, schema: pa.Schema) -> Any:

@@ -54,6 +54,13 @@ ICEBERG_ROWS = {
     "Waits for": "1000 rows from the table; deferrable, every 300s, timeout 21600s",
 }
 
+DELTA_ROWS = {
+    "Data": "Delta table `lake_delta/card_transactions` at its current version, a window of 7 x 1d ending "
+    "with the run's day, frozen into `snapshots`; label `is_fraud`; 6 numeric + 2 categorical features; "
+    "holdout 20% by `transaction_id`",
+    "Waits for": "1000 rows from the table; deferrable, every 300s, timeout 21600s",
+}
+
 
 def _doc(example: str = "fraud_detector", **edits: str) -> str:
     text = (EXAMPLE_CONFIGS / f"{example}.yaml").read_text()
@@ -110,6 +117,7 @@ def test_the_table_has_the_seven_rows_in_order(fraud: str) -> None:
         ("house_prices", HOUSE_ROWS),
         ("fraud_detector_sql", SQL_ROWS),
         ("fraud_detector_iceberg", ICEBERG_ROWS),
+        ("fraud_detector_delta", DELTA_ROWS),
     ],
 )
 def test_each_row_describes_the_example_config(example: str, expected: dict[str, str]) -> None:

@@ -36,8 +36,9 @@ class Up:
 
     def __init__(self, state: Path) -> None:
         # The days up.py wants, small: it writes 4 x 20,000 rows (and 7 x 5,000 into the sql
-        # example's SQLite table and the iceberg example's table) itself when they are missing.
+        # example's SQLite table and the iceberg and delta examples' tables) itself when they are missing.
         from airflow_trainpipe.synthetic import write_day, write_day_sqlite
+        from airflow_trainpipe.synthetic_delta import write_day_delta
         from airflow_trainpipe.synthetic_iceberg import write_day_iceberg
 
         for back in range(7):
@@ -46,6 +47,7 @@ class Up:
                 write_day((state / "home" / "data" / "card_transactions").as_uri(), day, 200, seed=back)
             write_day_sqlite(state / "home" / "warehouse.db", day, 50, seed=back)
             write_day_iceberg(state / "home" / "lake", day, 50, seed=back)
+            write_day_delta(state / "home" / "lake_delta" / "card_transactions", day, 50, seed=back)
         env = {**os.environ, "TRAINPIPE_CONFIG_CACHE": str(state / "config-cache")}
         self.process = subprocess.Popen(
             [
