@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,6 +229,21 @@ def _make_data_files(args: argparse.Namespace, days: list[date], problems: dict[
         print(f"{files[0].rsplit('/', 2)[0]}/ds={day}: {len(files)} file(s), {injected}")
 
 
+def _write_table_days(
+    args: argparse.Namespace,
+    days: list[date],
+    problems: dict[date, list[Problem]],
+    write: Callable[[date, list[Problem]], str],
+    one_day: str,
+) -> None:
+    """Each day written into a table by `write`, which says what it wrote."""
+    if args.files != 1:
+        raise ValueError(f"--files splits Parquet days (--out); {one_day}")
+    for day in days:
+        wrote = write(day, problems.get(day, []))
+        print(f"{wrote}, {', '.join(map(str, problems.get(day, ()))) or 'clean'}")
+
+
 def _make_data_sqlite(
     args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]
 ) -> None:
@@ -242,19 +257,16 @@ def _make_data_sqlite(
         write_day_sqlite,
     )
 
-    if args.files != 1:
-        raise ValueError("--files splits Parquet days (--out); an SQLite database is one file")
     path = Path(args.sqlite).resolve()
-    for day in days:
-        rows = write_day_sqlite(
-            path, day, args.rows, seed=args.seed, problems=problems.get(day, ()), kind=args.kind
-        )
-        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
-        print(f"{path} table {args.kind} {DAY_COLUMN}={day}: {rows} row(s), {injected}")
-    uri = sqlite_connection_uri(path)
+
+    def write(day: date, injected: list[Problem]) -> str:
+        rows = write_day_sqlite(path, day, args.rows, seed=args.seed, problems=injected, kind=args.kind)
+        return f"{path} table {args.kind} {DAY_COLUMN}={day}: {rows} row(s)"
+
+    _write_table_days(args, days, problems, write, "an SQLite database is one file")
     print(
         f"Airflow connection to it (dags/configs/fraud_detector_sql.yaml reads {WAREHOUSE_CONN_ID}):\n"
-        f"export AIRFLOW_CONN_{WAREHOUSE_CONN_ID.upper()}={shlex.quote(uri)}"
+        f"export AIRFLOW_CONN_{WAREHOUSE_CONN_ID.upper()}={shlex.quote(sqlite_connection_uri(path))}"
     )
 
 
@@ -266,15 +278,15 @@ def _make_data_iceberg(
 
     from airflow_trainpipe.synthetic_iceberg import LAKE_CONN_ID, TIME_COLUMN, connection, write_day_iceberg
 
-    if args.files != 1:
-        raise ValueError("--files splits Parquet days (--out); an Iceberg day is one data file")
     folder = Path(args.iceberg).resolve()
-    for day in days:
+
+    def write(day: date, injected: list[Problem]) -> str:
         table, rows = write_day_iceberg(
-            folder, day, args.rows, seed=args.seed, problems=problems.get(day, ()), kind=args.kind
+            folder, day, args.rows, seed=args.seed, problems=injected, kind=args.kind
         )
-        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
-        print(f"{folder} table {table} day({TIME_COLUMN})={day}: {rows} row(s), {injected}")
+        return f"{folder} table {table} day({TIME_COLUMN})={day}: {rows} row(s)"
+
+    _write_table_days(args, days, problems, write, "an Iceberg day is one data file")
     print(
         f"Airflow connection to its catalog (dags/configs/fraud_detector_iceberg.yaml reads {LAKE_CONN_ID}):\n"
         f"export AIRFLOW_CONN_{LAKE_CONN_ID.upper()}={shlex.quote(connection(folder))}"
@@ -285,15 +297,13 @@ def _make_data_delta(args: argparse.Namespace, days: list[date], problems: dict[
     """The days as partitions of a Delta table (dags/configs/fraud_detector_delta.yaml's)."""
     from airflow_trainpipe.synthetic_delta import PARTITION_COLUMN, write_day_delta
 
-    if args.files != 1:
-        raise ValueError("--files splits Parquet days (--out); a Delta day is one commit")
     folder = Path(args.delta).resolve()
-    for day in days:
-        rows = write_day_delta(
-            folder, day, args.rows, seed=args.seed, problems=problems.get(day, ()), kind=args.kind
-        )
-        injected = ", ".join(map(str, problems.get(day, ()))) or "clean"
-        print(f"{folder} {PARTITION_COLUMN}={day}: {rows} row(s), {injected}")
+
+    def write(day: date, injected: list[Problem]) -> str:
+        rows = write_day_delta(folder, day, args.rows, seed=args.seed, problems=injected, kind=args.kind)
+        return f"{folder} {PARTITION_COLUMN}={day}: {rows} row(s)"
+
+    _write_table_days(args, days, problems, write, "a Delta day is one commit")
 
 
 def _render(args: argparse.Namespace) -> int:

@@ -363,6 +363,15 @@ def sqlite_connection_uri(path: Path) -> str:
     return "sqlite://" + quote(str(path.resolve()), safe="")
 
 
+def refuse_column_problems(problems: list[Problem] | tuple[Problem, ...]) -> None:
+    """A table source's days: its columns are fixed, so only row problems can be injected."""
+    if column_problems := [str(p) for p in problems if p.kind in COLUMN_PROBLEMS]:
+        raise ValueError(
+            f"problem {column_problems[0]}: a table's columns are fixed; "
+            f"{', '.join(COLUMN_PROBLEMS)} apply to Parquet days (--out) only"
+        )
+
+
 def write_day_sqlite(
     path: Path,
     day: date,
@@ -376,11 +385,7 @@ def write_day_sqlite(
     rows written. Run again for the same day, it leaves that day's new rows only."""
     import sqlite3
 
-    if column_problems := [str(p) for p in problems if p.kind in COLUMN_PROBLEMS]:
-        raise ValueError(
-            f"problem {column_problems[0]}: a table's columns are fixed; "
-            f"{', '.join(COLUMN_PROBLEMS)} apply to Parquet days (--out) only"
-        )
+    refuse_column_problems(problems)
     table = day_table(day, rows, seed, problems, kind)
     table = table.append_column(DAY_COLUMN, pa.array([day.isoformat()] * table.num_rows, pa.string()))
     columns = [f'"{field.name}" {_SQLITE_TYPES.get(str(field.type), "")}'.rstrip() for field in table.schema]

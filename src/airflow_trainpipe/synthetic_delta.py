@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic import COLUMN_PROBLEMS, Problem, day_table, with_event_time
+from airflow_trainpipe.synthetic import Problem, day_table, refuse_column_problems, with_event_time
 
 PARTITION_COLUMN = "ds"
 
@@ -29,11 +29,7 @@ def write_day_delta(
     the rows `write_day` writes plus `event_time` and `ds`; returns the rows written."""
     from deltalake import write_deltalake
 
-    if column_problems := [str(p) for p in problems if p.kind in COLUMN_PROBLEMS]:
-        raise ValueError(
-            f"problem {column_problems[0]}: a table's columns are fixed; "
-            f"{', '.join(COLUMN_PROBLEMS)} apply to Parquet days (--out) only"
-        )
+    refuse_column_problems(problems)
     table = with_event_time(day_table(day, rows, seed, problems, kind), day)
     table = table.append_column(PARTITION_COLUMN, pa.array([day] * table.num_rows, pa.date32()))
     table_dir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic import COLUMN_PROBLEMS, TIME_COLUMN, Problem, day_table, with_event_time
+from airflow_trainpipe.synthetic import (
+    TIME_COLUMN,
+    Problem,
+    day_table,
+    refuse_column_problems,
+    with_event_time,
+)
 
 LAKE_CONN_ID = "trainpipe_lake"
 """The connection dags/configs/fraud_detector_iceberg.yaml reads its table through."""
@@ -106,11 +112,7 @@ def write_day_iceberg(
     """Replace one day's rows of table `trainpipe.<kind>` in the catalog under `folder` (created
     with the table when missing) with the rows `write_day` writes plus `event_time`; returns the
     table's identifier and the rows written."""
-    if column_problems := [str(p) for p in problems if p.kind in COLUMN_PROBLEMS]:
-        raise ValueError(
-            f"problem {column_problems[0]}: a table's columns are fixed; "
-            f"{', '.join(COLUMN_PROBLEMS)} apply to Parquet days (--out) only"
-        )
+    refuse_column_problems(problems)
     rows_table = with_event_time(day_table(day, rows, seed, problems, kind), day)
     identifier = f"{NAMESPACE}.{kind}"
     table = ensure_table(open_catalog(folder, conn_id), identifier, rows_table.schema)
