@@ -39,7 +39,8 @@ pq.write_table(table, path, row_group_size=131072)
 print(table.nbytes)
 """ % {"rows": ROWS}
 
-_EXPECTATIONS = (
+# Also the suite of the validation-engines section (validation_engines_bench.py).
+EXPECTATIONS = (
     [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c}} for c in NUMERIC[:9]]
     + [
         {
@@ -145,7 +146,7 @@ def _config(root: Path) -> str:
             "schedule": {"cron": "0 2 * * *", "start_date": "2026-01-01"},
             "data": {"uri": root.as_uri(), "label": LABEL, "features": features},
             "validation": {
-                "expectations": _EXPECTATIONS,
+                "expectations": EXPECTATIONS,
                 "volume": {"min_rows": 1, "max_change": 0.5},
                 "batch_rows": BATCH_ROWS,
                 "drift": {"numeric_method": "psi", "categorical_method": "chi2", "threshold": 0.2},
@@ -192,7 +193,7 @@ def bench_validation() -> list[str]:
                 _run(
                     _PLAIN_GX,
                     data_file,
-                    json.dumps(_EXPECTATIONS),
+                    json.dumps(EXPECTATIONS),
                     str(root / "warmup" / "part-00000.parquet"),
                 )
             )
@@ -208,7 +209,7 @@ def bench_validation() -> list[str]:
         "## Data validation (1M rows x 20 columns)",
         "",
         f"{ROWS:,} rows x 20 columns (17 float64, 2 string categoricals, 1 int64 label; {data_mb:.0f} MiB in memory as Arrow),",
-        f"{len(_EXPECTATIONS)} expectations (not_null, between, in_set); trainpipe also checks the schema, volume and the drift",
+        f"{len(EXPECTATIONS)} expectations (not_null, between, in_set); trainpipe also checks the schema, volume and the drift",
         f"of all {len(NUMERIC) + len(CATEGORICAL)} features (PSI numeric, chi2 categorical) against a 1M-row reference snapshot and writes",
         "report.json + Data Docs. Each side in a fresh process, interleaved, median of 3. Command: `make bench`.",
         "",

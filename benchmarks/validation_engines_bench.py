@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from validation_bench import CATEGORICAL, EXPECTATIONS, LABEL, NUMERIC  # the same columns and suite
+
 REPO = Path(__file__).resolve().parents[1]
 SIZES = tuple(int(n) for n in os.environ.get("TRAINPIPE_BENCH_ENGINE_ROWS", "2000000,8000000").split(","))
 REFERENCE_ROWS = 200_000
@@ -41,28 +43,7 @@ FILE_ROWS = 1_048_576
 GROUP_ROWS = 131_072
 ENGINES = ("stream", "sql", "spark")
 CONN_ID = "bench_pg"
-NUMERIC = [f"x{i:02d}" for i in range(17)]
-CATEGORICAL = ["segment", "region"]
-LABEL = "label"
 SERVER_MEMORY = "2g"
-
-EXPECTATIONS = (
-    [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c}} for c in NUMERIC[:9]]
-    + [
-        {
-            "type": "expect_column_values_to_be_between",
-            "kwargs": {"column": c, "min_value": -100, "max_value": 100},
-        }
-        for c in NUMERIC[:9]
-    ]
-    + [
-        {
-            "type": "expect_column_values_to_be_in_set",
-            "kwargs": {"column": "segment", "value_set": list("abcde")},
-        },
-        {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": LABEL, "value_set": [0, 1]}},
-    ]
-)
 
 
 def _write(root: Path, partition: str, rows: int, seed: int) -> list[Path]:
