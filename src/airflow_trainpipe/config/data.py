@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.feature_store import FeatureStoreSection
 from airflow_trainpipe.config.sources import DeltaSource, FilesSource, IcebergSource, SqlSource
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
@@ -136,6 +137,11 @@ class DataSection(Section):
     connection; `delta`, a Delta Lake table's window at its current version; or `iceberg`, an
     Iceberg table's window at its current snapshot. The last three are frozen into
     `snapshots.uri` once per run."""
+
+    feature_store: FeatureStoreSection | None = None
+    """Features joined from a Feast feature store as of each row's event time (the rows of
+    `source` are the entity rows: keys, time, label); the joined rows are the run's snapshot,
+    always frozen into `snapshots.uri`. null: the source's columns are the features."""
 
     partition: str = "ds={{ ds }}"
     """Sub-path of one run's snapshot, an Airflow template rendered per run (`ds={{ ds }}`)."""

@@ -358,6 +358,14 @@ class PipelineConfig(Section):
                     "version: use data.freeze: true (copies) or engine stream",
                 )
             )
+        if self.data.feature_store is not None and self.validation.engine == "sql":
+            problems.append(
+                (
+                    ("validation", "engine"),
+                    "engine 'sql' checks the query's rows in the database, but the run trains on them joined "
+                    "with the feature store's features: use engine stream (or spark), which reads the joined snapshot",
+                )
+            )
         if self.validation.spark_remote is not None and self.validation.engine != "spark":
             problems.append(
                 (
