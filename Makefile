@@ -7,8 +7,15 @@ INSTALLED := $(VENV)/.installed
 # Also pins packages inside build environments (deepspeed builds from an sdist): an unpinned
 # torch there would pull several GB of CUDA wheels.
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+# Feast (feature_store/) runs in its own interpreter: it needs pandas<3 and tenacity<9, the workers
+# keep constraints.txt's. The feature-store client runs $(TRAINPIPE_FEAST_PYTHON); set it to use another.
+FEAST_VENV := .venv-feast
+FEAST_INSTALLED := $(FEAST_VENV)/.installed
+FEAST_REQUIREMENT := feast[duckdb]==0.67.0
+TRAINPIPE_FEAST_PYTHON ?= $(CURDIR)/$(FEAST_VENV)/bin/python
+export TRAINPIPE_FEAST_PYTHON
 
-.PHONY: venv lint test test-fast demo up bench soak docs gx-catalog constraints check clean
+.PHONY: venv lint test test-fast demo up bench soak docs gx-catalog constraints constraints-feast check clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +23,13 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	@touch $@
 
-venv: $(INSTALLED)
+# Its own pins (constraints-feast.txt), not constraints.txt's.
+$(FEAST_INSTALLED): constraints-feast.txt
+	@test -x $(FEAST_VENV)/bin/python || $(PYTHON) -m venv $(FEAST_VENV)
+	PIP_CONSTRAINT=$(CURDIR)/constraints-feast.txt $(FEAST_VENV)/bin/python -m pip install --quiet '$(FEAST_REQUIREMENT)'
+	@touch $@
+
+venv: $(INSTALLED) $(FEAST_INSTALLED)
 
 # ruff (lint + format), mypy (strict for config/, promotion.py, payloads.py) and the
 # function-length rule (no function in src/ over 60 lines): settings in pyproject.toml, .flake8.
@@ -26,27 +39,27 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/flake8 src
 
-test: lint
+test: lint $(FEAST_INSTALLED)
 	scripts/ensure_debian_packages.sh
 	$(BIN)/python -m pytest
 
-test-fast: $(INSTALLED)
+test-fast: $(INSTALLED) $(FEAST_INSTALLED)
 	$(BIN)/python -m pytest -m 'not slow'
 
 check: $(INSTALLED)
 	$(BIN)/trainpipe check dags/configs
 
-demo: $(INSTALLED)
+demo: $(INSTALLED) $(FEAST_INSTALLED)
 	$(BIN)/python scripts/demo.py
 
 # Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C, SIGTERM or SIGHUP stops both.
-up: $(INSTALLED)
+up: $(INSTALLED) $(FEAST_INSTALLED)
 	$(BIN)/python scripts/up.py
 
 # `make bench ONLY=sources` (or several: ONLY="sources validation_engines") re-measures those
 # sections and keeps the others. PostgreSQL and Java come from Debian, as for the tests.
 ONLY ?=
-bench: $(INSTALLED)
+bench: $(INSTALLED) $(FEAST_INSTALLED)
 	scripts/ensure_debian_packages.sh
 	$(BIN)/python benchmarks/run.py --output BENCHMARKS.md $(foreach s,$(ONLY),--only $(s))
 
@@ -73,5 +86,12 @@ constraints:
 	{ sed -n '1,3p' constraints.txt; .venv-pin/bin/pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-pin
 
+# Re-pin the Feast interpreter (constraints-feast.txt) after changing its version.
+constraints-feast:
+	rm -rf .venv-pin-feast && $(PYTHON) -m venv .venv-pin-feast
+	PIP_CONSTRAINT= .venv-pin-feast/bin/pip install --quiet '$(FEAST_REQUIREMENT)'
+	{ sed -n '1,3p' constraints-feast.txt; .venv-pin-feast/bin/pip freeze; } > constraints-feast.txt.new
+	mv constraints-feast.txt.new constraints-feast.txt && rm -rf .venv-pin-feast
+
 clean:
-	rm -rf $(VENV) .pytest_cache src/*.egg-info
+	rm -rf $(VENV) $(FEAST_VENV) .pytest_cache src/*.egg-info

@@ -14,6 +14,8 @@ from airflow_trainpipe.synthetic import write_day
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CONFIGS = REPO_ROOT / "dags" / "configs"
+# The Feast interpreter (feature_store.client): the Makefile's .venv-feast unless the user set one.
+os.environ.setdefault("TRAINPIPE_FEAST_PYTHON", str(REPO_ROOT / ".venv-feast" / "bin" / "python"))
 
 
 @pytest.fixture(autouse=True, scope="session")

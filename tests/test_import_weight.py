@@ -20,6 +20,7 @@ HEAVY = (
     "deltalake",
     "pyiceberg",
     "pyspark",
+    "feast",
 )
 
 
@@ -90,6 +91,12 @@ def test_manifest_builder_and_render_import_neither_kubernetes_nor_heavy_librari
         f"with contextlib.redirect_stdout(io.StringIO()): assert main(['render', {str(EXAMPLE_CONFIGS / 'house_prices.yaml')!r}]) == 0"
     )
     assert _heavy(modules, (*HEAVY, "kubernetes", "airflow")) == []
+
+
+def test_feature_store_client_imports_only_the_stdlib_and_its_own_package() -> None:
+    # It runs on Airflow workers; Feast (and its pandas<3) lives in another interpreter.
+    modules = _modules_after("import airflow_trainpipe.feature_store.client")
+    assert _heavy(modules, (*HEAVY, "pyarrow", "numpy", "airflow", "pydantic")) == []
 
 
 def test_operator_module_does_not_import_the_kubernetes_client() -> None:

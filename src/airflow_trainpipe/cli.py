@@ -203,6 +203,8 @@ def _make_data(args: argparse.Namespace) -> int:
             _make_data_iceberg(args, days, problems)
         elif args.delta:
             _make_data_delta(args, days, problems)
+        elif args.feast:
+            _make_data_feast(args, days, problems)
         else:
             _make_data_files(args, days, problems)
     except ValueError as exc:
@@ -304,6 +306,31 @@ def _make_data_delta(args: argparse.Namespace, days: list[date], problems: dict[
         return f"{folder} {PARTITION_COLUMN}={day}: {rows} row(s)"
 
     _write_table_days(args, days, problems, write, "a Delta day is one commit")
+
+
+def _make_data_feast(args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]) -> None:
+    """Labelled transactions (the entity rows), card and merchant features and a Feast repo over
+    them, applied with the Feast interpreter (the feature-store example)."""
+    from airflow_trainpipe.feature_store.client import FeatureStoreError
+    from airflow_trainpipe.synthetic_features import write_feast_example
+
+    if args.files != 1:
+        raise ValueError("--files splits Parquet days (--out); a --feast day is one file")
+    if args.kind != "card_transactions":
+        raise ValueError(f"--feast writes card transactions and their features, not --kind {args.kind}")
+    if not days:
+        raise ValueError("--feast needs --days 1 or more")
+    try:
+        example = write_feast_example(Path(args.feast), days[0], len(days), args.rows, args.seed, problems)
+    except FeatureStoreError as exc:
+        raise ValueError(str(exc)) from exc
+    import pyarrow.parquet as pq
+
+    for day, file in zip(days, example.transaction_files, strict=True):
+        rows = pq.ParquetFile(file).metadata.num_rows
+        print(f"{file.parent}: {rows} row(s), {', '.join(map(str, problems.get(day, ()))) or 'clean'}")
+    print(f"features: {example.card_activity}, {example.merchant_risk}")
+    print(f"Feast repo (applied): {example.repo}")
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -639,6 +666,12 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         help="instead, rows of KIND (plus event_time, and ds, the partition column) in a Delta table "
         "at DIR, a day's partition replaced (the delta source example: its table, needs no connection)",
     )
+    target.add_argument(
+        "--feast",
+        metavar="DIR",
+        help="instead, card transactions (keys, no features) in DIR/transactions/ds=YYYY-MM-DD/, their card and "
+        "merchant features in DIR/features/, a Feast repo over them in DIR/repo applied with $TRAINPIPE_FEAST_PYTHON",
+    )
     make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
     make_data.add_argument("--days", type=int, default=1, help="number of daily partitions (default 1)")
     make_data.add_argument(
@@ -654,7 +687,8 @@ def _add_make_data(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         default=[],
         metavar="DAY=KIND[:ARGS]",
         help="inject a problem into one day (repeatable): drop:COL, rename:COL:NEW, dtype:COL, nulls:COL[:FRACTION], "
-        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite, --iceberg, --delta: not the first three)",
+        "out_of_range:COL[:VALUE], volume:FRACTION, drift:COL[,COL...] (--sqlite, --iceberg, --delta, --feast: not the first three; --feast: not on "
+        "card_id, merchant_id, event_time)",
     )
     make_data.set_defaults(handler=_make_data)
 
