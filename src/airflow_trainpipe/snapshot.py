@@ -84,6 +84,53 @@ class SourceLineage(BaseModel):
         return str(self.conn_id)
 
 
+class FeatureViewLineage(BaseModel):
+    """One Feast feature view a snapshot's features were joined from, as it was defined then."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha256: str
+    """Hash of the view's definition (its Feast spec): any change to it (a feature, its type, the
+    TTL, the source) changes the hash."""
+    ttl_seconds: int
+    """The view's TTL (0: none)."""
+    join_keys: list[str]
+    dtypes: dict[str, str]
+    """Each of the view's features -> its Feast type, as the view declared it."""
+
+
+class FeatureLineage(BaseModel):
+    """What a feature-store snapshot joined: the Feast project, the references, the views'
+    definitions, and the entity rows they were joined to."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    project: str
+    repo: str
+    feature_service: str | None = None
+    features: list[str]
+    """The `view:feature` references retrieved, in column order (a service's, resolved)."""
+    views: dict[str, FeatureViewLineage]
+    definitions_sha256: str
+    """Hash of the used views' definition hashes, by view name: one value for "the same features"."""
+    entity_digest: str
+    """Digest of the entity rows the features were joined to (the source's snapshot)."""
+    entity_start: str | None = None
+    entity_end: str | None = None
+    """The entity rows' earliest and latest event time (ISO 8601, UTC): what serving's first
+    materialisation must cover."""
+
+    def tags(self) -> dict[str, str]:
+        return {
+            "trainpipe.feast_project": self.project,
+            "trainpipe.feast_features": ",".join(self.features)[:5000],  # MLflow caps a tag value
+            "trainpipe.feast_feature_views": ",".join(sorted(self.views)),
+            "trainpipe.feast_definitions_sha256": self.definitions_sha256,
+            "trainpipe.feast_entity_digest": self.entity_digest,
+            "trainpipe.feast_entity_time": f"{self.entity_start} .. {self.entity_end}",
+        }
+
+
 class Manifest(BaseModel):
     """One snapshot; small enough to pass between tasks as XCom."""
 
@@ -105,6 +152,8 @@ class Manifest(BaseModel):
     """A `sql` source's query and window, a `delta` source's table, version, filter and window, an
     `iceberg` source's table, snapshot, filter and window; None for files (`partition_uri` holds
     them)."""
+    features: FeatureLineage | None = None
+    """`data.feature_store`: the Feast features joined to the source's rows to make these files."""
 
     @property
     def file_uris(self) -> list[str]:
@@ -116,7 +165,7 @@ class Manifest(BaseModel):
 
     def lineage_tags(self) -> dict[str, str]:
         """The MLflow tags of where the snapshot came from, beyond its digest."""
-        return {**self.window_tags(), **self.source_tags()}
+        return {**self.window_tags(), **self.source_tags(), **(self.features.tags() if self.features else {})}
 
     def source_tags(self) -> dict[str, str]:
         """A `sql` snapshot's connection, window and query hash (the manifest keeps the query); a

@@ -54,6 +54,11 @@ ICEBERG_ROWS = {
     "Waits for": "1000 rows from the table; deferrable, every 300s, timeout 21600s",
 }
 
+FEATURE_ROWS = {
+    "Data": "`feast/transactions/ds={{ ds }}` (parquet), a window of the last 7 (at least 7 present), joined "
+    "with Feast feature service fraud_features (repo `feast/repo`) as of `event_time`, frozen into `snapshots`; "
+    "label `is_fraud`; 8 numeric + 1 categorical features; holdout 20% by `transaction_id`",
+}
 DELTA_ROWS = {
     "Data": "Delta table `lake_delta/card_transactions` at its current version, a window of 7 x 1d ending "
     "with the run's day, frozen into `snapshots`; label `is_fraud`; 6 numeric + 2 categorical features; "
@@ -118,6 +123,7 @@ def test_the_table_has_the_seven_rows_in_order(fraud: str) -> None:
         ("fraud_detector_sql", SQL_ROWS),
         ("fraud_detector_iceberg", ICEBERG_ROWS),
         ("fraud_detector_delta", DELTA_ROWS),
+        ("fraud_detector_features", FEATURE_ROWS),
     ],
 )
 def test_each_row_describes_the_example_config(example: str, expected: dict[str, str]) -> None:

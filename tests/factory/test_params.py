@@ -26,6 +26,7 @@ def dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     assert {dag.dag_id for dag in dags} == {
         "fraud_detector",
         "fraud_detector_delta",
+        "fraud_detector_features",
         "fraud_detector_iceberg",
         "fraud_detector_sql",
         "fraud_detector_tuned",

@@ -277,3 +277,24 @@ def test_materialize_covers_the_past_first_then_goes_on_incrementally_and_serves
     # value it holds, however old (it does not apply the TTL): a skew callers must know about.
     stale = online.filter(pc.invert(known))
     assert stale.num_rows > 0 and stale["txn_count_7d"].null_count == 0
+    # Served `as_of` an instant, a value older than its view's TTL then is null: exactly the
+    # independent as-of join of the same entities at that instant.
+    instant = datetime.combine(START + timedelta(days=3), datetime.min.time(), UTC)
+    expired = pq.read_table(
+        client.online_features(
+            python=None,
+            repo=example.repo,
+            entity_file=example.transaction_files[-1],
+            output=tmp_path / "as_of.parquet",
+            feature_service=FEATURE_SERVICE,
+            as_of=instant,
+        )
+    ).to_pandas()
+    at = day.select(["card_id", "merchant_id"]).to_pandas().assign(event_time=pd.Timestamp(instant))
+    assert expired["txn_count_7d"].isna().sum() > 0
+    for view, path in (("card_activity", example.card_activity), ("merchant_risk", example.merchant_risk)):
+        expected = _as_of(at, pq.read_table(path).to_pandas(), view, "backward")
+        for name in FEATURES[view]:
+            pd.testing.assert_series_equal(
+                expired[name].astype("float64"), expected[name].astype("float64"), check_names=False
+            )

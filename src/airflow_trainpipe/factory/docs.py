@@ -46,7 +46,13 @@ def pipeline_doc(config: PipelineConfig, source: str, asset_name: str) -> str:
         "skips `register` (the run stays green); failed validation stops the run before training.",
         "",
         "**Trigger form**: *Data partition* retrains on another partition (a backfill day); *Force registration* "
-        "promotes even if the gate says no; the *Hyperparameters* section overrides the config for this run only.",
+        "promotes even if the gate says no; the *Hyperparameters* section overrides the config for this run only."
+        + (
+            " *Accept changed feature views* trains although a feature view's features changed type since the "
+            "last run (otherwise the run stops before training, naming them)."
+            if config.data.feature_store is not None
+            else ""
+        ),
     ]
     return "\n".join(lines)
 
@@ -71,8 +77,14 @@ def _schedule(config: PipelineConfig) -> str:
 
 def _data(config: PipelineConfig) -> str:
     d = config.data
+    joined = ""
+    if d.feature_store is not None:
+        joined = (
+            f", joined with Feast {d.feature_store.selection} (repo `{d.feature_store.repo}`) as of "
+            f"`{d.feature_store.timestamp_column}`, frozen into `{config.snapshots.uri}`"
+        )
     return (
-        _rows_from(config) + f"; label `{d.label}`; "
+        _rows_from(config) + joined + f"; label `{d.label}`; "
         f"{len(d.features.numeric)} numeric + {len(d.features.categorical)} categorical features; "
         f"holdout {d.holdout.fraction:.0%}" + (f" by `{d.split_key}`" if d.split_key else "")
     )

@@ -15,6 +15,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.feature_store import ACCEPT_CHANGES_PARAM
 from airflow_trainpipe.config.training import Hyperparameters
 
 PARTITION = "partition"
@@ -28,6 +29,7 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
     current = config.training.hyperparameters
     return {
         **_tuning_param(config),
+        **_feature_param(config),
         PARTITION: _param(
             None,
             # Optional, so no `type`: the Airflow 3.3 trigger form requires a Param whose schema has
@@ -74,6 +76,21 @@ def _tuning_param(config: PipelineConfig) -> dict[str, Param]:
             title="Tune hyperparameters",
             description=f"Run the Optuna study ({budget.trials} trials, {budget.max_parallel} at a time) and "
             "make its best trial the candidate. Off: train once with the hyperparameters below.",
+        )
+    }
+
+
+def _feature_param(config: PipelineConfig) -> dict[str, Param]:
+    if config.data.feature_store is None:
+        return {}
+    return {
+        ACCEPT_CHANGES_PARAM: _param(
+            False,
+            type="boolean",
+            title="Accept changed feature views",
+            description="Train even though a feature view's features changed type or went away since the "
+            "last run (the run otherwise stops before training, naming them); the new definitions become "
+            "the ones later runs are compared with.",
         )
     }
 

@@ -345,14 +345,35 @@ def online(spec: dict[str, Any]) -> dict[str, Any]:
     keys = require_keys(table, views)
     rows = table.select(keys).to_pylist()
     full = bool(spec.get("full_feature_names"))
+    as_of = spec.get("as_of")
     try:
         response = store.get_online_features(features=target, entity_rows=rows, full_feature_names=full)
-        values = response.to_arrow()
+        values = response.to_arrow(include_event_timestamps=as_of is not None)
     except Exception as exc:
         raise classify(exc, views) from exc
+    if as_of is not None:
+        values = expire(values, refs, views, output_names(refs, full), _parse_time(as_of))
     out = append_features(table, values, output_names(refs, full), feature_types(refs, views))
     pq.write_table(out, spec["output"])
     return {"project": store.project, "features": refs, "rows": out.num_rows}
+
+
+def expire(
+    values: pa.Table, refs: list[str], views: list[FeatureView], names: list[str], as_of: datetime
+) -> pa.Table:
+    """Null each value older than its view's TTL at `as_of`, as the historical join does: the
+    online store keeps an entity's last value however old it is."""
+    ttl = {fv.name: (fv.ttl.total_seconds() if fv.ttl else 0.0) for fv in views}
+    for ref, name in zip(refs, names, strict=True):
+        seconds = ttl[ref.split(":", 1)[0]]
+        if seconds <= 0:
+            continue
+        stamps = values.column(name + "__ts").cast(pa.float64())
+        stale = pc.less(stamps, as_of.timestamp() - seconds)
+        column = values.column(name)
+        kept = pc.if_else(stale, pa.scalar(None, column.type), column)
+        values = values.set_column(values.column_names.index(name), name, kept)
+    return values
 
 
 COMMANDS = {"retrieve": retrieve, "materialize": materialize, "online": online}

@@ -191,9 +191,12 @@ def online_features(
     features: list[str] | None = None,
     feature_service: str | None = None,
     full_feature_names: bool = False,
+    as_of: datetime | None = None,
 ) -> Path:
     """The online store's values for the entities of `entity_file` (Parquet with the join keys),
-    written to `output` in its row order: its columns plus the features, typed as `retrieve`'s."""
+    written to `output` in its row order: its columns plus the features, typed as `retrieve`'s.
+    `as_of` (serving: now): a value older than its view's TTL then is null, as the historical
+    join makes it; None: whatever the store holds."""
     if (features is None) == (feature_service is None):
         raise ValueError("give either features or feature_service")
     spec: dict[str, Any] = {
@@ -203,6 +206,7 @@ def online_features(
         "entity_file": str(Path(entity_file).resolve()),
         "output": str(Path(output).resolve()),
         "full_feature_names": full_feature_names,
+        "as_of": None if as_of is None else as_of.isoformat(),  # naive: UTC, as in the child
     }
     run_child(python, "online", spec)
     return Path(spec["output"])

@@ -42,6 +42,12 @@ LINEAGE_RUN_TAGS = (
     "trainpipe.data_table_version",
     "trainpipe.data_snapshot_id",
     "trainpipe.data_filter",
+    "trainpipe.feast_project",
+    "trainpipe.feast_features",
+    "trainpipe.feast_feature_views",
+    "trainpipe.feast_definitions_sha256",
+    "trainpipe.feast_entity_digest",
+    "trainpipe.feast_entity_time",
     "trainpipe.threshold",
 )
 
@@ -111,6 +117,13 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         return result
 
 
+def materialize_for_promotion(config: PipelineConfig, run_tags: dict[str, str], log: Any) -> dict[str, str]:
+    """`data.feature_store.materialize`: the run's feature views loaded online before the alias moves."""
+    from airflow_trainpipe.feature_store.online import materialize_for_promotion as materialize
+
+    return materialize(config, run_tags, log)
+
+
 def register_candidate(
     hook: Any, config: PipelineConfig, run_id: str, decision: GateDecision, lineage: dict[str, str], log: Any
 ) -> dict[str, Any]:
@@ -152,6 +165,10 @@ def register_candidate(
             "previous_version": None,
             "previous_alias": None,
         }
+    check_champion_unchanged(hook, config, version, decision)
+    online = materialize_for_promotion(config, run.data.tags, log)
+    if online:
+        hook.set_version_tags(name, version, online)
     return {**result, **promote_version(hook, config, version, decision, log)}
 
 

@@ -62,7 +62,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.config.data.source.kind != "files":
+        if self.config.data.source.kind != "files" or self.config.data.feature_store is not None:
             return self._execute_frozen(context)
         from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
         from airflow_trainpipe.window import run_window
@@ -107,22 +107,33 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         return frozen
 
     def _execute_frozen(self, context: Context) -> dict[str, Any]:
-        """A `sql`, `delta` or `iceberg` source: the window's rows exported once into the snapshot store, then
-        checked there (or, with `validation.engine: sql`, in the database over the query the export
-        ran); training reads the same frozen files."""
+        """A `sql`, `delta` or `iceberg` source, or any source joined with a feature store: the
+        run's rows exported (joined) once into the snapshot store, then checked there (or, with
+        `validation.engine: sql`, in the database over the query the export ran); training reads
+        the same frozen files."""
         from airflow_trainpipe.sources import freeze_run
 
         manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
-        assert manifest.source is not None
-        self.log.info(
-            "exported %s .. %s from %s into the snapshot store",
-            manifest.source.window_start,
-            manifest.source.window_end,
-            manifest.source.origin,
-        )
+        if manifest.source is not None:
+            self.log.info(
+                "exported %s .. %s from %s into the snapshot store",
+                manifest.source.window_start,
+                manifest.source.window_end,
+                manifest.source.origin,
+            )
+        if manifest.features is not None:
+            self.log.info(
+                "joined %d feature(s) of Feast project %s (%s; definitions %s) as of %s",
+                len(manifest.features.features),
+                manifest.features.project,
+                ", ".join(sorted(manifest.features.views)),
+                manifest.features.definitions_sha256[:12],
+                self.config.data.feature_store.timestamp_column if self.config.data.feature_store else "?",
+            )
         self._log_snapshot(manifest)
         query = None
         if self.config.validation.engine == "sql":
+            assert manifest.source is not None
             query = manifest.source.query  # the text the export ran
             self.log.info(
                 "validation.engine sql: the expectations and drift profiles run in %s",

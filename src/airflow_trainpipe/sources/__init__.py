@@ -28,8 +28,30 @@ def freeze_run(
     """The run's snapshot, as its source holds it now, unvalidated: the partition (or the
     window's partitions) of a `files` source, or the window's rows of a `sql` source (or of a
     `delta` table's current version, an `iceberg` table's current snapshot) exported into the
-    snapshot store. `partition` is the run's, rendered; `conn_id` is the storage's. A source's
-    error names the pipeline and the source."""
+    snapshot store. With `data.feature_store`, those are the entity rows, and the snapshot is
+    them joined with the store's features, frozen. `partition` is the run's, rendered;
+    `conn_id` is the storage's. A source's error names the pipeline and the source."""
+    feature_store = config.data.feature_store
+    entity = _source_snapshot(config, context, partition, render, conn_id, copy=feature_store is None)
+    if feature_store is None:
+        return entity
+    from airflow_trainpipe.feature_store.join import join_features
+
+    with _named(config, f"data.feature_store ({feature_store.selection})"):
+        return join_features(config, entity, context, conn_id)
+
+
+def _source_snapshot(
+    config: PipelineConfig,
+    context: Mapping[str, Any],
+    partition: str,
+    render: Render,
+    conn_id: str | None,
+    *,
+    copy: bool,
+) -> Manifest:
+    """The source's rows for the run; `copy`: a `files` source with `data.freeze: true` has
+    them copied into the store (a feature-store run freezes the joined rows instead)."""
     data = config.data
     source = data.source
     if source.kind in ("delta", "iceberg"):
@@ -56,7 +78,7 @@ def freeze_run(
     from airflow_trainpipe.window import run_window
 
     manifest = resolve_window(data, run_window(data, context, partition, render), conn_id)
-    if data.freeze is True:  # `versions` pinned each file's version as it resolved it
+    if copy and data.freeze is True:  # `versions` pinned each file's version as it resolved it
         from airflow_trainpipe.sources.freeze import freeze_manifest
 
         return freeze_manifest(config, manifest, conn_id)
@@ -72,7 +94,9 @@ def _named(config: PipelineConfig, source: str) -> Iterator[None]:
     try:
         yield
     except SourceError as exc:
-        raise type(exc)(f"pipeline {config.pipeline}, {source}: {exc}") from exc
+        named = type(exc)(f"pipeline {config.pipeline}, {source}: {exc}")
+        named.__dict__.update(exc.__dict__)  # a subclass's own fields (a feature store error's kind)
+        raise named from exc
 
 
 def rendered_query(

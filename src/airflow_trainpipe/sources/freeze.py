@@ -155,7 +155,7 @@ def sql_snapshot(
 
     source = config.data.source
     assert source.kind == "sql"
-    with _scratch(config) as folder:
+    with scratch_folder(config) as folder:
         exported, schema = export(source, query, folder)
         check_columns(config, schema)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
@@ -180,7 +180,7 @@ def table_snapshot(
 
     source = config.data.source
     assert source.kind in ("delta", "iceberg")
-    with _scratch(config) as folder:
+    with scratch_folder(config) as folder:
         exported = _export_table(config, window, folder)
         check_columns(config, exported.schema, TABLE_REMEDY)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
@@ -208,7 +208,7 @@ def _export_table(config: PipelineConfig, window: SqlWindow, folder: Path) -> De
 
 
 @contextmanager
-def _scratch(config: PipelineConfig) -> Iterator[Path]:
+def scratch_folder(config: PipelineConfig) -> Iterator[Path]:
     """A local folder for one export (its files, a sort's spilled runs), removed afterwards."""
     scratch = trainpipe_home() / "exports"
     scratch.mkdir(parents=True, exist_ok=True)
