@@ -171,7 +171,7 @@ def views_uri(config: PipelineConfig) -> str:
     """The pipeline's record of the feature views its last run joined from."""
     from airflow_trainpipe.snapshot import STATE_DIR
 
-    return join(resolve(config.data.uri), STATE_DIR, "feature_views.json")
+    return join(resolve(config.data.uri), STATE_DIR, "feature_views", f"{config.pipeline}.json")
 
 
 def _check_unchanged(
