@@ -49,7 +49,7 @@ test-fast: $(INSTALLED) $(FEAST_INSTALLED)
 check: $(INSTALLED)
 	$(BIN)/trainpipe check dags/configs
 
-demo: $(INSTALLED) $(FEAST_INSTALLED)
+demo: $(INSTALLED)
 	$(BIN)/python scripts/demo.py
 
 # Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C, SIGTERM or SIGHUP stops both.

@@ -5,7 +5,8 @@ SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
 synthetic data for fraud_detector, home/warehouse.db, the SQLite table fraud_detector_sql reads
 through the connection trainpipe_warehouse, home/lake, the Iceberg catalog fraud_detector_iceberg
-reads through the connection trainpipe_lake, and home/lake_delta, fraud_detector_delta's Delta table), mlflow/ (tracking db and artifacts). tests/integration reuses
+reads through the connection trainpipe_lake, home/lake_delta, fraud_detector_delta's Delta table, and home/feast, fraud_detector_features's
+transactions and Feast repo), mlflow/ (tracking db and artifacts). tests/integration reuses
 `airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
 """
 
@@ -34,6 +35,7 @@ BIN = Path(sys.executable).parent
 WAREHOUSE = "warehouse.db"  # under TRAINPIPE_HOME: dags/configs/fraud_detector_sql.yaml's table
 LAKE = "lake"  # under TRAINPIPE_HOME: the catalog of dags/configs/fraud_detector_iceberg.yaml's table
 DELTA_TABLE = "lake_delta/card_transactions"  # under TRAINPIPE_HOME: fraud_detector_delta.yaml's table
+FEAST_EXAMPLE = "feast"  # under TRAINPIPE_HOME: fraud_detector_features.yaml's transactions and Feast repo
 
 
 def port_free(port: int) -> bool:
@@ -206,6 +208,15 @@ def ensure_delta(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None
         _make_table_data("delta", table, wanted, rows, "the Delta table")
 
 
+def ensure_feast(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
+    """The days up to today of the feature store example: its transactions, the card and merchant
+    feature tables and the applied Feast repo (a 7-day window)."""
+    root, wanted = trainpipe_home / FEAST_EXAMPLE, _last_days(days)
+    held = all((root / "transactions" / f"ds={day}" / "_SUCCESS").exists() for day in wanted)
+    if not (held and (root / "repo" / "feature_store.yaml").exists()):
+        _make_table_data("feast", root, wanted, rows, "the Feast example")
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -277,6 +288,7 @@ def main() -> int:
         ensure_warehouse(trainpipe_home)
         ensure_lake(trainpipe_home)
         ensure_delta(trainpipe_home)
+        ensure_feast(trainpipe_home)
         airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
         if airflow_port == mlflow_port:
             mlflow_port = pick_port(0)
@@ -311,6 +323,7 @@ def main() -> int:
                     f"sql      fraud_detector_sql reads {trainpipe_home / WAREHOUSE} (connection trainpipe_warehouse)",
                     f"iceberg  fraud_detector_iceberg reads the catalog {trainpipe_home / LAKE} (connection trainpipe_lake)",
                     f"delta    fraud_detector_delta reads the table {trainpipe_home / DELTA_TABLE}",
+                    f"feast    fraud_detector_features joins the Feast repo {trainpipe_home / FEAST_EXAMPLE / 'repo'}",
                     "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
                 ]
             )

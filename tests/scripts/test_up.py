@@ -36,9 +36,11 @@ class Up:
 
     def __init__(self, state: Path) -> None:
         # The days up.py wants, small: it writes 4 x 20,000 rows (and 7 x 5,000 into the sql
-        # example's SQLite table and the iceberg and delta examples' tables) itself when they are missing.
+        # example's SQLite table, the iceberg and delta examples' tables and the feature store
+        # example) itself when they are missing.
         from airflow_trainpipe.synthetic import write_day, write_day_sqlite
         from airflow_trainpipe.synthetic_delta import write_day_delta
+        from airflow_trainpipe.synthetic_features import write_feast_example
         from airflow_trainpipe.synthetic_iceberg import write_day_iceberg
 
         for back in range(7):
@@ -48,6 +50,9 @@ class Up:
             write_day_sqlite(state / "home" / "warehouse.db", day, 50, seed=back)
             write_day_iceberg(state / "home" / "lake", day, 50, seed=back)
             write_day_delta(state / "home" / "lake_delta" / "card_transactions", day, 50, seed=back)
+        # The feature store example unapplied (up.py only checks that it is there): `feast apply`
+        # costs seconds and the example's own tests apply theirs.
+        write_feast_example(state / "home" / "feast", date.today() - timedelta(days=6), 7, 50, apply=False)
         env = {**os.environ, "TRAINPIPE_CONFIG_CACHE": str(state / "config-cache")}
         self.process = subprocess.Popen(
             [
