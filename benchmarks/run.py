@@ -97,6 +97,7 @@ SECTIONS = (
     "training",
     "step",
     "sources",
+    "feature_store",
     "validation",
     "validation_engines",
     "scale",
@@ -111,6 +112,7 @@ KEPT = ("soak",)
 def _sections(names: list[str]) -> dict[str, list[str]]:
     from checkpoint_bench import bench_checkpoint  # benchmarks/ is on sys.path when run as a script
     from dag_parsing_bench import bench_dag_parsing
+    from feature_store_bench import bench_feature_store
     from preemption_bench import bench_preemption
     from scale_bench import bench_scale
     from sources_bench import bench_sources
@@ -128,6 +130,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "validation": bench_validation,
         "validation_engines": bench_validation_engines,
         "sources": bench_sources,
+        "feature_store": bench_feature_store,
         "scale": bench_scale,
         "tuning": bench_tuning,
         "checkpoint": bench_checkpoint,
@@ -169,7 +172,7 @@ def main() -> None:
         "# Benchmarks",
         "",
         "Written by `make bench` (`benchmarks/run.py`); every figure below was measured by that command",
-        "(`--only SECTION` re-measures one section; each section says when it was measured).",
+        "(`make bench ONLY=SECTION` re-measures one section; each section says when it was measured).",
         "",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {_memory()}, no GPU; Python {platform.python_version()}",
         "",
@@ -198,6 +201,7 @@ def _section_name(heading: str) -> str:
         ("parsing", "dag parsing"),
         ("validation_engines", "validation engines"),
         ("validation", "data validation"),
+        ("feature_store", "feature store:"),
         ("sources", "sources:"),
         ("scale", "scale:"),
         ("step", "training step alone"),
