@@ -129,6 +129,25 @@ def run_child(python: str | None, command: str, spec: dict[str, Any]) -> dict[st
     return result
 
 
+def _selection(
+    repo: Path,
+    output: Path,
+    features: list[str] | None,
+    feature_service: str | None,
+    full_feature_names: bool,
+) -> dict[str, Any]:
+    """The spec fields a retrieval and an online read share: the repo, what to read, where to."""
+    if (features is None) == (feature_service is None):
+        raise ValueError("give either features or feature_service")
+    return {
+        "repo": str(Path(repo).resolve()),
+        "features": features,
+        "feature_service": feature_service,
+        "output": str(Path(output).resolve()),
+        "full_feature_names": full_feature_names,
+    }
+
+
 def retrieve(
     *,
     python: str | None,
@@ -143,16 +162,10 @@ def retrieve(
     """The entity rows of `entity_files` (concatenated in order) with each feature as of the row's
     `timestamp_column` appended, written to `output` (one Parquet file); nulls where the view has
     no value inside its TTL. Give `features` ("view:feature") or a `feature_service`."""
-    if (features is None) == (feature_service is None):
-        raise ValueError("give either features or feature_service")
     spec: dict[str, Any] = {
-        "repo": str(Path(repo).resolve()),
-        "features": features,
-        "feature_service": feature_service,
+        **_selection(repo, output, features, feature_service, full_feature_names),
         "entity_files": [str(Path(f).resolve()) for f in entity_files],
         "timestamp_column": timestamp_column,
-        "output": str(Path(output).resolve()),
-        "full_feature_names": full_feature_names,
     }
     result = run_child(python, "retrieve", spec)
     views = tuple(
@@ -197,15 +210,9 @@ def online_features(
     written to `output` in its row order: its columns plus the features, typed as `retrieve`'s.
     `as_of` (serving: now): a value older than its view's TTL then is null, as the historical
     join makes it; None: whatever the store holds."""
-    if (features is None) == (feature_service is None):
-        raise ValueError("give either features or feature_service")
     spec: dict[str, Any] = {
-        "repo": str(Path(repo).resolve()),
-        "features": features,
-        "feature_service": feature_service,
+        **_selection(repo, output, features, feature_service, full_feature_names),
         "entity_file": str(Path(entity_file).resolve()),
-        "output": str(Path(output).resolve()),
-        "full_feature_names": full_feature_names,
         "as_of": None if as_of is None else as_of.isoformat(),  # naive: UTC, as in the child
     }
     run_child(python, "online", spec)
