@@ -104,22 +104,29 @@ QUERY_REMEDY = "cast it to a number in the query"
 TABLE_REMEDY = "cast it to a number in the table, or list it in data.features.categorical"
 
 
-def check_columns(config: PipelineConfig, schema: pa.Schema, remedy: str = QUERY_REMEDY) -> None:
+def check_columns(
+    config: PipelineConfig, schema: pa.Schema, remedy: str = QUERY_REMEDY, *, entity_rows: bool = False
+) -> None:
     """The columns the pipeline reads are in the result, numeric features as numbers: caught
-    here, before anything is frozen, rather than as a transform error inside the training job."""
+    here, before anything is frozen, rather than as a transform error inside the training job.
+    `entity_rows`: a feature-store pipeline's source rows, which need the label, the keys and the
+    event time, and only the features that are not the store's: all are checked once joined."""
     import pyarrow.types as pat
 
     from airflow_trainpipe.sources.sql import SourceError
 
     data = config.data
-    needed = [data.label, *data.features.all, *filter(None, [data.group, data.holdout.key_column])]
+    features = data.features.all
+    if entity_rows and data.feature_store is not None:
+        features = [name for name in features if name in schema.names] + [data.feature_store.timestamp_column]
+    needed = [data.label, *features, *filter(None, [data.group, data.holdout.key_column])]
     if missing := [name for name in needed if name not in schema.names]:
         raise SourceError(
             f"the result has no column {', '.join(map(repr, missing))}, which the pipeline reads "
             f"(it returns {', '.join(schema.names)})"
         )
     numeric = (pat.is_integer, pat.is_floating, pat.is_decimal, pat.is_boolean)
-    for name in data.features.numeric:
+    for name in (n for n in data.features.numeric if n in features):
         kind = schema.field(name).type
         if not any(test(kind) for test in numeric):
             raise SourceError(f"numeric feature {name!r} is {kind} in the result; {remedy}")
@@ -157,7 +164,7 @@ def sql_snapshot(
     assert source.kind == "sql"
     with scratch_folder(config) as folder:
         exported, schema = export(source, query, folder)
-        check_columns(config, schema)
+        check_columns(config, schema, entity_rows=config.data.feature_store is not None)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
     lineage = SourceLineage(
         kind="sql",
@@ -182,7 +189,9 @@ def table_snapshot(
     assert source.kind in ("delta", "iceberg")
     with scratch_folder(config) as folder:
         exported = _export_table(config, window, folder)
-        check_columns(config, exported.schema, TABLE_REMEDY)
+        check_columns(
+            config, exported.schema, TABLE_REMEDY, entity_rows=config.data.feature_store is not None
+        )
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
     lineage = SourceLineage(
         kind=source.kind,
