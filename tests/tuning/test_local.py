@@ -1,9 +1,13 @@
 """`trainpipe tune`: the study without Airflow, killed mid-way and run again.
 
-The first run is SIGKILLed (its whole process group, torchrun and ranks included) while the third
+The first run is SIGKILLed (its whole process group, torchrun and ranks included) while the second
 trial is mid-rung with a complete checkpoint; the second run with the same arguments finds the
-same study: the two finished trials are not trained again, the interrupted trial continues from its
-checkpoint, and the last line is the study's JSON summary.
+same study: the finished trial is not trained again, the interrupted trial continues from its
+checkpoint, the study goes on with the next trial, and the last line is the study's JSON summary.
+
+Three trials (trial 0 completes both rungs, 1 and 2 are pruned at the first) are what that needs:
+each further one is another training job. That the summary's best is the best complete trial
+whatever their order is tests/tuning/test_study.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import yaml
 
 from tests.conftest import EXAMPLE_CONFIGS
 
-TRIALS = 4
+TRIALS = 3
 RUN = "tune-2026-01-02"
 
 
@@ -79,9 +83,9 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path
     first = _tune(config, env)
     seen = []
     assert first.stdout is not None
-    for line in first.stdout:  # slots run in order: trial 2 starts once trials 0 and 1 ended
+    for line in first.stdout:  # slots run in order: trial 1 starts once trial 0 ended
         seen.append(line)
-        if f"{RUN}.trial-002/checkpoints/step_000000015" in line and line.startswith("checkpoint complete"):
+        if f"{RUN}.trial-001/checkpoints/step_000000015" in line and line.startswith("checkpoint complete"):
             job = psutil.Process(first.pid).children(recursive=True)
             # The CLI dies; torchrun (a session of its own) gets SIGTERM from the kernel and its
             # rank checkpoints the step it stops at before exiting.
@@ -92,7 +96,7 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path
     _, alive = psutil.wait_procs(job, timeout=60)
     assert alive == []
     before = _finished(home)
-    assert sorted(before) == [0, 1]
+    assert sorted(before) == [0]
 
     second = _tune(config, env)
     output, _ = second.communicate(timeout=400)
@@ -101,9 +105,9 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path
     after = _finished(home)
     assert sorted(after) == list(range(TRIALS))  # one trial per slot: nothing started twice
     assert {n: after[n] for n in before} == before  # finished trials untouched (state, value, end time)
-    # The rerun's first job is trial 2's interrupted rung, from the mid-epoch checkpoint its
+    # The rerun's first job is trial 1's interrupted rung, from the mid-epoch checkpoint its
     # SIGTERMed job wrote (the periodic one at 15, or where it stopped after it): the finished
-    # trials were read back, not trained again.
+    # trial was read back, not trained again.
     started = [line for line in output.splitlines() if line.startswith("training started")]
     resumed = re.search(r"resuming from step (\d+) \(0 step\(s\) to recompute\)", started[0])
     assert resumed is not None and int(resumed.group(1)) >= 15, started

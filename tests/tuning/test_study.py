@@ -138,3 +138,58 @@ def test_no_trial_starts_once_the_compute_budget_is_spent(tmp_path: Path) -> Non
 
     outcome = run_trial(config, study, ref, 1, base, launch)
     assert outcome.state == "not_started" and len(study.trials) == 1
+
+
+def _told(study: optuna.Study, number: int, state: str, value: float, run_id: str) -> None:
+    """A trial told as run_trial tells it: its outcome in the user attrs, its value in the study."""
+    from airflow_trainpipe.payloads import TrainResult, TrainTiming
+    from airflow_trainpipe.tuning.outcomes import RungReport, TrialOutcome
+
+    trial = study.ask()
+    timing = TrainTiming(steps=10, loop_s=1.0, train_s=1.0, checkpoint_s=0.0, eval_s=0.0, data_wait_s=0.0)
+    result = TrainResult(
+        final_step=90, final_train_loss=0.3, holdout_metrics={"roc_auc": value}, weights_sha256="w", resumed_from_step=0,
+        steps_recomputed=0, epochs_completed=3, stopped_early=False, world_size=1, timing=timing,
+        mlflow_run_id=run_id, mlflow_experiment_id="1", transform_hash="t", evaluation=None,
+        model_uri=f"runs:/{run_id}/model", metrics_split="validation",
+    )  # fmt: skip
+    complete = state == "complete"
+    outcome = TrialOutcome(
+        number=trial.number, slot=number, state=state, params={"learning_rate": 0.001 * (number + 1)},  # type: ignore[arg-type]
+        value=value, rungs=[RungReport(resource=1, value=value)], compute_hours=0.01,
+        full_budget_compute_hours=0.01 if complete else 0.03, mlflow_run_id=run_id, run_dir=None,
+        result=result if complete else None,
+    )  # fmt: skip
+    trial.set_user_attr("outcome", outcome.to_xcom())
+    if complete:
+        study.tell(trial, value)
+    else:
+        trial.report(value, 1)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+
+
+@pytest.mark.parametrize(("direction", "best"), [("maximize", 0), ("minimize", 2)])
+def test_the_summary_names_the_best_complete_trial_whatever_their_order(
+    tmp_path: Path, direction: str, best: int
+) -> None:
+    """The end-to-end studies (tests/operators/test_tune.py, tests/tuning/test_local.py) complete
+    one trial: here the best of several is neither the first nor the last, and a pruned trial
+    with a better value is no candidate."""
+    from airflow_trainpipe.tuning.outcomes import StudyRef
+    from airflow_trainpipe.tuning.report import summarize
+
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}", direction=direction)
+    values = {"maximize": [0.73, 0.95, 0.71, 0.72], "minimize": [0.73, 0.5, 0.7, 0.72]}[direction]
+    ranked = sorted((0, 2, 3), key=lambda n: values[n], reverse=direction == "maximize")
+    assert ranked[0] == best != 3  # not the last complete trial
+    for number, value in enumerate(values):
+        _told(study, number, "pruned" if number == 1 else "complete", value, f"run-{number}")
+    ref = StudyRef(study_name="s", storage="sqlite:///x", parent_run_id="p", run_id="r1")
+    summary = summarize(study, ref)
+    assert (summary.trials, summary.complete, summary.pruned, summary.failed) == (4, 3, 1, 0)
+    assert summary.direction == direction and summary.best_trial == best and summary.best == values[best]
+    assert summary.best_params == {"learning_rate": 0.001 * (best + 1)}
+    assert summary.candidate is not None and summary.candidate.mlflow_run_id == f"run-{best}"
+    assert summary.compute_hours == pytest.approx(0.04)
+    assert summary.full_budget_compute_hours == pytest.approx(0.06)
+    assert summary.pruned_at_first_rung == 1
