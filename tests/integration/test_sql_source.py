@@ -54,13 +54,15 @@ def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_t
     url = warehouse.create_database(postgres_server.url, "pipeline_from_sql")
     days = [date(2026, 1, 1) + timedelta(days=d) for d in range(31)]
     warehouse.load_days(url, [d for d in days if d != date(2026, 1, 15)], 300, seed=3)
+    # The server starts while Airflow's metadata database is migrated: the two overlap.
+    server = start_mlflow_server(
+        tmp_path / "mlflow", backend_store_uri=_sqlalchemy(postgres_server.url, "mlflow"), wait=False
+    )
+    request.addfinalizer(lambda: stop_mlflow_server(server.process))
     (tmp_path / "airflow").mkdir()
     env = dag_test_env(tmp_path / "airflow", migrated_airflow_db)  # its own home: nothing shared
     env.update(AIRFLOW_CONN_WAREHOUSE=url, **_postgres_metadata(postgres_server.url))
-    server = start_mlflow_server(
-        tmp_path / "mlflow", backend_store_uri=_sqlalchemy(postgres_server.url, "mlflow")
-    )
-    request.addfinalizer(lambda: stop_mlflow_server(server.process))
+    server.wait_healthy()
     env.update(AIRFLOW_CONN_MLFLOW_DEFAULT=server.connection_json())
     config = yaml.safe_load(warehouse.sql_config(tmp_path, partitions=30).read_text())
     run, output = run_factory_pipeline(env, {**config, "pipeline": "fraud_from_sql"}, "2026-01-31")
