@@ -36,7 +36,7 @@ LAST = START + timedelta(days=6)
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_features_from_feast_train_register_and_serve_online_what_training_read(
-    airflow_env: dict[str, str],
+    airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import mlflow
     from mlflow import MlflowClient
@@ -105,8 +105,14 @@ def test_features_from_feast_train_register_and_serve_online_what_training_read(
     assert served.select(names).equals(last_day.select(names))
     assert last_day["txn_count_7d"].null_count > 0  # cards without a value inside the TTL: null in both
 
+    # set_tracking_uri exports MLFLOW_TRACKING_URI: set through monkeypatch, the teardown removes
+    # it, or every later test's subprocesses would track into this test's store.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
     mlflow.set_tracking_uri(tracking)
-    model = mlflow.pyfunc.load_model("models:/fraud_detector_features@champion")
+    try:
+        model = mlflow.pyfunc.load_model("models:/fraud_detector_features@champion")
+    finally:
+        mlflow.set_tracking_uri(None)  # later tests in this process get the default store again
     offline = model.predict(last_day.to_pandas())
     online = model.predict(served.to_pandas())
     assert np.array_equal(np.asarray(offline), np.asarray(online))
