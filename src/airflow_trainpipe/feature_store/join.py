@@ -89,16 +89,14 @@ def _staged_entity_files(entity: Manifest, fmt: str, folder: Path, conn_id: str 
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from airflow_trainpipe.sources.freeze import copy_hashed
+
     staged = []
     for index, entry in enumerate(entity.files):
         target = folder / f"entity-{index:05d}.{fmt}"
-        fs, path = filesystem(entry.uri, conn_id)
-        digest = hashlib.sha256()
-        with fs.open(path, "rb") as source, target.open("wb") as out:
-            for chunk in iter(lambda: source.read(1 << 20), b""):
-                digest.update(chunk)
-                out.write(chunk)
-        if digest.hexdigest() != entry.sha256:
+        with target.open("wb") as out:
+            sha256 = copy_hashed(entry.uri, out, conn_id)
+        if sha256 != entry.sha256:
             raise SourceError(f"{entry.uri} changed since the source gave it; nothing is joined or frozen")
         if fmt == "csv":
             parquet = target.with_suffix(".parquet")

@@ -8,7 +8,6 @@ training run's lineage tags, so the model being promoted decides, not today's co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,18 +18,18 @@ VIEWS_TAG = "trainpipe.feast_feature_views"
 ENTITY_TIME_TAG = "trainpipe.feast_entity_time"
 
 
-def materialize_for_promotion(
-    config: PipelineConfig, run_tags: Mapping[str, str], log: Any, *, now: datetime | None = None
-) -> dict[str, str]:
-    """Materialise the views the run trained on, up to now; the version tags that record it
-    (none when the pipeline has no feature store or `materialize` is off)."""
+def load_online(hook: Any, config: PipelineConfig, version: str, run_id: str, log: Any) -> None:
+    """`data.feature_store.materialize`: the views run `run_id` trained on loaded into the online
+    store up to now, recorded on the model version; nothing without a feature store."""
     from airflow_trainpipe.feature_store import client
     from airflow_trainpipe.feature_store.join import repo_path
+    from airflow_trainpipe.sources import named_errors
     from airflow_trainpipe.sources.sql import SourceError
 
     section = config.data.feature_store
     if section is None or not section.materialize:
-        return {}
+        return
+    run_tags = hook.finished_run(run_id).data.tags
     views = [name for name in run_tags.get(VIEWS_TAG, "").split(",") if name]
     start = run_tags.get(ENTITY_TIME_TAG, "").split(" .. ")[0]
     if not views or start in ("", "None"):
@@ -38,8 +37,9 @@ def materialize_for_promotion(
             f"pipeline {config.pipeline}: the training run has no {VIEWS_TAG} / {ENTITY_TIME_TAG} tags, so "
             "which feature views to load into the online store is unknown; nothing is promoted"
         )
-    end = now or datetime.now(UTC)
-    try:
+    end = datetime.now(UTC)
+    where = f"data.feature_store: loading {', '.join(views)} into the online store failed, so the champion does not move"
+    with named_errors(config, where):
         result = client.materialize(
             python=client.feast_python(section.python),
             repo=repo_path(section),
@@ -47,11 +47,6 @@ def materialize_for_promotion(
             end=end,
             cover_from=datetime.fromisoformat(start),
         )
-    except SourceError as exc:
-        raise type(exc)(
-            f"pipeline {config.pipeline}, data.feature_store: loading {', '.join(views)} into the online store "
-            f"failed, so the champion does not move: {exc}"
-        ) from exc
     for name, span in sorted((result.get("views") or {}).items()):
         how = "first load" if span.get("first") else "incremental"
         log.info(
@@ -61,7 +56,8 @@ def materialize_for_promotion(
             span.get("end"),
             how,
         )
-    return {
+    tags = {
         "trainpipe.feast_materialized_views": ",".join(views),
         "trainpipe.feast_materialized_until": end.isoformat(timespec="seconds"),
     }
+    hook.set_version_tags(config.registered_model_name, version, tags)

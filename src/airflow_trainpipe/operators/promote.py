@@ -56,9 +56,10 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_trainpipe.aliases import promote, release_alias
+        from airflow_trainpipe.feature_store.online import load_online
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.operators.approval import REASON_PARAM, answered_by
-        from airflow_trainpipe.operators.register import check_champion_unchanged, materialize_for_promotion
+        from airflow_trainpipe.operators.register import check_champion_unchanged
         from airflow_trainpipe.payloads import GateDecision, read_payload
 
         ti = context["ti"]
@@ -79,12 +80,7 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         )
         hook = MlflowHook(self.mlflow_conn_id)
         check_champion_unchanged(hook, self.config, version, decision)
-        if self.config.data.feature_store is not None:
-            online = materialize_for_promotion(
-                self.config, hook.finished_run(staged["mlflow_run_id"]).data.tags, self.log
-            )
-            if online:
-                hook.set_version_tags(name, version, online)
+        load_online(hook, self.config, version, staged["mlflow_run_id"], self.log)
         move = promote(
             hook,
             name,

@@ -117,13 +117,6 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         return result
 
 
-def materialize_for_promotion(config: PipelineConfig, run_tags: dict[str, str], log: Any) -> dict[str, str]:
-    """`data.feature_store.materialize`: the run's feature views loaded online before the alias moves."""
-    from airflow_trainpipe.feature_store.online import materialize_for_promotion as materialize
-
-    return materialize(config, run_tags, log)
-
-
 def register_candidate(
     hook: Any, config: PipelineConfig, run_id: str, decision: GateDecision, lineage: dict[str, str], log: Any
 ) -> dict[str, Any]:
@@ -165,11 +158,7 @@ def register_candidate(
             "previous_version": None,
             "previous_alias": None,
         }
-    check_champion_unchanged(hook, config, version, decision)
-    online = materialize_for_promotion(config, run.data.tags, log)
-    if online:
-        hook.set_version_tags(name, version, online)
-    return {**result, **promote_version(hook, config, version, decision, log)}
+    return {**result, **promote_version(hook, config, version, decision, log, run_id)}
 
 
 def check_champion_unchanged(
@@ -189,15 +178,19 @@ def check_champion_unchanged(
 
 
 def promote_version(
-    hook: Any, config: PipelineConfig, version: str, decision: GateDecision, log: Any
+    hook: Any, config: PipelineConfig, version: str, decision: GateDecision, log: Any, run_id: str
 ) -> dict[str, Any]:
-    """Move `register.alias` to `version`; the version holding it gets `previous_alias`."""
+    """Move `register.alias` to `version` (trained by `run_id`), its feature views loaded online
+    first; the version holding it gets `previous_alias`."""
+    from airflow_trainpipe.feature_store.online import load_online
+
     name, alias, previous_alias = (
         config.registered_model_name,
         config.registration.alias,
         config.registration.previous_alias,
     )
     holder_version = check_champion_unchanged(hook, config, version, decision)
+    load_online(hook, config, version, run_id, log)
     previous = None
     if holder_version == version:
         log.info("%s version %s already holds alias %r", name, version, alias)

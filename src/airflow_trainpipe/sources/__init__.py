@@ -37,7 +37,7 @@ def freeze_run(
         return entity
     from airflow_trainpipe.feature_store.join import join_features
 
-    with _named(config, f"data.feature_store ({feature_store.selection})"):
+    with named_errors(config, f"data.feature_store ({feature_store.selection})"):
         return join_features(config, entity, context, conn_id)
 
 
@@ -64,7 +64,7 @@ def _source_snapshot(
             if source.kind == "delta"
             else f"data.source iceberg ({source.table}, connection {source.conn_id})"
         )
-        with _named(config, where):
+        with named_errors(config, where):
             return freeze.table_snapshot(config, partition, window, conn_id)
     if source.kind == "sql":
         from airflow_trainpipe.sources.freeze import sql_snapshot
@@ -72,7 +72,7 @@ def _source_snapshot(
 
         window = sql_window(data, context, partition, render)
         query = str(render(source.query, {**context, **window.names()}))
-        with _named(config, f"data.source sql ({source.conn_id})"):
+        with named_errors(config, f"data.source sql ({source.conn_id})"):
             return sql_snapshot(config, partition, window, query, conn_id)
     from airflow_trainpipe.snapshot import resolve_window
     from airflow_trainpipe.window import run_window
@@ -86,7 +86,7 @@ def _source_snapshot(
 
 
 @contextmanager
-def _named(config: PipelineConfig, source: str) -> Iterator[None]:
+def named_errors(config: PipelineConfig, source: str) -> Iterator[None]:
     """A source's error, prefixed with the pipeline and the source; the same class, so the retry
     policy still reads `retryable`."""
     from airflow_trainpipe.sources.sql import SourceError

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from airflow_trainpipe.storage import filesystem, is_local, join, local_path, resolve, trainpipe_home
 
@@ -73,6 +73,17 @@ def freeze_manifest(config: PipelineConfig, manifest: Manifest, conn_id: str | N
     return result
 
 
+def copy_hashed(uri: str, out: IO[bytes], conn_id: str | None = None) -> str:
+    """Copy the file at `uri` into `out`; the sha256 of the bytes copied (one read for both)."""
+    fs, path = filesystem(uri, conn_id)
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
+
+
 def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> SnapshotFile:
     from airflow_trainpipe.snapshot import SnapshotError
 
@@ -81,19 +92,14 @@ def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> Sn
     fs, target = filesystem(uri, conn_id)
     if fs.exists(target) and fs.size(target) == entry.size:
         return entry.model_copy(update={"uri": uri})
-    source_fs, source = filesystem(entry.uri, conn_id)
     scratch = trainpipe_home() / "exports"
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=scratch, suffix=suffix) as staged:
-        digest = hashlib.sha256()
-        with source_fs.open(source, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-                staged.write(chunk)
+        sha256 = copy_hashed(entry.uri, staged, conn_id)
         staged.flush()
-        if digest.hexdigest() != entry.sha256:
+        if sha256 != entry.sha256:
             raise SnapshotError(
-                f"{entry.uri} changed after it was validated (sha256 {digest.hexdigest()[:12]}..., "
+                f"{entry.uri} changed after it was validated (sha256 {sha256[:12]}..., "
                 f"validated {entry.sha256[:12]}...); nothing is frozen or trained from it"
             )
         return freeze_file(Path(staged.name), entry.rows, store, conn_id)
@@ -109,8 +115,8 @@ def check_columns(
 ) -> None:
     """The columns the pipeline reads are in the result, numeric features as numbers: caught
     here, before anything is frozen, rather than as a transform error inside the training job.
-    `entity_rows`: a feature-store pipeline's source rows, which need the label, the keys and the
-    event time, and only the features that are not the store's: all are checked once joined."""
+    `entity_rows`: the source's own rows; with a feature store they need the label, the keys, the
+    event time and only the features that are not the store's (all are checked once joined)."""
     import pyarrow.types as pat
 
     from airflow_trainpipe.sources.sql import SourceError
@@ -164,7 +170,7 @@ def sql_snapshot(
     assert source.kind == "sql"
     with scratch_folder(config) as folder:
         exported, schema = export(source, query, folder)
-        check_columns(config, schema, entity_rows=config.data.feature_store is not None)
+        check_columns(config, schema, entity_rows=True)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
     lineage = SourceLineage(
         kind="sql",
@@ -189,9 +195,7 @@ def table_snapshot(
     assert source.kind in ("delta", "iceberg")
     with scratch_folder(config) as folder:
         exported = _export_table(config, window, folder)
-        check_columns(
-            config, exported.schema, TABLE_REMEDY, entity_rows=config.data.feature_store is not None
-        )
+        check_columns(config, exported.schema, TABLE_REMEDY, entity_rows=True)
         files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
     lineage = SourceLineage(
         kind=source.kind,
