@@ -33,3 +33,19 @@ def source_config(
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def assert_reproduces(model: str, env: dict[str, str]) -> None:
+    """`trainpipe reproduce MODEL` (name@alias or name/version), as a user runs it: exit 0 and
+    'identical' (the same weights and metrics from the run's frozen snapshot)."""
+    import subprocess
+    import sys
+
+    again = subprocess.run(
+        [sys.executable, "-m", "airflow_trainpipe.cli", "reproduce", model],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0 and "identical" in again.stdout, (again.stdout + again.stderr)[-6000:]

@@ -6,8 +6,6 @@ model from the frozen snapshot."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import yaml
 
 from tests.helpers import lake
 from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
+from tests.helpers.source_configs import assert_reproduces
 
 
 @pytest.mark.slow
@@ -59,11 +58,4 @@ def test_a_30_day_window_from_delta_trains_registers_and_reproduces_after_a_vacu
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
     assert len(removed) == 30
-    again = subprocess.run(
-        [sys.executable, "-m", "airflow_trainpipe.cli", "reproduce", "fraud_from_delta@champion"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0 and "identical" in again.stdout, (again.stdout + again.stderr)[-6000:]
+    assert_reproduces("fraud_from_delta@champion", env)

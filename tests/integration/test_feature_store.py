@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from airflow_trainpipe.synthetic_features import CARD_FEATURES, FEATURE_SERVICE,
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
 from tests.helpers.feast_repo import START, feast_repo
+from tests.helpers.source_configs import assert_reproduces
 
 LAST = START + timedelta(days=6)
 
@@ -122,11 +121,4 @@ def test_features_from_feast_train_register_and_serve_online_what_training_read(
     # tables (moved away), and the same weights.
     shutil.move(home / "feast" / "features", home / "features.moved")
     env = {**airflow_env, "TRAINPIPE_FEAST_PYTHON": str(home / "no-feast-here")}
-    again = subprocess.run(
-        [sys.executable, "-m", "airflow_trainpipe.cli", "reproduce", "fraud_detector_features@champion"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0 and "identical" in again.stdout, (again.stdout + again.stderr)[-6000:]
+    assert_reproduces("fraud_detector_features@champion", env)

@@ -8,8 +8,6 @@ snapshot."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import yaml
 from airflow_trainpipe.synthetic_iceberg import connection
 from tests.helpers import iceberg_lake
 from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
+from tests.helpers.source_configs import assert_reproduces
 
 
 @pytest.mark.slow
@@ -68,11 +67,4 @@ def test_a_30_day_window_from_iceberg_trains_registers_and_reproduces_after_the_
     iceberg_lake.write_days(table, [date(2026, 1, 20)], 300, seed=4)
     assert len(iceberg_lake.expire_snapshots(table)) == 1
     assert snapshot_id not in {s.snapshot_id for s in table.refresh().snapshots()}
-    again = subprocess.run(
-        [sys.executable, "-m", "airflow_trainpipe.cli", "reproduce", "fraud_from_iceberg@champion"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0 and "identical" in again.stdout, (again.stdout + again.stderr)[-6000:]
+    assert_reproduces("fraud_from_iceberg@champion", env)

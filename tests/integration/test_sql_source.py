@@ -22,6 +22,7 @@ import yaml
 from tests.helpers import warehouse
 from tests.helpers.airflow_dags import FACTORY_TASKS, dag_test_env, run_factory_pipeline
 from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
+from tests.helpers.source_configs import assert_reproduces
 
 
 def _sqlalchemy(cluster_url: str, database: str) -> str:
@@ -92,11 +93,4 @@ def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_t
         "UPDATE card_transactions SET amount = amount + 1 WHERE event_time >= '2026-01-20' AND event_time < '2026-01-21'",
         "DELETE FROM card_transactions WHERE event_time >= '2026-01-03' AND event_time < '2026-01-04'",
     )
-    again = subprocess.run(
-        [sys.executable, "-m", "airflow_trainpipe.cli", "reproduce", "fraud_from_sql@champion"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0 and "identical" in again.stdout, (again.stdout + again.stderr)[-6000:]
+    assert_reproduces("fraud_from_sql@champion", env)
