@@ -149,3 +149,19 @@ def smtp_server(monkeypatch: pytest.MonkeyPatch):
     with SmtpServer() as server:
         monkeypatch.setenv("AIRFLOW_CONN_SMTP_TEST", server.connection_json())
         yield server
+
+
+# With pytest-xdist (`make test` runs two workers, `--dist loadgroup`), a file's tests run on one
+# worker: its module fixtures (trained jobs, built images) are made once. So do the tests of every
+# file that needs one of these expensive shared fixtures: each worker would otherwise start its own
+# (a whole Airflow standalone stack, a Spark Connect JVM).
+SHARED_FIXTURE_GROUPS = {"stack": "stack", "spark_connect": "spark"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        shared = [group for fixture, group in SHARED_FIXTURE_GROUPS.items() if fixture in fixtures]
+        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))

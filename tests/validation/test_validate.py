@@ -83,7 +83,9 @@ def two_clean_days(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("volume:0.3", {("volume:max_change", None)}),
         ("drift:amount,channel", {("drift:psi", "amount"), ("drift:chi2", "channel")}),
     ],
-    ids=lambda v: str(v),
+    # Sorted: a set's repr is in hash order, which differs between processes (pytest-xdist's
+    # workers must collect the same ids).
+    ids=lambda v: str(sorted(v, key=str)) if isinstance(v, set) else str(v),
 )
 def test_each_problem_is_caught_by_its_check(
     tmp_path: Path, two_clean_days: Path, problem: str | None, caught: set[tuple[str, str | None]]
