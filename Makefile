@@ -39,12 +39,12 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/flake8 src
 
-# Two pytest-xdist workers: on 2 cores one test's training job, server start or retry delay leaves
-# the other core idle half the time (the suite used 0.9 of 2 cores run serially). A file's tests stay
-# on one worker, and so do those sharing the Airflow stack or the Spark server (tests/conftest.py).
+# Two pytest-xdist workers: run serially, the suite kept 0.9 of the 2 cores busy (a test's server
+# start, retry delay or single-process step leaves the other core idle). A file's tests run on one
+# worker, and so do the files sharing the Airflow stack or the Spark server (tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, serially.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 test: lint $(FEAST_INSTALLED)
 	scripts/ensure_debian_packages.sh

@@ -151,17 +151,49 @@ def smtp_server(monkeypatch: pytest.MonkeyPatch):
         yield server
 
 
-# With pytest-xdist (`make test` runs two workers, `--dist loadgroup`), a file's tests run on one
-# worker: its module fixtures (trained jobs, built images) are made once. So do the tests of every
-# file that needs one of these expensive shared fixtures: each worker would otherwise start its own
-# (a whole Airflow standalone stack, a Spark Connect JVM).
-SHARED_FIXTURE_GROUPS = {"stack": "stack", "spark_connect": "spark"}
+# With pytest-xdist (`make test` runs two workers) tests are scheduled by file, so a file's module
+# fixtures (trained jobs, built images) are made once and its tests keep their order. The files
+# sharing one of these expensive session or package fixtures go to one worker together, in file
+# order: each worker would otherwise start its own (a whole Airflow standalone stack, a Spark
+# Connect JVM). A test using one of them from a file not listed here stops the collection.
+SHARED_FIXTURE_FILES = {
+    "stack": (
+        "tests/integration/test_soak.py",
+        "tests/integration/test_standalone.py",
+        "tests/integration/test_standalone_approval.py",
+        "tests/integration/test_ui_browser.py",
+    ),
+    "spark_connect": ("tests/operators/test_validate_spark.py", "tests/validation/test_spark_engine.py"),
+}
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit a worker runs whole: the shared fixture a file needs, or else the file."""
+    path = nodeid.split("::", 1)[0]
+    return next((fixture for fixture, files in SHARED_FIXTURE_FILES.items() if path in files), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    # Not xdist's --dist loadgroup: it tags test ids with the group, and pytest 9.2's Node.nodeid
+    # no longer reads the attribute xdist 3.8 writes, so every test was scheduled on its own.
+    if config.getvalue("dist") not in ("load", "loadfile", "loadscope", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return SharedFixtureScheduling(config, log)  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        shared = [group for fixture, group in SHARED_FIXTURE_GROUPS.items() if fixture in fixtures]
-        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
+        path = item.nodeid.split("::", 1)[0]
+        for fixture, files in SHARED_FIXTURE_FILES.items():
+            if fixture in getattr(item, "fixturenames", ()) and path not in files:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses the {fixture} fixture: add {path} to SHARED_FIXTURE_FILES in "
+                    "tests/conftest.py, so that pytest-xdist runs it on the worker that started it"
+                )
