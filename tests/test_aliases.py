@@ -4,6 +4,7 @@ move says on the versions who made it and why."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -100,3 +101,72 @@ def test_a_reason_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         trainpipe(["rollback", "m"])
     assert "--reason" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_feature_store_version_has_its_views_loaded_online_before_the_alias_moves(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, tmp_path: Path, capsys
+) -> None:
+    """As the register and promote tasks do: the version about to be @champion (promoted, or
+    restored by a rollback) has the feature views its run trained on loaded into the online store
+    first, as the config its run logged says; if they cannot be loaded, no alias moves."""
+    import shutil
+
+    from airflow_trainpipe.train_spec import TrainSpec
+    from tests.helpers.feast_repo import START, feast_repo
+
+    define_connection(monkeypatch, "embedded", request, tmp_path)
+    example = feast_repo(tmp_path / "feast", days=1, rows=400)
+    name = f"aliases_{uuid.uuid4().hex[:8]}"
+    store = (
+        "  format: parquet\n  feature_store:\n"
+        f"    repo: {example.repo}\n    features: [card_activity:txn_count_7d]\n    timestamp_column: event_time\n"
+    )
+    config = load_config(write_config(tmp_path / "features.yaml", name, (("  format: parquet\n", store),)))
+    spec = TrainSpec(
+        config=config, run_id="trained", data_files=[f.as_uri() for f in example.transaction_files]
+    )
+    hook = MlflowHook()
+    start = f"{START.isoformat()}T00:00:00+00:00"
+    with hook.activated():
+        client = hook.get_conn()
+        for number in (1, 2):
+            run_id = log_candidate_run(
+                name,
+                METRICS,
+                None,
+                None,
+                model_name=name,
+                tags={
+                    "trainpipe.feast_feature_views": "card_activity",
+                    "trainpipe.feast_entity_time": f"{start} .. {start}",
+                },
+            )
+            client.log_dict(run_id, json.loads(spec.to_json()), "spec.json")  # as the job logs them
+            client.log_dict(run_id, {"final_step": 1}, "result.json")
+            version, _ = hook.find_or_create_version(name, client.get_run(run_id), "test")
+            assert version == str(number)
+        hook.move_alias(name, "champion", "1", None, None)
+
+    # The card table went away: version 2's views cannot be loaded, so @champion stays on 1.
+    moved = example.card_activity.with_suffix(".moved")
+    shutil.move(example.card_activity, moved)
+    assert trainpipe(["promote", name, "2", "--reason", "hotfix"]) == 1
+    assert "so the champion does not move" in capsys.readouterr().err
+    assert _state(hook, name)[0] == {"champion": "1"}
+
+    shutil.move(moved, example.card_activity)
+    assert trainpipe(["promote", name, "2", "--reason", "hotfix"]) == 0
+    out = capsys.readouterr().out
+    assert "materialised feature view card_activity into the online store" in out, out
+    assert out.endswith(
+        f"{name} version 2 is now @champion (was version 1), version 1 is @previous_champion\n"
+    )
+    assert trainpipe(["rollback", name, "--reason", "flags every online payment"]) == 0
+    out = capsys.readouterr().out
+    assert "materialised feature view card_activity" in out and "incremental" in out, out
+    assert _state(hook, name)[0] == {"champion": "1"}
+    with hook.activated():
+        for version in ("1", "2"):
+            tags = hook.get_conn().get_model_version(name, version).tags
+            assert tags["trainpipe.feast_materialized_views"] == "card_activity", (version, tags)

@@ -12,6 +12,7 @@ just taken out. The version taken out is tagged `trainpipe.rolled_back_*`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -60,12 +61,16 @@ def promote(
     reason: str,
     alias: str = "champion",
     previous_alias: str | None = "previous_champion",
+    prepare: Callable[[str], None] | None = None,
 ) -> AliasMove:
-    """Make `version` the `alias` holder; the version it replaces gets `previous_alias`."""
+    """Make `version` the `alias` holder; the version it replaces gets `previous_alias`.
+    `prepare(version)` runs first (loading its online features): if it raises, nothing moves."""
     _require_version(hook, model_name, version)
     holder = hook.current_champion(model_name, alias)
     if holder is not None and holder[0] == version:
         return AliasMove(model_name, alias, version, None, None)
+    if prepare is not None:
+        prepare(version)
     replaced = hook.move_alias(model_name, alias, version, previous_alias, holder[0] if holder else None)
     hook.set_version_tags(model_name, version, audit_tags("promoted", actor, reason))
     return AliasMove(model_name, alias, version, replaced, previous_alias if replaced else None)
@@ -79,13 +84,17 @@ def rollback(
     reason: str,
     alias: str = "champion",
     previous_alias: str = "previous_champion",
+    prepare: Callable[[str], None] | None = None,
 ) -> AliasMove:
-    """Point `alias` back at the `previous_alias` version and remove `previous_alias`."""
+    """Point `alias` back at the `previous_alias` version and remove `previous_alias`.
+    `prepare(version)` runs first with the version restored: if it raises, nothing moves."""
     previous = hook.current_champion(model_name, previous_alias)
     if previous is None:
         raise RegistryError(f"{model_name}@{previous_alias} does not exist: there is nothing to roll back to")
     holder = hook.current_champion(model_name, alias)
     restored = previous[0]
+    if prepare is not None:
+        prepare(restored)
     hook.move_alias(model_name, alias, restored, None, None)
     hook.remove_alias(model_name, previous_alias)
     if holder is not None and holder[0] != restored:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, date
@@ -387,6 +388,16 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stdout_log() -> logging.Logger:
+    """The `log` the task helpers write to, printed like the command's other output (a logger of
+    its own: the root logger would also print MLflow's and alembic's INFO lines)."""
+    log = logging.getLogger("airflow_trainpipe.cli")
+    log.handlers[:] = [logging.StreamHandler(sys.stdout)]  # today's sys.stdout (tests replace it)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return log
+
+
 def _move_alias(args: argparse.Namespace) -> int:
     """`promote` and `rollback`: the registry's aliases, moved as the register task moves them."""
     import getpass
@@ -397,16 +408,22 @@ def _move_alias(args: argparse.Namespace) -> int:
 
     hook = MlflowHook(args.conn_id)
     actor = args.by or getpass.getuser()
+
+    def load_online(version: str) -> None:  # as the register and promote tasks do, before moving
+        from airflow_trainpipe.feature_store.online import load_version_online
+
+        load_version_online(hook, args.model, version, _stdout_log())
+
     try:
         if args.command == "promote":
             move = aliases.promote(
                 hook, args.model, args.version, actor=actor, reason=args.reason,
-                alias=args.alias, previous_alias=args.previous_alias,
+                alias=args.alias, previous_alias=args.previous_alias, prepare=load_online,
             )  # fmt: skip
         else:
             move = aliases.rollback(
                 hook, args.model, actor=actor, reason=args.reason,
-                alias=args.alias, previous_alias=args.previous_alias,
+                alias=args.alias, previous_alias=args.previous_alias, prepare=load_online,
             )  # fmt: skip
     except TrainpipeError as exc:
         print(f"trainpipe {args.command}: {exc}", file=sys.stderr)

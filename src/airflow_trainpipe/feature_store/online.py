@@ -1,9 +1,10 @@
 """Online features for a promoted model: its feature views loaded into the online store first.
 
-Called by the register task (no approval) and the promote task (after approval) before the
-champion alias moves, so a serving stack that follows the alias never reads a model whose
-features are not online. The views and the time the training rows covered come from the
-training run's lineage tags, so the model being promoted decides, not today's config.
+Called by the register task (no approval), the promote task (after approval), and `trainpipe
+promote` / `rollback` before the champion alias moves, so a serving stack that follows the alias
+never reads a model whose features are not online. The views and the time the training rows
+covered come from the training run's lineage tags, so the model being promoted decides, not
+today's config; by hand, the feature store's section comes from the config the run logged.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ VIEWS_TAG = "trainpipe.feast_feature_views"
 ENTITY_TIME_TAG = "trainpipe.feast_entity_time"
 
 
-def load_online(hook: Any, config: PipelineConfig, version: str, run_id: str, log: Any) -> None:
+def load_online(
+    hook: Any, config: PipelineConfig, version: str, run_id: str, log: Any, model_name: str | None = None
+) -> None:
     """`data.feature_store.materialize`: the views run `run_id` trained on loaded into the online
-    store up to now, recorded on the model version; nothing without a feature store."""
+    store up to now, recorded on the model version (of `model_name`, by default the config's
+    registered model); nothing without a feature store."""
     from airflow_trainpipe.feature_store import client
     from airflow_trainpipe.feature_store.join import repo_path
     from airflow_trainpipe.sources import named_errors
@@ -60,4 +64,19 @@ def load_online(hook: Any, config: PipelineConfig, version: str, run_id: str, lo
         "trainpipe.feast_materialized_views": ",".join(views),
         "trainpipe.feast_materialized_until": end.isoformat(timespec="seconds"),
     }
-    hook.set_version_tags(config.registered_model_name, version, tags)
+    hook.set_version_tags(model_name or config.registered_model_name, version, tags)
+
+
+def load_version_online(hook: Any, model_name: str, version: str, log: Any) -> None:
+    """`load_online` for a version moved by hand (`trainpipe promote` / `rollback`), with no
+    pipeline config at hand: a version trained on feature-store features has its views loaded
+    as its run's logged config (`spec.json`) says; any other version has nothing to load."""
+    from airflow_trainpipe.reproduce import logged_version
+    from airflow_trainpipe.train_spec import TrainSpec
+
+    with hook.activated():
+        run_id = str(hook.get_conn().get_model_version(model_name, version).run_id)
+    if VIEWS_TAG not in hook.finished_run(run_id).data.tags:
+        return
+    config = TrainSpec.model_validate(logged_version(hook, f"{model_name}/{version}").spec).config
+    load_online(hook, config, version, run_id, log, model_name=model_name)
