@@ -151,7 +151,7 @@ def smtp_server(monkeypatch: pytest.MonkeyPatch):
         yield server
 
 
-# With pytest-xdist (`make test` runs two workers) tests are scheduled by file, so a file's module
+# With pytest-xdist (`make test TEST_WORKERS=N`) tests are scheduled by file, so a file's module
 # fixtures (trained jobs, built images) are made once and its tests keep their order. The files
 # sharing one of these expensive session or package fixtures go to one worker together, in file
 # order: each worker would otherwise start its own (a whole Airflow standalone stack, a Spark
