@@ -13,11 +13,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.prepare import fit
-from airflow_trainpipe.train_spec import TrainSpec
 
 
 def arguments() -> tuple[TrainSpec, int]:

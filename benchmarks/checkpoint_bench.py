@@ -42,9 +42,9 @@ def _engine(tmp: Path):
     import torch
 
     from airflow_trainpipe.config import parse_config
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config
     from airflow_trainpipe.runtime.models import build_model
-    from airflow_trainpipe.train_spec import TrainSpec
 
     text = (REPO / "dags/configs/fraud_detector.yaml").read_text()
     spec = TrainSpec(config=parse_config(text), run_id="bench", data_files=[(tmp / "unused").as_uri()])

@@ -44,6 +44,7 @@ def _worker(spec_file: str) -> None:
     import torch.distributed as dist
     from baseline_loop import InMemory
 
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.runtime.accounting import Timing
     from airflow_trainpipe.runtime.blocks import BlockReader
     from airflow_trainpipe.runtime.data import data_columns
@@ -52,7 +53,6 @@ def _worker(spec_file: str) -> None:
     from airflow_trainpipe.runtime.sampler import ResumableSampler
     from airflow_trainpipe.runtime.steps import StepRunner
     from airflow_trainpipe.runtime.stream import BlockStream
-    from airflow_trainpipe.train_spec import TrainSpec
 
     spec = TrainSpec.from_json(Path(spec_file).read_text())
     hp, data = spec.hyperparameters, spec.config.data

@@ -20,9 +20,9 @@ from datetime import date
 from pathlib import Path
 
 from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.local import LocalLauncher
 from airflow_trainpipe.synthetic import write_day
-from airflow_trainpipe.train_spec import TrainSpec
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, NPROC = 400_000, 2

@@ -112,7 +112,7 @@ def test_a_feature_store_version_has_its_views_loaded_online_before_the_alias_mo
     first, as the config its run logged says; if they cannot be loaded, no alias moves."""
     import shutil
 
-    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from tests.helpers.feast_repo import START, feast_repo
 
     define_connection(monkeypatch, "embedded", request, tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from airflow_trainpipe.digest import combine, content_digest, file_sha256, sha256_of
+from airflow_trainpipe.core.digest import combine, content_digest, file_sha256, sha256_of
 
 
 @pytest.fixture

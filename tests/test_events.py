@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
 
 
 def test_parse_finds_the_event_after_another_ranks_partial_line() -> None:
@@ -18,7 +18,7 @@ def test_parse_finds_the_event_after_another_ranks_partial_line() -> None:
 def test_concurrent_writers_never_split_an_event_line() -> None:
     # Eight processes emit 300 events each into one pipe, as ranks share torchrun's stdout.
     code = (
-        "import sys; from airflow_trainpipe.events import emit\n"
+        "import sys; from airflow_trainpipe.contracts.events import emit\n"
         "for i in range(300): emit('step', rank=int(sys.argv[1]), step=i, pad='x' * 200)\n"
     )
     writers = " & ".join(f'{sys.executable} -c "{code}" {r}' for r in range(8))

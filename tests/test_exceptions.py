@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trainpipe.exceptions import (
+from airflow_trainpipe.core.exceptions import (
     ConfigError,
     ConfigProblem,
     PayloadError,

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from airflow_trainpipe.digest import combine
-from airflow_trainpipe.exceptions import PayloadError
-from airflow_trainpipe.payloads import (
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.contracts.payloads import (
     CheckOutcome,
     Evaluation,
     GateDecision,
@@ -17,7 +16,8 @@ from airflow_trainpipe.payloads import (
     ValidationSummary,
     read_payload,
 )
-from airflow_trainpipe.snapshot import Manifest
+from airflow_trainpipe.core.digest import combine
+from airflow_trainpipe.core.exceptions import PayloadError
 
 SHAS = ["a" * 64, "b" * 64]
 

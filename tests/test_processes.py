@@ -16,7 +16,7 @@ import pytest
 # It keeps SIGTERM's default action: the training job's own handler is tested with real jobs.
 ARMED = """
 import time
-from airflow_trainpipe.processes import signal_on_parent_death
+from airflow_trainpipe.core.processes import signal_on_parent_death
 signal_on_parent_death()
 print("ready", flush=True)
 time.sleep(300)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_trainpipe.config.gate import GateSection
-from airflow_trainpipe.payloads import SliceScore
+from airflow_trainpipe.contracts.payloads import SliceScore
 from airflow_trainpipe.promotion import comparison_table, decide
 
 CLS = "binary_classification"

@@ -9,7 +9,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.registry import (
+from airflow_trainpipe.core.registry_reads import (
     RegistryError,
     RegistryUnavailable,
     champion_data_digest,
@@ -106,8 +106,8 @@ def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
 ) -> None:
     from airflow.sdk.definitions.retry_policy import RetryAction
 
+    from airflow_trainpipe.core.retry_policy import TRAINPIPE_RETRY_POLICY
     from airflow_trainpipe.hooks.mlflow import MlflowHook
-    from airflow_trainpipe.retry_policy import TRAINPIPE_RETRY_POLICY
 
     _unreachable_connection(monkeypatch, unreachable)
     with pytest.raises(RegistryUnavailable, match="cannot read MLflow run 'abc'") as retried:

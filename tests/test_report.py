@@ -7,7 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from airflow_trainpipe.payloads import Evaluation, GateDecision, GuardrailCheck, SliceCheck, SliceScore
+from airflow_trainpipe.contracts.payloads import (
+    Evaluation,
+    GateDecision,
+    GuardrailCheck,
+    SliceCheck,
+    SliceScore,
+)
 from airflow_trainpipe.report import gate_report_html
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.cli import main as trainpipe
-from airflow_trainpipe.registry import RegistryError
-from airflow_trainpipe.reproduce import Logged, compare, library_versions, parse_reference
+from airflow_trainpipe.contracts.artifacts import library_versions
+from airflow_trainpipe.core.registry_reads import RegistryError
+from airflow_trainpipe.reproduce import Logged, compare, parse_reference
 from tests.helpers.jobs import uninterrupted_run
 
 RESULT = {

@@ -16,7 +16,13 @@ from airflow.sdk.exceptions import AirflowException
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem, PayloadError, TrainingJobError
+from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem, PayloadError, TrainingJobError
+from airflow_trainpipe.core.registry_reads import RegistryError, RegistryUnavailable
+from airflow_trainpipe.core.retry_policy import (
+    TRAINPIPE_RETRY_POLICY,
+    TrainpipeRetryPolicy,
+    TrainpipeRetryPolicyMixin,
+)
 from airflow_trainpipe.operators.approval import ModelApprovalOperator
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 from airflow_trainpipe.operators.gate import BaselineGateOperator
@@ -25,12 +31,6 @@ from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.tune import TuningResultOperator, TuningStartOperator, TuningTrialOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
-from airflow_trainpipe.registry import RegistryError, RegistryUnavailable
-from airflow_trainpipe.retry_policy import (
-    TRAINPIPE_RETRY_POLICY,
-    TrainpipeRetryPolicy,
-    TrainpipeRetryPolicyMixin,
-)
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 from airflow_trainpipe.snapshot import PartitionError, SnapshotError
 from airflow_trainpipe.sources.sql import SourceError, SourceUnavailable

@@ -10,7 +10,7 @@ import pyarrow.csv as pcsv
 import pytest
 
 from airflow_trainpipe.config.data import DataSection
-from airflow_trainpipe.digest import content_digest
+from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.snapshot import (
     PartitionError,
     SnapshotError,

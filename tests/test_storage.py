@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from airflow_trainpipe.storage import (
+from airflow_trainpipe.core.storage import (
     HOME_ENV,
     filesystem,
     is_local,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.train_spec import TrainSpec, run_dir_name
+from airflow_trainpipe.contracts.train_spec import TrainSpec, run_dir_name
 from tests.helpers.jobs import job_config
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from airflow_trainpipe.registry import RegistryError
+from airflow_trainpipe.core.registry_reads import RegistryError
 
 if TYPE_CHECKING:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
@@ -113,7 +113,7 @@ def release_alias(hook: MlflowHook, model_name: str, alias: str, version: str) -
 def _require_version(hook: MlflowHook, model_name: str, version: str) -> None:
     from mlflow.exceptions import MlflowException
 
-    from airflow_trainpipe.registry import RegistryUnavailable, is_not_found
+    from airflow_trainpipe.core.registry_reads import RegistryUnavailable, is_not_found
 
     with hook.activated():
         try:

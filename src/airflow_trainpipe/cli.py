@@ -36,7 +36,7 @@ def _check(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.config.files import printable_name
     from airflow_trainpipe.config.loader import duplicate_pipeline
-    from airflow_trainpipe.exceptions import ConfigError
+    from airflow_trainpipe.core.exceptions import ConfigError
 
     files = list(_config_files(args.paths))
     missing = [printable_name(p) for p in files if not p.exists() and not p.is_symlink()]
@@ -73,9 +73,9 @@ def _check(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     """The same job the operator runs, without Airflow: for debugging a training run."""
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
+    from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
-    from airflow_trainpipe.train_spec import TrainSpec
 
     try:
         config = load_config(args.config)
@@ -111,9 +111,9 @@ def _train(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     """The pipeline's study without Airflow; its last line is one JSON object."""
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
+    from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.snapshot import cli_snapshot
-    from airflow_trainpipe.train_spec import TrainSpec
     from airflow_trainpipe.tuning.local import tune_locally
     from airflow_trainpipe.tuning.study import storage_url
 
@@ -148,7 +148,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _failed(config: str, exc: Exception) -> int:
     """A config that does not load names its own file; any other error is prefixed with it."""
-    from airflow_trainpipe.exceptions import ConfigError
+    from airflow_trainpipe.core.exceptions import ConfigError
 
     print(exc if isinstance(exc, ConfigError) else f"{config}: {exc}", file=sys.stderr)
     return 1
@@ -339,11 +339,12 @@ def _render(args: argparse.Namespace) -> int:
     import yaml
 
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.config.templates import render_partition
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
+    from airflow_trainpipe.core.exceptions import TrainpipeError
+    from airflow_trainpipe.core.storage import join
     from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, manifests
-    from airflow_trainpipe.snapshot import partition_uri, render_partition
-    from airflow_trainpipe.storage import join
-    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.snapshot import partition_uri
 
     try:
         config = load_config(args.config)
@@ -403,7 +404,7 @@ def _move_alias(args: argparse.Namespace) -> int:
     import getpass
 
     from airflow_trainpipe import aliases
-    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.hooks.mlflow import MlflowHook
 
     hook = MlflowHook(args.conn_id)
@@ -460,10 +461,11 @@ def _reproduce(args: argparse.Namespace) -> int:
     """Train a registered version again from its run's spec; exit 0 only for the same model."""
     from datetime import datetime
 
-    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
+    from airflow_trainpipe.core.exceptions import TrainpipeError
+    from airflow_trainpipe.core.storage import filesystem, join
     from airflow_trainpipe.hooks.mlflow import MlflowHook
     from airflow_trainpipe.reproduce import compare, logged_version, reproduction_spec
-    from airflow_trainpipe.storage import filesystem, join
 
     hook = MlflowHook(args.conn_id)
     try:
@@ -482,7 +484,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     code = _run_job(spec, nproc, verbose=args.verbose, env=hook.environment())
     if code != 0:
         return code
-    fs, path = filesystem(join(spec.run_dir, "result.json"))
+    fs, path = filesystem(join(spec.run_dir, RESULT_ARTIFACT))
     comparison = compare(logged, json.loads(fs.cat_file(path)))
     print(comparison.table())
     if comparison.identical:
@@ -562,10 +564,10 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
 
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.config.types import PositiveDuration
-    from airflow_trainpipe.exceptions import TrainpipeError
+    from airflow_trainpipe.core.exceptions import TrainpipeError
+    from airflow_trainpipe.core.storage import resolve
     from airflow_trainpipe.hooks.mlflow import MlflowHook
     from airflow_trainpipe.sources import retention
-    from airflow_trainpipe.storage import resolve
 
     try:
         keep = TypeAdapter(PositiveDuration).validate_python(args.keep)

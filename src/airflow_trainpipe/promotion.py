@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.gate import GateSection, Guardrail
-from airflow_trainpipe.payloads import GateDecision, GuardrailCheck, SliceCheck, SliceScore
+from airflow_trainpipe.contracts.payloads import GateDecision, GuardrailCheck, SliceCheck, SliceScore
 
 # Differences this small are float noise of the metric computation, not a regression.
 TOLERANCE = 1e-12

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_trainpipe.config.catalog import MAP_CUTOFFS, NDCG_CUTOFFS
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.payloads import Evaluation, GateDecision
+    from airflow_trainpipe.contracts.payloads import Evaluation, GateDecision
 
-REPORT_PATH = "gate/report.html"
 CANDIDATE, CHAMPION, BAD = "#4c72b0", "#999999", "#c44e52"
 
 _STYLE = """

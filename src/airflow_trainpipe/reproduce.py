@@ -16,32 +16,17 @@ mlflow is imported inside the functions; the module is light, imported by the tr
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.registry import RegistryError
+from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT, SPEC_ARTIFACT, library_versions
+from airflow_trainpipe.core.registry_reads import RegistryError
 
 if TYPE_CHECKING:
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.hooks.mlflow import MlflowHook
-    from airflow_trainpipe.train_spec import TrainSpec
-
-SPEC_ARTIFACT = "spec.json"
-LIBRARIES = ("torch", "deepspeed", "numpy", "pyarrow", "pandas", "mlflow")
-
-
-def library_versions() -> dict[str, str]:
-    """The versions a model's numbers can depend on (read from package metadata: no imports)."""
-    found = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "not installed"
-    return found
 
 
 @dataclass(frozen=True)
@@ -84,7 +69,7 @@ def logged_version(hook: MlflowHook, reference: str) -> Logged:
         except MlflowException as exc:
             raise RegistryError(f"cannot find {reference} in the MLflow registry: {exc.message}") from exc
         documents = {}
-        for artifact in (SPEC_ARTIFACT, "result.json"):
+        for artifact in (SPEC_ARTIFACT, RESULT_ARTIFACT):
             try:
                 documents[artifact] = json.loads(
                     Path(client.download_artifacts(run.info.run_id, artifact, directory)).read_text()
@@ -99,7 +84,7 @@ def logged_version(hook: MlflowHook, reference: str) -> Logged:
         str(found.version),
         run.info.run_id,
         documents[SPEC_ARTIFACT],
-        documents["result.json"],
+        documents[RESULT_ARTIFACT],
         dict(run.data.tags),
     )
 
@@ -107,7 +92,7 @@ def logged_version(hook: MlflowHook, reference: str) -> Logged:
 def reproduction_spec(logged: Logged, run_id: str) -> TrainSpec:
     """The logged spec under a new run id (a fresh run directory and MLflow run), tagged with
     what it reproduces."""
-    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
 
     spec = TrainSpec.model_validate(logged.spec)
     tags = {

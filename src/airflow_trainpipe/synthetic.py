@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_trainpipe.storage import filesystem, join
+from airflow_trainpipe.core.storage import filesystem, join
 
 CHANNELS = ["online", "pos", "atm", "moto"]
 COUNTRIES = ["NL", "DE", "FR", "GB", "US", "ES", "IT", "PL"]

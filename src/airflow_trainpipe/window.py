@@ -4,8 +4,7 @@ Airflow 3.3's partition windows (`airflow.sdk` RollupMapper with Day/Week/MonthW
 fixed calendar periods, each upstream key feeding one downstream key; a window that slides with
 every run ("the last 30 days") is not one of them. So the task computes it: the earlier
 partitions are `data.partition` rendered with the run's dates moved back `every` at a time,
-which also works for cron runs that have no partition key. Light on purpose: the config imports
-it at parse time.
+which also works for cron runs that have no partition key.
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.config.templates import date_context
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 if TYPE_CHECKING:
     from airflow_trainpipe.config.data import DataSection
@@ -23,22 +23,6 @@ if TYPE_CHECKING:
 
 class WindowError(TrainpipeError):
     """The window cannot be laid out for this run, or too few of its partitions exist."""
-
-
-def date_context(moment: datetime, *, partition_key: bool = False) -> dict[str, Any]:
-    """The date names of a run at `moment`, as Airflow's context spells them (for a daily run)."""
-    names: dict[str, Any] = {
-        "ds": moment.strftime("%Y-%m-%d"),
-        "ds_nodash": moment.strftime("%Y%m%d"),
-        "ts": moment.isoformat(),
-        "ts_nodash": moment.strftime("%Y%m%dT%H%M%S"),
-        "logical_date": moment,
-        "data_interval_start": moment,
-        "data_interval_end": moment + timedelta(days=1),
-    }
-    if partition_key:
-        names["partition_key"] = names["ds"]
-    return names
 
 
 def moved_back(context: Mapping[str, Any], back: timedelta) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 
 BROKEN = sorted((Path(__file__).parent / "broken").glob("*.yaml"))
 

@@ -186,7 +186,7 @@ def _with_data_lines(tmp_path, lines: str, partition: str = "ds={{ ds }}"):
 
 def _window_problem(tmp_path, lines: str, partition: str = "ds={{ ds }}") -> str:
     from airflow_trainpipe.config import load_config
-    from airflow_trainpipe.exceptions import ConfigError
+    from airflow_trainpipe.core.exceptions import ConfigError
 
     path = _with_data_lines(tmp_path, lines.replace("    ", "  "), partition)
     with pytest.raises(ConfigError) as caught:

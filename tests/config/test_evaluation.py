@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trainpipe.config import load_config, parse_config
 from airflow_trainpipe.config.evaluation import EvaluationSection, PrecisionAt
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 
 EXAMPLES = Path(__file__).parents[2] / "dags" / "configs"
 FORMS = "expected a number in [0, 1], 'max_f1', or {precision_at: p} with 0 < p <= 1"

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.config.feature_store import FeatureStoreSection
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.files import read_config_text
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.limits import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 HOSTILE_DIR = Path(__file__).parent / "hostile"

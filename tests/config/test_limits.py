@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trainpipe.config import load_config, parse_config
 from airflow_trainpipe.config.limits import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.config import load_config, parse_config
-from airflow_trainpipe.exceptions import ConfigError, TrainpipeError
+from airflow_trainpipe.core.exceptions import ConfigError, TrainpipeError
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_trainpipe.config import PipelineConfig, load_config, parse_config
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 SEEDS = [path.read_text() for path in sorted(EXAMPLE_CONFIGS.glob("*.yaml"))]

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from airflow_trainpipe.config.loader import parse_config
 from airflow_trainpipe.config.notify import NOTIFY_EVENTS, NotifySection
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 

@@ -18,7 +18,7 @@ from airflow_trainpipe.config.training import (
     TrainingSection,
     pod_storage_problems,
 )
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 

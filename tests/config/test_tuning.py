@@ -9,7 +9,7 @@ import yaml
 
 from airflow_trainpipe.config.loader import parse_config
 from airflow_trainpipe.config.tuning import TuningSection
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 TUNED = (EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text()

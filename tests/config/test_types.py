@@ -7,7 +7,7 @@ from airflow.sdk.definitions.dag import TAG_MAX_LEN
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.config.types import DAG_TAG_MAX_LENGTH
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()

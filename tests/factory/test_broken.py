@@ -7,7 +7,7 @@ import re
 import pytest
 
 from airflow_trainpipe.config.types import DAG_ID_MAX_LENGTH, DAG_ID_PATTERN
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem
 from airflow_trainpipe.factory.broken import MAX_LISTED_PROBLEMS, broken_config_dag, stand_in_dag_id
 
 

@@ -11,10 +11,10 @@ import pytest
 from airflow.sdk import Asset, CronTriggerTimetable, PartitionedAssetTimetable
 from airflow.serialization.serialized_objects import DagSerialization
 
+from airflow_trainpipe.core.retry_policy import TRAINPIPE_RETRY_POLICY
 from airflow_trainpipe.factory import build_pipeline_dags, register_pipelines
 from airflow_trainpipe.factory.broken import BROKEN_TAG
 from airflow_trainpipe.operators.train import DistributedTrainOperator
-from airflow_trainpipe.retry_policy import TRAINPIPE_RETRY_POLICY
 from tests.config.test_hostile_configs import HOSTILE_DIR
 from tests.conftest import EXAMPLE_CONFIGS
 

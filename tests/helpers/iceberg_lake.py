@@ -67,7 +67,7 @@ def expire_snapshots(lake: Any) -> list[Path]:
     """What a table's maintenance job does (Spark's `expire_snapshots`): every snapshot but the
     current one expired, and the data files only they read deleted (pyiceberg 0.12 expires them
     from the metadata only). Returns the files deleted."""
-    from airflow_trainpipe.storage import local_path
+    from airflow_trainpipe.core.storage import local_path
 
     lake = lake.refresh()
     current = lake.current_snapshot().snapshot_id

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.local import Line, LocalLauncher
-from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
 EVERY_STEPS = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.payloads import GateDecision
+from airflow_trainpipe.contracts.payloads import GateDecision
 from tests.conftest import EXAMPLE_CONFIGS
 
 BACKENDS = ["server", "sqlite"]

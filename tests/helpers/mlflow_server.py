@@ -173,7 +173,7 @@ def log_candidate_run(
     import numpy as np
     import torch
 
-    from airflow_trainpipe.runtime.tracking import artifact_location
+    from airflow_trainpipe.core.tracking_store import artifact_location
 
     if mlflow.get_experiment_by_name(experiment) is None:  # the embedded store keeps artifacts by its db
         mlflow.create_experiment(

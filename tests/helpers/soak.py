@@ -179,7 +179,7 @@ class Soak:
         return self.records
 
     def _bucket(self, run_id: str) -> Bucket:
-        from airflow_trainpipe.train_spec import run_dir_name
+        from airflow_trainpipe.contracts.train_spec import run_dir_name
 
         return Bucket(self.stack.s3.client(), self.bucket, f"soak/{PIPELINE}/{run_dir_name(run_id)}")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_trainpipe.core.registry_reads import RegistryError
 from airflow_trainpipe.hooks.mlflow import MlflowHook
-from airflow_trainpipe.registry import RegistryError
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.feature_store import client
-from airflow_trainpipe.storage import local_path
 from airflow_trainpipe.synthetic_features import CARD_FEATURES, FEATURE_SERVICE, MERCHANT_FEATURES
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline

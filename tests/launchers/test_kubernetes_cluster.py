@@ -14,12 +14,12 @@ from kubernetes.client import models as k8s
 from urllib3.exceptions import MaxRetryError
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
-from airflow_trainpipe.events import PREFIX
-from airflow_trainpipe.exceptions import TrainingJobError
+from airflow_trainpipe.contracts.events import PREFIX
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.exceptions import TrainingJobError
 from airflow_trainpipe.launchers import kubernetes_cluster as cluster
 from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, job_manifest, pod_manifest
 from airflow_trainpipe.launchers.watcher import JobWatcher
-from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.kubernetes import RUN_ID, task_context
 

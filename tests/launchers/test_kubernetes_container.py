@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from airflow_trainpipe.config import parse_config
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
+from airflow_trainpipe.contracts.train_spec import TrainSpec, run_dir_name
 from airflow_trainpipe.launchers.kubernetes_manifests import SCRATCH, RunLabels, manifests
-from airflow_trainpipe.train_spec import TrainSpec, run_dir_name
 from tests.helpers.jobs import EVERY_STEPS, job_config_text
 
 pytestmark = pytest.mark.slow

@@ -13,13 +13,13 @@ import yaml
 
 from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config, parse_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.kubernetes_manifests import (
     RunLabels,
     label_value,
     manifests,
     torchrun_command,
 )
-from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
 KUBERNETES_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0")
@@ -335,7 +335,7 @@ def test_aws_environment_comes_from_the_airflow_connection(monkeypatch: pytest.M
 
 
 def test_event_watcher_keeps_what_the_task_needs_and_logs_progress_lines() -> None:
-    from airflow_trainpipe.events import PREFIX
+    from airflow_trainpipe.contracts.events import PREFIX
     from airflow_trainpipe.launchers.watcher import JobWatcher
 
     class Store(dict):  # the part of Airflow's task_state_store the watcher uses

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_trainpipe.events import PREFIX
-from airflow_trainpipe.exceptions import PayloadError
+from airflow_trainpipe.contracts.events import PREFIX
+from airflow_trainpipe.core.exceptions import PayloadError
 from airflow_trainpipe.launchers.watcher import JobWatcher
 
 WHAT = "training job exited with code 1 (try 2)"

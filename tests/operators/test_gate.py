@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trainpipe.core.registry_reads import RegistryError
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.gate import BaselineGateOperator, as_bool
-from airflow_trainpipe.registry import RegistryError
 from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run
 

@@ -27,8 +27,8 @@ from airflow_trainpipe.operators.validate import DataValidateOperator
 @task
 def train(validation):
     # What DistributedTrainOperator receives in the pipeline: the summary with the manifest.
-    from airflow_trainpipe.digest import content_digest
-    from airflow_trainpipe.payloads import ValidationSummary
+    from airflow_trainpipe.core.digest import content_digest
+    from airflow_trainpipe.contracts.payloads import ValidationSummary
 
     summary = ValidationSummary.model_validate(validation)
     data_files = summary.manifest.file_uris

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_trainpipe.storage import local_path
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.synthetic_iceberg import connection
 from tests.helpers import iceberg_lake
 from tests.helpers.airflow_dags import run_dag_file

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.runtime.engine import deepspeed_config
-from airflow_trainpipe.train_spec import TrainSpec
 from tests.conftest import EXAMPLE_CONFIGS
 
 

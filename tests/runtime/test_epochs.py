@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
 

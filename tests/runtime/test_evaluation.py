@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.core.tracking_store import artifact_location
 from airflow_trainpipe.runtime.evaluation import (
     _improvement_interval,
     candidate_predictor,
@@ -22,7 +23,6 @@ from airflow_trainpipe.runtime.evaluation import (
 )
 from airflow_trainpipe.runtime.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import log_raw_row_model
-from airflow_trainpipe.runtime.tracking import artifact_location
 from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
 from tests.helpers.mlflow_backends import write_config
 

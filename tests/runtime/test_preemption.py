@@ -12,11 +12,11 @@ from signal import SIGKILL, SIGTERM
 import psutil
 import pytest
 
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.launchers.local import Line, LocalLauncher
 from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
-from airflow_trainpipe.storage import local_path
-from airflow_trainpipe.train_spec import TrainSpec
 from tests.helpers.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
 
 
@@ -94,9 +94,9 @@ def test_a_save_that_outlasts_the_grace_is_abandoned_and_the_previous_checkpoint
 # The Airflow task process, standing in: it launches the job, relays its output, and is SIGKILLed.
 TASK_PROCESS = """
 import sys
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.launchers.local import Line, LocalLauncher
-from airflow_trainpipe.train_spec import TrainSpec
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 launcher = LocalLauncher(TrainSpec.from_json(open(sys.argv[1]).read()), 2)
 launcher.start()
 print("torchrun", launcher.process.pid, flush=True)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
 from airflow_trainpipe.runtime.prepare import PREPARED_FILE
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
-from airflow_trainpipe.storage import local_path
-from airflow_trainpipe.train_spec import TrainSpec
 from tests.helpers.jobs import EVERY_STEPS, JobRun, job_config_text, make_spec, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow

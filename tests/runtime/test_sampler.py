@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trainpipe.exceptions import TrainingJobError
+from airflow_trainpipe.core.exceptions import TrainingJobError
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 
 

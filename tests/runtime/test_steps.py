@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager, _PendingSave, tag_for
 from airflow_trainpipe.runtime.engine import deepspeed

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.runtime.tracking import Tracker, artifact_location
+from airflow_trainpipe.core.tracking_store import artifact_location
+from airflow_trainpipe.runtime.tracking import Tracker
 
 
 def test_a_tracking_server_chooses_its_own_artifact_location() -> None:
@@ -94,8 +95,8 @@ def test_a_job_that_fails_marks_its_mlflow_run_failed(
 ) -> None:
     from mlflow import MlflowClient
 
+    from airflow_trainpipe.core.storage import local_path
     from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
-    from airflow_trainpipe.storage import local_path
     from tests.helpers.jobs import make_spec, run_job
 
     spec = make_spec(tmp_path, job_files, "fails_at_first_checkpoint")

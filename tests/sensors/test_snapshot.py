@@ -201,7 +201,7 @@ def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
 ) -> None:
     from datetime import UTC, datetime
 
-    from airflow_trainpipe.window import date_context
+    from airflow_trainpipe.config.templates import date_context
     from tests.helpers import warehouse
 
     url = warehouse.create_database(postgres_server.url, "sensor_tests")
@@ -235,7 +235,7 @@ def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
 def test_a_delta_source_waits_until_its_window_holds_min_rows_at_the_current_version(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from airflow_trainpipe.window import date_context
+    from airflow_trainpipe.config.templates import date_context
     from tests.helpers import lake
 
     table = tmp_path / "lake" / "transactions"
@@ -273,7 +273,7 @@ def test_an_iceberg_source_waits_until_its_window_holds_min_rows_at_the_current_
 ) -> None:
     from datetime import UTC, datetime
 
-    from airflow_trainpipe.window import date_context
+    from airflow_trainpipe.config.templates import date_context
     from tests.helpers import iceberg_lake
 
     table = iceberg_lake.table(tmp_path, monkeypatch)

@@ -18,10 +18,10 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import DeltaSource
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
 from airflow_trainpipe.sources import delta
 from airflow_trainpipe.sources.sql import SourceError, SourceUnavailable, SqlWindow
-from airflow_trainpipe.storage import local_path
 from tests.helpers import lake
 
 DAYS = [date(2026, 3, d) for d in range(1, 6)]
@@ -377,7 +377,7 @@ def test_a_snapshot_records_the_version_and_outlives_an_overwrite_and_a_vacuum(
 
 
 def test_a_manifest_stored_before_delta_lineage_existed_still_loads(tmp_path: Path) -> None:
-    from airflow_trainpipe.snapshot import Manifest
+    from airflow_trainpipe.contracts.manifest import Manifest
 
     stored = {
         "kind": "sql",

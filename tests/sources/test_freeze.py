@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
 from airflow_trainpipe.sources.freeze import freeze_file, frozen_uri
-from airflow_trainpipe.storage import local_path
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 2, d) for d in range(1, 8)]
@@ -215,7 +215,7 @@ def test_freeze_versions_refuses_an_unversioned_bucket_and_a_local_uri(
 ) -> None:
     import boto3
 
-    from airflow_trainpipe.exceptions import ConfigError
+    from airflow_trainpipe.core.exceptions import ConfigError
     from airflow_trainpipe.snapshot import UnversionedError
     from airflow_trainpipe.synthetic import write_day
     from tests.conftest import EXAMPLE_CONFIGS

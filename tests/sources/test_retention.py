@@ -14,8 +14,9 @@ import yaml
 
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.snapshot import Manifest, cli_snapshot, load_manifest
-from airflow_trainpipe.storage import local_path
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.storage import local_path
+from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 2, d) for d in range(1, 8)]
@@ -49,7 +50,7 @@ def _register(name: str, digest: str) -> None:
     """A registered version trained on `digest`, on the embedded MLflow store."""
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.runtime.tracking import default_tracking_uri
+    from airflow_trainpipe.core.tracking_store import default_tracking_uri
 
     client = MlflowClient(default_tracking_uri(), default_tracking_uri())
     experiment = client.create_experiment(f"{name}-registry")

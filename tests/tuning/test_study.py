@@ -95,8 +95,8 @@ def test_the_study_is_found_again_with_what_it_holds(tmp_path: Path) -> None:
 
 
 def test_a_trial_whose_job_cannot_succeed_is_recorded_failed_at_once(tmp_path: Path) -> None:
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.runtime.data import DataError
-    from airflow_trainpipe.train_spec import TrainSpec
     from airflow_trainpipe.tuning.outcomes import StudyRef
     from airflow_trainpipe.tuning.trials import run_trial
 
@@ -119,7 +119,7 @@ def test_a_trial_whose_job_cannot_succeed_is_recorded_failed_at_once(tmp_path: P
 
 
 def test_no_trial_starts_once_the_compute_budget_is_spent(tmp_path: Path) -> None:
-    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.tuning.outcomes import StudyRef
     from airflow_trainpipe.tuning.trials import run_trial
 
@@ -142,7 +142,7 @@ def test_no_trial_starts_once_the_compute_budget_is_spent(tmp_path: Path) -> Non
 
 def _told(study: optuna.Study, number: int, state: str, value: float, run_id: str) -> None:
     """A trial told as run_trial tells it: its outcome in the user attrs, its value in the study."""
-    from airflow_trainpipe.payloads import TrainResult, TrainTiming
+    from airflow_trainpipe.contracts.payloads import TrainResult, TrainTiming
     from airflow_trainpipe.tuning.outcomes import RungReport, TrialOutcome
 
     trial = study.ask()

@@ -16,8 +16,9 @@ import yaml
 from airflow.sdk.definitions.retry_policy import RetryAction
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.retry_policy import TRAINPIPE_RETRY_POLICY
-from airflow_trainpipe.snapshot import Manifest, resolve_snapshot
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.retry_policy import TRAINPIPE_RETRY_POLICY
+from airflow_trainpipe.snapshot import resolve_snapshot
 from airflow_trainpipe.synthetic import Problem, write_day
 from airflow_trainpipe.validation import drift
 from airflow_trainpipe.validation.spark_engine import SparkEngineError, SparkUnavailable

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from airflow_trainpipe.snapshot import cli_snapshot
 from airflow_trainpipe.validation import drift
 from airflow_trainpipe.validation.validate import ValidationReport, history_payload, validate_snapshot

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from functools import cache
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
@@ -11,6 +10,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.feature_store import FeatureStoreSection
 from airflow_trainpipe.config.sources import DeltaSource, FilesSource, IcebergSource, SqlSource
+from airflow_trainpipe.config.templates import renders_one_path, template_syntax_error
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
 # Sources exported into the snapshot store: rows, not files, so no marker file and always Parquet.
@@ -252,7 +252,7 @@ class DataSection(Section):
     def _valid_template(cls, value: str) -> str:
         if value.startswith("/") or ".." in value.split("/"):
             raise ValueError(f"partition is a relative sub-path without '..', got {value!r}")
-        if problem := _template_syntax_error(value):
+        if problem := template_syntax_error(value):
             raise ValueError(f"invalid Airflow template {value!r}: {problem}")
         return value
 
@@ -272,7 +272,7 @@ class DataSection(Section):
 
     @model_validator(mode="after")
     def _window_needs_dated_partitions(self) -> DataSection:
-        if self.window is not None and _renders_one_path(self.partition, self.window.every):
+        if self.window is not None and renders_one_path(self.partition, self.window.every):
             field_problems(
                 [
                     (
@@ -284,40 +284,3 @@ class DataSection(Section):
                 ]
             )
         return self
-
-
-@cache
-def _template_syntax_error(template: str) -> str | None:
-    """The DAG renders the partition with Airflow's Jinja environment; catch syntax errors at
-    parse time instead of at the first run. jinja2 is already loaded by airflow.sdk there."""
-    import jinja2
-
-    try:
-        _jinja().parse(template)
-    except jinja2.TemplateSyntaxError as exc:
-        return exc.message or str(exc)
-    return None
-
-
-@cache
-def _renders_one_path(template: str, every: timedelta) -> bool:
-    """Whether the template renders alike for two runs `every` apart. A template the check
-    cannot render alone (it reads `params` or `dag_run`) is left to the run."""
-    import jinja2
-
-    from airflow_trainpipe.window import date_context
-
-    later = datetime(2026, 1, 31, tzinfo=UTC)
-    compiled = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template)
-    try:
-        rendered = {compiled.render(date_context(t, partition_key=True)) for t in (later, later - every)}
-    except Exception:  # any failure to render here is the run's to report
-        return False
-    return len(rendered) == 1
-
-
-@cache
-def _jinja() -> Any:
-    import jinja2
-
-    return jinja2.Environment()

@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 
 from airflow_trainpipe.config.limits import MAX_FILE_BYTES, size_problem
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem
 
 log = logging.getLogger(__name__)
 

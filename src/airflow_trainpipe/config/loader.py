@@ -25,7 +25,7 @@ from airflow_trainpipe.config.limits import LimitExceeded, compose_limited, size
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.secrets import SECRET_KEY
 from airflow_trainpipe.config.suggest import did_you_mean
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem
 
 if typing.TYPE_CHECKING:
     from pydantic_core import ErrorDetails

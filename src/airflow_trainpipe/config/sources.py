@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.templates import template_syntax_error
 from airflow_trainpipe.config.types import ColumnName, StorageUri
 
 
@@ -60,9 +61,7 @@ class SqlSource(Section):
     @field_validator("query")
     @classmethod
     def _one_select(cls, value: str) -> str:
-        from airflow_trainpipe.config.data import _template_syntax_error
-
-        if problem := _template_syntax_error(value):
+        if problem := template_syntax_error(value):
             raise ValueError(f"invalid Airflow template: {problem}")
         if ";" in value.strip().rstrip(";"):
             raise ValueError("expected one SELECT statement; the query holds a ';' between statements")

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from airflow.sdk import DAG
 
 from airflow_trainpipe.config.types import DAG_ID_MAX_LENGTH, DAG_ID_PATTERN
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 
 BROKEN_TAG = "trainpipe:broken-config"

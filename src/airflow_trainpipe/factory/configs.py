@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from airflow_trainpipe.config import CONFIG_SUFFIXES, PipelineConfig, parse_config
 from airflow_trainpipe.config.files import printable_name, read_config_text
-from airflow_trainpipe.exceptions import ConfigError, ConfigProblem
+from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.loader import duplicate_pipeline
 from airflow_trainpipe.config.schedule import aware_datetime
 from airflow_trainpipe.config.types import short_duration
-from airflow_trainpipe.exceptions import ConfigError
+from airflow_trainpipe.core.exceptions import ConfigError
 from airflow_trainpipe.factory import params
 from airflow_trainpipe.factory.broken import broken_config_dag, stand_in_dag_id
 from airflow_trainpipe.factory.configs import read_config_folder

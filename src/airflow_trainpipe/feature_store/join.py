@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config.feature_store import ACCEPT_CHANGES_PARAM
+from airflow_trainpipe.core.storage import filesystem, join, resolve, trainpipe_home
 from airflow_trainpipe.sources.sql import SourceError
-from airflow_trainpipe.storage import filesystem, join, resolve, trainpipe_home
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.config.feature_store import FeatureStoreSection
+    from airflow_trainpipe.contracts.manifest import FeatureLineage, Manifest
     from airflow_trainpipe.feature_store.client import Retrieval
-    from airflow_trainpipe.snapshot import FeatureLineage, Manifest
 
 FEATURE_REMEDY = "cast it in the feature view's schema, or list it in data.features.categorical"
 
@@ -140,7 +140,7 @@ def _lineage(
     entity_digest: str,
     times: tuple[str | None, str | None],
 ) -> FeatureLineage:
-    from airflow_trainpipe.snapshot import FeatureLineage, FeatureViewLineage
+    from airflow_trainpipe.contracts.manifest import FeatureLineage, FeatureViewLineage
 
     views = {
         view.name: FeatureViewLineage(
@@ -198,8 +198,8 @@ def _check_unchanged(
 
 
 def _manifest(entity: Manifest, files: list[Any], schema: Any, lineage: FeatureLineage) -> Manifest:
-    from airflow_trainpipe.digest import combine
-    from airflow_trainpipe.snapshot import Manifest
+    from airflow_trainpipe.contracts.manifest import Manifest
+    from airflow_trainpipe.core.digest import combine
 
     return Manifest(
         partition_uri=entity.partition_uri,

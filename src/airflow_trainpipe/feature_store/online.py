@@ -71,8 +71,8 @@ def load_version_online(hook: Any, model_name: str, version: str, log: Any) -> N
     """`load_online` for a version moved by hand (`trainpipe promote` / `rollback`), with no
     pipeline config at hand: a version trained on feature-store features has its views loaded
     as its run's logged config (`spec.json`) says; any other version has nothing to load."""
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.reproduce import logged_version
-    from airflow_trainpipe.train_spec import TrainSpec
 
     with hook.activated():
         run_id = str(hook.get_conn().get_model_version(model_name, version).run_id)

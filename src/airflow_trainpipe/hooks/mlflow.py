@@ -29,7 +29,7 @@ from airflow_trainpipe.config.secrets import redact_uri
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.payloads import Evaluation, GateDecision, SliceScore
+    from airflow_trainpipe.contracts.payloads import Evaluation, GateDecision, SliceScore
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 NO_CHAMPION = "none"  # the training job's trainpipe.champion.version when nothing held the alias
@@ -111,7 +111,7 @@ class MlflowHook(BaseHook):
 
     @staticmethod
     def _embedded() -> MlflowTarget:
-        from airflow_trainpipe.runtime.tracking import default_tracking_uri
+        from airflow_trainpipe.core.tracking_store import default_tracking_uri
 
         return MlflowTarget(
             tracking_uri=os.environ.get(TRACKING_URI_ENV) or default_tracking_uri(), ui_url=None
@@ -128,7 +128,7 @@ class MlflowHook(BaseHook):
             base = host.rstrip("/") + (f":{conn.port}" if conn.port else "")
             tracking_uri = base + (f"/{conn.schema.strip('/')}" if conn.schema else "")
         else:
-            from airflow_trainpipe.registry import RegistryError
+            from airflow_trainpipe.core.registry_reads import RegistryError
 
             raise RegistryError(
                 f"connection {self.mlflow_conn_id!r} has neither a host nor an extra 'tracking_uri'"
@@ -219,21 +219,21 @@ class MlflowHook(BaseHook):
 
     def current_champion(self, model_name: str, alias: str) -> tuple[str, str] | None:
         """(version, run id) holding `alias`, or None when no version does."""
-        from airflow_trainpipe.registry import current_champion
+        from airflow_trainpipe.core.registry_reads import current_champion
 
         with self.activated():
             return current_champion(self.get_conn(), model_name, alias)
 
     def champion_data_digest(self, model_name: str, alias: str) -> str | None:
         """The data digest the champion was trained on (its lineage tag), None without a champion."""
-        from airflow_trainpipe.registry import champion_data_digest
+        from airflow_trainpipe.core.registry_reads import champion_data_digest
 
         with self.activated():
             return champion_data_digest(self.get_conn(), model_name, alias)
 
     def finished_run(self, run_id: str) -> Any:
         """The candidate's MLflow run, which must exist and have FINISHED."""
-        from airflow_trainpipe.registry import RegistryError, RegistryUnavailable, get_run
+        from airflow_trainpipe.core.registry_reads import RegistryError, RegistryUnavailable, get_run
 
         with self.activated():
             try:
@@ -248,8 +248,8 @@ class MlflowHook(BaseHook):
 
     def run_evaluation(self, run_id: str) -> Evaluation:
         """Candidate and champion metrics the training job logged on a finished run."""
-        from airflow_trainpipe.payloads import Evaluation
-        from airflow_trainpipe.registry import RegistryError
+        from airflow_trainpipe.contracts.payloads import Evaluation
+        from airflow_trainpipe.core.registry_reads import RegistryError
 
         data = self.finished_run(run_id).data
         version = data.tags.get("trainpipe.champion.version")
@@ -282,9 +282,11 @@ class MlflowHook(BaseHook):
 
         from mlflow.exceptions import MlflowException
 
+        from airflow_trainpipe.contracts.artifacts import EVALUATION_ARTIFACT
+
         with self.activated(), tempfile.TemporaryDirectory(prefix="trainpipe-evaluation-") as directory:
             try:
-                path = self.get_conn().download_artifacts(run_id, "evaluation.json", directory)
+                path = self.get_conn().download_artifacts(run_id, EVALUATION_ARTIFACT, directory)
             except (MlflowException, OSError):
                 return None
             with open(path) as file:
@@ -293,7 +295,7 @@ class MlflowHook(BaseHook):
 
     def logged_slices(self, run_id: str) -> list[SliceScore] | None:
         """The per-slice scores in the run's evaluation.json (None: the job computed none)."""
-        from airflow_trainpipe.payloads import SliceScore as Score
+        from airflow_trainpipe.contracts.payloads import SliceScore as Score
 
         slices = (self.logged_evaluation(run_id) or {}).get("slices")
         return None if slices is None else [Score.model_validate(s) for s in slices]
@@ -303,7 +305,7 @@ class MlflowHook(BaseHook):
     ) -> str | None:
         """The decision as an artifact and tags of the candidate's run, with its chart and its
         HTML report (report.py); returns the report's URL in MLflow's UI, if it has one."""
-        from airflow_trainpipe.report import REPORT_PATH
+        from airflow_trainpipe.contracts.artifacts import REPORT_PATH
 
         with self.activated():
             client = self.get_conn()
@@ -324,7 +326,7 @@ class MlflowHook(BaseHook):
         """
         from mlflow.exceptions import MlflowException
 
-        from airflow_trainpipe.registry import RegistryError
+        from airflow_trainpipe.core.registry_reads import RegistryError
 
         run_id = run.info.run_id
         with self.activated():

@@ -26,7 +26,8 @@ from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_trainpipe.config import PipelineConfig
-from airflow_trainpipe.exceptions import TrainingJobError
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.exceptions import TrainingJobError
 from airflow_trainpipe.launchers.kubernetes_manifests import (
     CONTAINER,
     JOB_NAME_PREFIX,
@@ -38,7 +39,6 @@ from airflow_trainpipe.launchers.kubernetes_manifests import (
     service_manifest,
 )
 from airflow_trainpipe.launchers.watcher import JobWatcher
-from airflow_trainpipe.train_spec import TrainSpec
 
 
 def to_model(data: dict, klass: str) -> Any:

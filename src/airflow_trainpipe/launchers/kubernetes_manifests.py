@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from airflow_trainpipe.config import PipelineConfig
-from airflow_trainpipe.train_spec import TrainSpec
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 
 CONTAINER = "base"  # KubernetesPodOperator follows the logs of the container with this name
 RENDEZVOUS_PORT = 29500

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_trainpipe.events import parse
-from airflow_trainpipe.processes import signal_on_parent_death
-from airflow_trainpipe.train_spec import TrainSpec
+from airflow_trainpipe.contracts.events import parse
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.processes import signal_on_parent_death
 
 
 @dataclass

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from airflow_trainpipe.events import parse
+from airflow_trainpipe.contracts.events import parse
+from airflow_trainpipe.contracts.payloads import TrainResult, read_payload
 from airflow_trainpipe.launchers.display import describe
-from airflow_trainpipe.payloads import TrainResult, read_payload
 
 
 class JobWatcher:

@@ -18,13 +18,13 @@ from airflow.sdk import Param
 
 from airflow_trainpipe.config import PipelineConfig, load_config
 from airflow_trainpipe.config.types import short_duration
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink, MlflowModelVersionLink
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_trainpipe.payloads import GateDecision
+    from airflow_trainpipe.contracts.payloads import GateDecision
 
 REASON_PARAM = "reason"
 TIMED_OUT_BY = "timeout"
@@ -87,7 +87,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
         self.mlflow_conn_id = mlflow_conn_id
 
     def execute(self, context: Context) -> Any:
-        from airflow_trainpipe.payloads import GateDecision, read_payload
+        from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
 
         ti = context["ti"]
         staged = ti.xcom_pull(task_ids=self.register_task_id) or {}
@@ -105,7 +105,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
         return super().execute(context)
 
     def _metrics(self, ti: Any) -> tuple[dict[str, float], dict[str, float] | None]:
-        from airflow_trainpipe.payloads import TrainResult
+        from airflow_trainpipe.contracts.payloads import TrainResult
 
         raw = ti.xcom_pull(task_ids=self.train_task_id)
         if raw is None:  # a gate on a named MLflow run: no train task to read the metrics from

@@ -22,14 +22,14 @@ from airflow.sdk import BaseOperator, SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.contracts.payloads import GateDecision
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink
-from airflow_trainpipe.payloads import GateDecision
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_trainpipe.payloads import Evaluation
+    from airflow_trainpipe.contracts.payloads import Evaluation
 
 NO_CHAMPION = "none"
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", "", "none"}
@@ -115,7 +115,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
     def _evaluation(self, context: Context, hook: Any) -> tuple[str, Evaluation]:
         """The candidate's run and both metric sets: from the train task's TrainResult, or, for a
         run named by `mlflow_run_id`, from what the job logged on that run."""
-        from airflow_trainpipe.payloads import TrainResult, read_payload
+        from airflow_trainpipe.contracts.payloads import TrainResult, read_payload
 
         if self.mlflow_run_id:
             run_id = str(self.mlflow_run_id)

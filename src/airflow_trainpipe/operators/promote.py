@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -56,11 +56,11 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_trainpipe.aliases import promote, release_alias
+        from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
         from airflow_trainpipe.feature_store.online import load_online
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.operators.approval import REASON_PARAM, answered_by
         from airflow_trainpipe.operators.register import check_champion_unchanged
-        from airflow_trainpipe.payloads import GateDecision, read_payload
 
         ti = context["ti"]
         staged = ti.xcom_pull(task_ids=self.register_task_id) or {}

@@ -19,13 +19,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_trainpipe.payloads import GateDecision
+    from airflow_trainpipe.contracts.payloads import GateDecision
 
 # Run tags of the training job copied onto the version (lineage); missing ones are skipped.
 LINEAGE_RUN_TAGS = (
@@ -86,8 +86,8 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.mlflow_conn_id = mlflow_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.payloads import GateDecision, read_payload
 
         hook = MlflowHook(self.mlflow_conn_id)
         raw = (

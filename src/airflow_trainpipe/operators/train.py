@@ -16,18 +16,18 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowRunLink
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, XComArg
 
     from airflow_trainpipe.config.training import Hyperparameters
+    from airflow_trainpipe.contracts.manifest import Manifest
+    from airflow_trainpipe.contracts.payloads import TrainResult
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.watcher import JobWatcher
-    from airflow_trainpipe.payloads import TrainResult
-    from airflow_trainpipe.snapshot import Manifest
-    from airflow_trainpipe.train_spec import TrainSpec
     from airflow_trainpipe.tuning.outcomes import TuningSummary
 
 
@@ -106,7 +106,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     # -- what to run ----------------------------------------------------------------------------
 
     def _spec(self, store: Any, context: Context, retrain: TuningSummary | None = None) -> TrainSpec:
-        from airflow_trainpipe.train_spec import TrainSpec
+        from airflow_trainpipe.contracts.train_spec import TrainSpec
 
         manifest = self._manifest(context)
         if manifest is not None:
@@ -135,7 +135,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
 
         Files given without a digest (a hand-written task) train unverified, as given.
         """
-        from airflow_trainpipe.payloads import ValidationSummary, read_payload
+        from airflow_trainpipe.contracts.payloads import ValidationSummary, read_payload
         from airflow_trainpipe.snapshot import load_manifest
         from airflow_trainpipe.sources import freeze_run
 
@@ -188,7 +188,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         }
 
     def _tuning_summary(self) -> TuningSummary | None:
-        from airflow_trainpipe.payloads import read_payload
+        from airflow_trainpipe.contracts.payloads import read_payload
         from airflow_trainpipe.tuning.outcomes import TuningSummary
 
         raw = self.tuned
@@ -374,10 +374,11 @@ def _stored_result(run_dir: str) -> TrainResult:
     that reattached after the pod finished)."""
     import json
 
-    from airflow_trainpipe.payloads import TrainResult, read_payload
-    from airflow_trainpipe.storage import filesystem, join
+    from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
+    from airflow_trainpipe.contracts.payloads import TrainResult, read_payload
+    from airflow_trainpipe.core.storage import filesystem, join
 
-    fs, path = filesystem(join(run_dir, "result.json"))
+    fs, path = filesystem(join(run_dir, RESULT_ARTIFACT))
     try:
         text = fs.cat_file(path)
     except FileNotFoundError as exc:

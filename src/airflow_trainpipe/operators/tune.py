@@ -18,15 +18,15 @@ from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowRunLink
 from airflow_trainpipe.operators.train import DistributedTrainOperator
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, XComArg
 
-    from airflow_trainpipe.payloads import TrainResult
-    from airflow_trainpipe.train_spec import TrainSpec
+    from airflow_trainpipe.contracts.payloads import TrainResult
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.tuning.outcomes import StudyRef
 
 
@@ -39,7 +39,7 @@ def _storage_url(config: PipelineConfig) -> str:
 
 
 def _study_ref(raw: Any) -> StudyRef:
-    from airflow_trainpipe.payloads import read_payload
+    from airflow_trainpipe.contracts.payloads import read_payload
     from airflow_trainpipe.tuning.outcomes import StudyRef
 
     return read_payload(StudyRef, raw, "the XCom of task tune_start")

@@ -10,13 +10,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, load_config
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_trainpipe.payloads import ValidationSummary
-    from airflow_trainpipe.snapshot import Manifest
+    from airflow_trainpipe.contracts.manifest import Manifest
+    from airflow_trainpipe.contracts.payloads import ValidationSummary
     from airflow_trainpipe.validation.validate import ValidationReport
 
 
@@ -215,7 +215,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self, manifest: Manifest, partition: str, query: str | None = None
     ) -> tuple[ValidationSummary, ValidationReport]:
         """Run the checks, write the report, record a usable snapshot in the history."""
-        from airflow_trainpipe.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
+        from airflow_trainpipe.contracts.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
         from airflow_trainpipe.validation import history
         from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
 
@@ -300,8 +300,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         None only when the registry says there is no champion; a registry that cannot be read
         fails the task (retried) rather than silently comparing with another snapshot.
         """
+        from airflow_trainpipe.core.registry_reads import RegistryUnavailable
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.registry import RegistryUnavailable
 
         try:
             return MlflowHook(self.mlflow_conn_id).champion_data_digest(

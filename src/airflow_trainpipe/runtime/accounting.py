@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
-from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir
+from airflow_trainpipe.core.storage import filesystem, is_local, join, node_local_dir
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.tuning import ValidationSplit
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.storage import filesystem
 from airflow_trainpipe.runtime.data import (
     ChangedDataError,
     DataError,
@@ -29,8 +31,6 @@ from airflow_trainpipe.runtime.data import (
     require_columns,
     verified_bytes,
 )
-from airflow_trainpipe.snapshot import Manifest
-from airflow_trainpipe.storage import filesystem
 
 IDENTITY_KEYS = ("ETag", "etag", "LastModified", "mtime", "last_modified", "updated")
 

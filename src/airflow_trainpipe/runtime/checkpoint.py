@@ -34,12 +34,12 @@ from typing import Any
 import torch.distributed as dist
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.digest import sha256_of
-from airflow_trainpipe.events import emit
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.contracts.events import emit
+from airflow_trainpipe.core.digest import sha256_of
+from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.core.storage import filesystem, is_local, join, node_local_dir, node_scratch_dir
 from airflow_trainpipe.runtime.compression import SUFFIX, compress_file, decompress_file
 from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.storage import filesystem, is_local, join, node_local_dir, node_scratch_dir
 
 log = logging.getLogger(__name__)
 

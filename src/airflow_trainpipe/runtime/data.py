@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.tuning import ValidationSplit
-from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.snapshot import Manifest, SnapshotFile
-from airflow_trainpipe.storage import filesystem
+from airflow_trainpipe.contracts.manifest import Manifest, SnapshotFile
+from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.core.storage import filesystem
 
 BATCH_ROWS = 1 << 16
 SPLIT_BLOCK = 1 << 16  # rows per seeded draw block of the row-wise split

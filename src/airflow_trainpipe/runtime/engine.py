@@ -19,7 +19,7 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 
 import deepspeed
 
-from airflow_trainpipe.train_spec import TrainSpec
+from airflow_trainpipe.contracts.train_spec import TrainSpec
 
 PREDICT_BATCH = 4096
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_trainpipe.events import emit
+from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.tracking import Tracker
 

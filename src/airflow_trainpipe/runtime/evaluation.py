@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from airflow_trainpipe.registry import current_champion
+from airflow_trainpipe.contracts.artifacts import EVALUATION_ARTIFACT
+from airflow_trainpipe.core.registry_reads import current_champion
 from airflow_trainpipe.runtime.confidence import improvement_interval
 from airflow_trainpipe.runtime.curves import binary_curves
 from airflow_trainpipe.runtime.metrics import compute_metrics
@@ -249,7 +250,7 @@ def evaluate_final(
             "candidate": binary_curves(labels, prediction),
             "champion": None if champion.predictions is None else binary_curves(labels, champion.predictions),
         }
-    tracker.log_dict({**summary, "curves": curves}, "evaluation.json")
+    tracker.log_dict({**summary, "curves": curves}, EVALUATION_ARTIFACT)
     return summary
 
 

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 
-from airflow_trainpipe.events import write_line
+from airflow_trainpipe.contracts.events import write_line
 
 
 def fault_point(name: str, step: int) -> None:

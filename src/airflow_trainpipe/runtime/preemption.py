@@ -25,8 +25,8 @@ import socket
 import threading
 import time
 
-from airflow_trainpipe.events import write_line
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.contracts.events import write_line
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 PREEMPTED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 

@@ -22,12 +22,12 @@ import pyarrow as pa
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.config.tuning import ValidationSplit
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.storage import filesystem, join
 from airflow_trainpipe.runtime.blocks import Block, BlockReader, file_identity, scan_blocks
 from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, check_label, data_columns
 from airflow_trainpipe.runtime.fitting import TransformFitter
 from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
-from airflow_trainpipe.snapshot import Manifest
-from airflow_trainpipe.storage import filesystem, join
 
 log = logging.getLogger(__name__)
 

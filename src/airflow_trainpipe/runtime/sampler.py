@@ -8,7 +8,7 @@ and a same-size resume is bit-exact.
 
 from __future__ import annotations
 
-from airflow_trainpipe.exceptions import TrainingJobError
+from airflow_trainpipe.core.exceptions import TrainingJobError
 
 
 class ResumableSampler:

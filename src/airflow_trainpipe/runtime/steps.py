@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from airflow_trainpipe.events import emit
+from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.faults import fault_point

@@ -11,35 +11,15 @@ import logging
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from airflow_trainpipe.storage import filesystem, join, trainpipe_home
+from airflow_trainpipe.core.storage import filesystem, join
+from airflow_trainpipe.core.tracking_store import artifact_location, default_tracking_uri
 
 log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "mlflow_run.json"
 METRICS_PER_BATCH = 200  # buffered metrics sent in one log_batch
-
-
-def default_tracking_uri() -> str:
-    """The embedded default: an SQLite file under TRAINPIPE_HOME."""
-    home = trainpipe_home()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'mlflow.db'}"
-
-
-def artifact_location(tracking_uri: str, experiment: str) -> str | None:
-    """Where a new experiment keeps its artifacts.
-
-    A database-backed store without a server defaults artifacts to ``./mlruns`` relative to the
-    process's working directory, which scatters them wherever a job happened to start; keep them
-    next to the database instead. A tracking server chooses for itself (None).
-    """
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    database = Path(tracking_uri.removeprefix("sqlite:///"))
-    return (database.parent / "mlartifacts" / experiment).as_uri()
 
 
 def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:

@@ -24,12 +24,14 @@ import torch.distributed as dist
 
 from airflow_trainpipe import __version__
 from airflow_trainpipe.config.catalog import METRICS
-from airflow_trainpipe.digest import content_digest
-from airflow_trainpipe.events import emit
-from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.payloads import TrainResult
-from airflow_trainpipe.processes import signal_on_parent_death
-from airflow_trainpipe.reproduce import SPEC_ARTIFACT, library_versions
+from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT, SPEC_ARTIFACT, library_versions
+from airflow_trainpipe.contracts.events import emit
+from airflow_trainpipe.contracts.payloads import TrainResult
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.digest import content_digest
+from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.core.processes import signal_on_parent_death
+from airflow_trainpipe.core.storage import filesystem, join, resolve
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.checkpoint import (
@@ -66,8 +68,6 @@ from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
 from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker, flatten
-from airflow_trainpipe.storage import filesystem, join, resolve
-from airflow_trainpipe.train_spec import TrainSpec
 
 log = logging.getLogger("airflow_trainpipe.train")
 
@@ -590,9 +590,9 @@ class Trainer:
     def _publish(self, result: TrainResult, tracker: Tracker) -> None:
         """The result on the MLflow run, as result.json in the run directory, and as the `result` event."""
         payload = result.to_xcom()
-        tracker.log_dict(payload, "result.json")
+        tracker.log_dict(payload, RESULT_ARTIFACT)
         tracker.finish("FINISHED")
-        fs, path = filesystem(join(self.run_dir, "result.json"))
+        fs, path = filesystem(join(self.run_dir, RESULT_ARTIFACT))
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         fs.pipe_file(path, json.dumps(payload, indent=1, sort_keys=True).encode())
         emit("result", **payload)

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 FORMAT = "trainpipe.transform/1"
 _GROUP_HASH_KEY = "trainpipe.group0"  # pandas takes exactly 16 bytes

@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_trainpipe.config.data import DataSection
-from airflow_trainpipe.retry_policy import TrainpipeRetryPolicyMixin
+from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

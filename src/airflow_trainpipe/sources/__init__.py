@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.config.data import DataSection
-    from airflow_trainpipe.snapshot import Manifest
+    from airflow_trainpipe.contracts.manifest import Manifest
 
 Render = Callable[[str, Any], Any]
 """Renders a template in a context: an operator's `render_template`, or the CLI's."""

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_trainpipe.core.storage import is_local, local_path, resolve
 from airflow_trainpipe.sources.sorted_export import export_sorted
 from airflow_trainpipe.sources.sql import ExportedFile, SourceError, SourceUnavailable, SqlWindow
 from airflow_trainpipe.sources.time_window import TimeKind, bounds, refused
-from airflow_trainpipe.storage import is_local, local_path, resolve
 
 if TYPE_CHECKING:
     import pyarrow as pa

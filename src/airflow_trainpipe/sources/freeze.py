@@ -18,13 +18,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from airflow_trainpipe.storage import filesystem, is_local, join, local_path, resolve, trainpipe_home
+from airflow_trainpipe.core.storage import filesystem, is_local, join, local_path, resolve, trainpipe_home
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from airflow_trainpipe.config import PipelineConfig
-    from airflow_trainpipe.snapshot import Manifest, SnapshotFile, SourceLineage
+    from airflow_trainpipe.contracts.manifest import Manifest, SnapshotFile, SourceLineage
     from airflow_trainpipe.sources.delta import DeltaExport
     from airflow_trainpipe.sources.iceberg import IcebergExport
     from airflow_trainpipe.sources.sql import SqlWindow
@@ -44,7 +44,7 @@ def _sha256(path: Path) -> str:
 
 def freeze_file(path: Path, rows: int, store: str, conn_id: str | None = None) -> SnapshotFile:
     """Store a finished local file under its content's name; the snapshot entry that reads it."""
-    from airflow_trainpipe.snapshot import SnapshotFile
+    from airflow_trainpipe.contracts.manifest import SnapshotFile
 
     sha256, size = _sha256(path), path.stat().st_size
     uri = frozen_uri(store, sha256, "".join(path.suffixes) or ".parquet")
@@ -163,7 +163,7 @@ def sql_snapshot(
     config: PipelineConfig, partition: str, window: SqlWindow, query: str, conn_id: str | None = None
 ) -> Manifest:
     """Export the window's rows, freeze the files, and store the manifest that reads them."""
-    from airflow_trainpipe.snapshot import SourceLineage
+    from airflow_trainpipe.contracts.manifest import SourceLineage
     from airflow_trainpipe.sources.sql import export
 
     source = config.data.source
@@ -189,7 +189,7 @@ def table_snapshot(
     (snapshot), freeze the files, and store the manifest that reads them and names the table, its
     version and the filter. `conn_id` is the snapshot store's; the table's own is
     `data.source.conn_id`."""
-    from airflow_trainpipe.snapshot import SourceLineage
+    from airflow_trainpipe.contracts.manifest import SourceLineage
 
     source = config.data.source
     assert source.kind in ("delta", "iceberg")
@@ -237,8 +237,9 @@ def _stored(
     lineage: SourceLineage,
     conn_id: str | None,
 ) -> Manifest:
-    from airflow_trainpipe.digest import combine
-    from airflow_trainpipe.snapshot import Manifest, partition_uri, store_manifest
+    from airflow_trainpipe.contracts.manifest import Manifest
+    from airflow_trainpipe.core.digest import combine
+    from airflow_trainpipe.snapshot import partition_uri, store_manifest
 
     manifest = Manifest(
         partition_uri=partition_uri(config.data, partition),

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.registry import RegistryUnavailable
-from airflow_trainpipe.storage import filesystem, join, resolve
+from airflow_trainpipe.core.registry_reads import RegistryUnavailable
+from airflow_trainpipe.core.storage import filesystem, join, resolve
 
 if TYPE_CHECKING:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
@@ -110,7 +110,7 @@ def referenced_digests(
 def _registered(client: Any, model: str) -> dict[str, str]:
     from mlflow.exceptions import MlflowException
 
-    from airflow_trainpipe.registry import is_not_found
+    from airflow_trainpipe.core.registry_reads import is_not_found
 
     try:
         versions = client.search_model_versions(f"name = '{model}'")

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from airflow_trainpipe.config import PipelineConfig
-from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.payloads import TrainResult
-from airflow_trainpipe.train_spec import TrainSpec
+from airflow_trainpipe.contracts.payloads import TrainResult
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.tuning.outcomes import StudyRef, TuningSummary
 from airflow_trainpipe.tuning.trials import run_trial, rung_spec
 
@@ -70,7 +70,7 @@ def tune_locally(
 ) -> LocalTuning:
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.runtime.tracking import default_tracking_uri
+    from airflow_trainpipe.core.tracking_store import default_tracking_uri
     from airflow_trainpipe.tuning.report import log_study, start_parent_run, summarize, tag_trial_run
     from airflow_trainpipe.tuning.study import open_study, study_name
 

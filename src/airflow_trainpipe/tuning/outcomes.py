@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from airflow_trainpipe.payloads import Payload, TrainResult
+from airflow_trainpipe.contracts.payloads import Payload, TrainResult
 
 
 class StudyRef(Payload):

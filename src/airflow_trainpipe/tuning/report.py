@@ -51,7 +51,7 @@ def start_parent_run(
     client: MlflowClient, experiment: str, ref_name: str, tags: dict[str, str], tracking_uri: str
 ) -> str:
     """The study's MLflow run (each trial's run is its child), created once per study."""
-    from airflow_trainpipe.runtime.tracking import artifact_location
+    from airflow_trainpipe.core.tracking_store import artifact_location
 
     existing = client.get_experiment_by_name(experiment)
     experiment_id = (

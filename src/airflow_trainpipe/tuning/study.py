@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import SamplerSection, TuningSection, hyperparameter_overrides
-from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.storage import trainpipe_home
+from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.core.storage import trainpipe_home
 
 if TYPE_CHECKING:
     import optuna

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import TuningSection
-from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.payloads import TrainResult
-from airflow_trainpipe.train_spec import TrainSpec, TrialRung
+from airflow_trainpipe.contracts.payloads import TrainResult
+from airflow_trainpipe.contracts.train_spec import TrainSpec, TrialRung
+from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.tuning.outcomes import RungReport, StudyRef, TrialOutcome
 from airflow_trainpipe.tuning.study import sampler, suggest, trial_hyperparameters
 

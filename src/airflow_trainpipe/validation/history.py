@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.core.storage import filesystem, join, resolve
 from airflow_trainpipe.snapshot import STATE_DIR
-from airflow_trainpipe.storage import filesystem, join, resolve
 
 
 def _folder(data: DataSection, pipeline: str) -> str:

@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.validation import ExpectationRule
-from airflow_trainpipe.exceptions import TrainpipeError
-from airflow_trainpipe.snapshot import Manifest
-from airflow_trainpipe.storage import is_local, local_path
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.core.storage import is_local, local_path
 from airflow_trainpipe.validation.checks import Check
 from airflow_trainpipe.validation.engines import WholeSuiteRunner, rows_check, suite_checks
 

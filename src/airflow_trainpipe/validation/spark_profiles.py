@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from airflow_trainpipe.snapshot import Manifest
+from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.validation.drift import NumericAccumulator
 
 if TYPE_CHECKING:

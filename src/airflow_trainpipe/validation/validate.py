@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trainpipe.config.pipeline import PipelineConfig
-from airflow_trainpipe.snapshot import STATE_DIR, Manifest
-from airflow_trainpipe.storage import filesystem, is_local, join, local_path
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.storage import filesystem, is_local, join, local_path
+from airflow_trainpipe.snapshot import STATE_DIR
 from airflow_trainpipe.validation.checks import Check, schema_checks, volume_checks
 from airflow_trainpipe.validation.drift import (
     CategoricalAccumulator,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.models.tabular_mlp import TabularMLP, build_tabular_mlp
 

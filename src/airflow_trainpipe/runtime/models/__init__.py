@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from airflow_trainpipe.config.catalog import MODEL_ENTRY_POINT_GROUP, available_models
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 
 def _builtin(name: str) -> Callable[..., torch.nn.Module]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
 

@@ -16,9 +16,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
-from airflow_trainpipe.digest import combine
-from airflow_trainpipe.exceptions import PayloadError
-from airflow_trainpipe.snapshot import Manifest
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.digest import combine
+from airflow_trainpipe.core.exceptions import PayloadError
 
 P = TypeVar("P", bound="Payload")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from airflow_trainpipe.storage import filesystem
+from airflow_trainpipe.core.storage import filesystem
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import ValidationSplit
-from airflow_trainpipe.snapshot import Manifest
-from airflow_trainpipe.storage import join, resolve
+from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.core.storage import join, resolve
 
 
 class TrialRung(BaseModel):

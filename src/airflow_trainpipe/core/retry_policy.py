@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from airflow_trainpipe.exceptions import TrainpipeError
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

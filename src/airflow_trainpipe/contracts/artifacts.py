@@ -1,0 +1,33 @@
+"""What a training run leaves on its MLflow run, by name: the files the tasks, `trainpipe
+reproduce` and the gate read back, and the library versions its lineage records.
+
+The job writes them and the tasks read them in other processes, so the names live here, below
+both, instead of in one side that the other would have to import.
+"""
+
+from __future__ import annotations
+
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
+SPEC_ARTIFACT = "spec.json"
+"""The validated TrainSpec the job ran: what `trainpipe reproduce` trains again from."""
+RESULT_ARTIFACT = "result.json"
+"""The job's TrainResult (also written to the run directory for the launcher)."""
+EVALUATION_ARTIFACT = "evaluation.json"
+"""The final evaluation: candidate and champion on the same holdout, curves, slices."""
+REPORT_PATH = "gate/report.html"
+"""The gate's HTML report, logged to the candidate's run (the Gate report link)."""
+
+LIBRARIES = ("torch", "deepspeed", "numpy", "pyarrow", "pandas", "mlflow")
+
+
+def library_versions() -> dict[str, str]:
+    """The versions a model's numbers can depend on (read from package metadata: no imports)."""
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found

@@ -1,0 +1,31 @@
+"""Where MLflow keeps runs when no server is configured: the embedded default store.
+
+Shared by the training job (its tracker), the tasks' hook, `trainpipe tune` and the tests, so it
+sits on the ground floor: it reads TRAINPIPE_HOME and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow_trainpipe.core.storage import trainpipe_home
+
+
+def default_tracking_uri() -> str:
+    """The embedded default: an SQLite file under TRAINPIPE_HOME."""
+    home = trainpipe_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'mlflow.db'}"
+
+
+def artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Where a new experiment keeps its artifacts.
+
+    A database-backed store without a server defaults artifacts to ``./mlruns`` relative to the
+    process's working directory, which scatters them wherever a job happened to start; keep them
+    next to the database instead. A tracking server chooses for itself (None).
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri.removeprefix("sqlite:///"))
+    return (database.parent / "mlartifacts" / experiment).as_uri()
