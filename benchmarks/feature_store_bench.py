@@ -203,8 +203,8 @@ def build(folder: Path) -> None:
     `pristine/` (just after apply) to restore before each materialisation."""
     import pyarrow.parquet as pq
 
-    from airflow_trainpipe.feature_store.client import apply
-    from airflow_trainpipe.synthetic_features import FEATURE_STORE_YAML
+    from airflow_trainpipe.data.feature_store.client import apply
+    from airflow_trainpipe.examples.feast_repo import FEATURE_STORE_YAML
 
     folder = folder.resolve()
     (folder / "features").mkdir(parents=True)
@@ -249,7 +249,7 @@ def _child(side: str, folder_text: str, out_text: str) -> None:
     started = time.perf_counter()
     inner = None
     if side == "ours":
-        from airflow_trainpipe.feature_store import client
+        from airflow_trainpipe.data.feature_store import client
 
         got = client.retrieve(
             python=None,
@@ -273,13 +273,13 @@ def _child(side: str, folder_text: str, out_text: str) -> None:
 
         rows = pq.read_metadata(out_text).num_rows
     elif side == "feast start":
-        from airflow_trainpipe.feature_store import client
+        from airflow_trainpipe.data.feature_store import client
 
         argv = [client.feast_python(), "-c", "from feast import FeatureStore"]
         subprocess.run(argv, check=True, env=client.feast_env())
         rows = 0
     else:
-        from airflow_trainpipe.feature_store import client
+        from airflow_trainpipe.data.feature_store import client
 
         for db in (folder / "pristine").glob("*.db"):
             shutil.copy2(db, folder / "repo" / db.name)

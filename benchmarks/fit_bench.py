@@ -16,10 +16,10 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.prepare import fit
-from airflow_trainpipe.synthetic import write_day
 
 REPO = Path(__file__).resolve().parents[1]
 

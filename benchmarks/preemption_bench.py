@@ -19,8 +19,8 @@ from pathlib import Path
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.launchers.local import LocalLauncher
-from airflow_trainpipe.synthetic import write_day
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, NPROC, HIDDEN, BATCH = 20_000, 2, "[8192, 8192, 4096]", 32

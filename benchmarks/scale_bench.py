@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 from train_bench import REPO, _spec  # benchmarks/ is on sys.path when run as a script; same config edits
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.examples.synthetic import transactions, write_day
 from airflow_trainpipe.launchers.local import LocalLauncher
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.prepare import fit
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.stream import BlockStream
-from airflow_trainpipe.synthetic import transactions, write_day
 
 SIZES, STEPS, REPEATS, NPROC, FILE_ROWS = (1, 4, 16), 1200, 3, 2, 1_000_000
 

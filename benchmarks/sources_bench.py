@@ -7,7 +7,7 @@ of 2M and 8M rows x 20 columns, built inside PostgreSQL with generate_series: a 
 (primary key, the ordering key), a timestamp, 8 float8, 5 int4 and 5 text columns. Each table is
 exported by:
 
-- ours: `airflow_trainpipe.sources.sql.export` of a `sql` source (`order_by: [id]`, the default
+- ours: `airflow_trainpipe.data.sources.sql.export` of a `sql` source (`order_by: [id]`, the default
   batch_rows and file_rows) on an Airflow connection given as `AIRFLOW_CONN_<ID>`: ADBC batches,
   the tie check on the key, re-cut into row groups of exactly batch_rows rows and files of
   file_rows rows;
@@ -66,7 +66,7 @@ def _child(side: str, url: str, table: str, folder: str) -> None:
     import pyarrow.parquet as pq
 
     from airflow_trainpipe.config.sources import SqlSource
-    from airflow_trainpipe.sources.sql import airflow_connection, export, ordered
+    from airflow_trainpipe.data.sources.sql import airflow_connection, export, ordered
 
     query = QUERY.format(table=table)
     out = Path(folder)

@@ -131,7 +131,7 @@ def _measure(tmp: Path, files: list[str], hidden: str, zero_stage: int) -> dict[
 
 
 def bench_step() -> list[str]:
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     lines = [
         "## Training step alone: ours vs a bare DeepSpeed step on one engine (issue 15)",

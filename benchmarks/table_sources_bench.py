@@ -81,7 +81,7 @@ def build(folder: Path, rows: int) -> None:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from airflow_trainpipe.synthetic_iceberg import open_catalog, replace_days
+    from airflow_trainpipe.examples.iceberg_table import open_catalog, replace_days
 
     days = _days(rows)
     order = list(enumerate(days))
@@ -113,8 +113,8 @@ def _child(side: str, folder: str, rows_text: str, out_text: str) -> None:
     import pyarrow.parquet as pq
 
     from airflow_trainpipe.config.sources import DeltaSource, IcebergSource
-    from airflow_trainpipe.sources.sql import SqlWindow, airflow_connection
-    from airflow_trainpipe.synthetic_iceberg import catalog_properties, connection
+    from airflow_trainpipe.data.sources.sql import SqlWindow, airflow_connection
+    from airflow_trainpipe.examples.iceberg_table import catalog_properties, connection
 
     root, rows, out = Path(folder), int(rows_text), Path(out_text)
     window = SqlWindow(*_window(rows))
@@ -124,12 +124,12 @@ def _child(side: str, folder: str, rows_text: str, out_text: str) -> None:
     if side.startswith("delta"):
         import deltalake  # noqa: F401 - imported before the timed part
 
-        from airflow_trainpipe.sources import delta
+        from airflow_trainpipe.data.sources import delta
     else:
         import pyiceberg.catalog.sql
         import pyiceberg.io.pyarrow  # noqa: F401
 
-        from airflow_trainpipe.sources import iceberg
+        from airflow_trainpipe.data.sources import iceberg
     if side in ("iceberg ours", "iceberg raw+airflow"):
         from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # noqa: F401
 

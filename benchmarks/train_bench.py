@@ -21,8 +21,8 @@ from pathlib import Path
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.launchers.local import LocalLauncher
-from airflow_trainpipe.synthetic import write_day
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS, NPROC = 400_000, 2

@@ -105,9 +105,9 @@ _TRAINPIPE = (
     + """
 import json, sys, time
 from airflow_trainpipe.config import parse_config
-from airflow_trainpipe.snapshot import resolve_snapshot
-from airflow_trainpipe.validation import history
-from airflow_trainpipe.validation.validate import validate_snapshot, write_report
+from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
+from airflow_trainpipe.data.validation import history
+from airflow_trainpipe.data.validation.validate import validate_snapshot, write_report
 config = parse_config(sys.argv[1])
 reference = history.previous(config.data, config.pipeline, "ds=2026-01-02")
 warm = resolve_snapshot(config.data, "warmup")
@@ -127,9 +127,9 @@ print(json.dumps({"seconds": elapsed, "success": report.passed, "drift": len(rep
 _REFERENCE = """
 import sys
 from airflow_trainpipe.config import parse_config
-from airflow_trainpipe.snapshot import resolve_snapshot
-from airflow_trainpipe.validation import history
-from airflow_trainpipe.validation.validate import history_payload, validate_snapshot
+from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
+from airflow_trainpipe.data.validation import history
+from airflow_trainpipe.data.validation.validate import history_payload, validate_snapshot
 config = parse_config(sys.argv[1])
 report = validate_snapshot(config, "ds=2026-01-01", resolve_snapshot(config.data, "ds=2026-01-01"), reference=None, previous=None)
 assert report.passed, report.failure_table()

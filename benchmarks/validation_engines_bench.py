@@ -123,13 +123,13 @@ def _child(engine: str, config_text: str, partition: str, reference_file: str, t
     import pandas  # noqa: F401
 
     from airflow_trainpipe.config import parse_config
-    from airflow_trainpipe.snapshot import resolve_snapshot
-    from airflow_trainpipe.validation.validate import validate_snapshot
+    from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
+    from airflow_trainpipe.data.validation.validate import validate_snapshot
 
     config = parse_config(config_text)
     query = None
     if engine == "sql":
-        from airflow_trainpipe.validation.sql_engine import sqlalchemy_url
+        from airflow_trainpipe.data.validation.sql_engine import sqlalchemy_url
 
         sqlalchemy_url(CONN_ID)  # Airflow imported and its first connection lookup done
         query = f"SELECT * FROM {table}"
@@ -166,8 +166,8 @@ def _reference(root: Path) -> Path:
     """The reference partition's validation record (the stream engine's profiles), as the
     history would hand it to validate_snapshot."""
     from airflow_trainpipe.config import parse_config
-    from airflow_trainpipe.snapshot import resolve_snapshot
-    from airflow_trainpipe.validation.validate import history_payload, validate_snapshot
+    from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
+    from airflow_trainpipe.data.validation.validate import history_payload, validate_snapshot
 
     config = parse_config(_config(root, "stream", None))
     manifest = resolve_snapshot(config.data, "ds=reference")

@@ -63,7 +63,7 @@ def airflow_env(
     """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default,
     trainpipe_warehouse (the SQLite file of the sql source example, `sqlite://` + its path) and
     trainpipe_lake (the Iceberg SQL catalog of the iceberg source example)."""
-    from airflow_trainpipe.synthetic_iceberg import connection
+    from airflow_trainpipe.examples.iceberg_table import connection
 
     env = {**os.environ}
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
@@ -192,7 +192,7 @@ def ensure_warehouse(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> 
 
 def ensure_lake(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
     """The days up to today in the Iceberg table of the iceberg source example (a 7-day window)."""
-    from airflow_trainpipe.synthetic_iceberg import days_held
+    from airflow_trainpipe.examples.iceberg_table import days_held
 
     folder, wanted = trainpipe_home / LAKE, _last_days(days)
     if not set(wanted) <= days_held(folder):
@@ -201,7 +201,7 @@ def ensure_lake(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
 
 def ensure_delta(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None:
     """The days up to today in the Delta table of the delta source example (a 7-day window)."""
-    from airflow_trainpipe.synthetic_delta import days_held
+    from airflow_trainpipe.examples.delta_table import days_held
 
     table, wanted = trainpipe_home / DELTA_TABLE, _last_days(days)
     if not set(wanted) <= days_held(table):

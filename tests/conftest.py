@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.synthetic import write_day
+from airflow_trainpipe.examples.synthetic import write_day
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CONFIGS = REPO_ROOT / "dags" / "configs"

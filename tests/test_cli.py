@@ -13,7 +13,7 @@ import pytest
 import airflow_trainpipe
 from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.snapshot import resolve_snapshot
+from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
 from tests.config.test_hostile_configs import HOSTILE, HOSTILE_DIR, make_generated
 from tests.conftest import EXAMPLE_CONFIGS
 

@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT
 
 # Runs in the Feast interpreter (.venv-feast), never in the package's own: its imports are
 # constraints-feast.txt's to provide (test_the_feast_child_s_imports_are_pinned_for_its_interpreter).
-FEAST_CHILD = REPO_ROOT / "src" / "airflow_trainpipe" / "feature_store" / "child.py"
+FEAST_CHILD = REPO_ROOT / "src" / "airflow_trainpipe" / "data" / "feature_store" / "child.py"
 
 
 def _imported_roots(folder: Path) -> set[str]:

@@ -95,7 +95,7 @@ def test_manifest_builder_and_render_import_neither_kubernetes_nor_heavy_librari
 
 def test_feature_store_client_imports_only_the_stdlib_and_its_own_package() -> None:
     # It runs on Airflow workers; Feast (and its pandas<3) lives in another interpreter.
-    modules = _modules_after("import airflow_trainpipe.feature_store.client")
+    modules = _modules_after("import airflow_trainpipe.data.feature_store.client")
     assert _heavy(modules, (*HEAVY, "pyarrow", "numpy", "airflow", "pydantic")) == []
 
 
@@ -110,7 +110,7 @@ def test_gate_does_not_import_matplotlib_at_parse_time() -> None:
 
 def test_extra_links_and_gate_rules_are_light() -> None:
     assert _heavy(_modules_after("import airflow_trainpipe.links.mlflow"), HEAVY) == []
-    assert _heavy(_modules_after("import airflow_trainpipe.promotion"), (*HEAVY, "airflow")) == []
+    assert _heavy(_modules_after("import airflow_trainpipe.registry.promotion"), (*HEAVY, "airflow")) == []
 
 
 def test_the_factory_is_light() -> None:

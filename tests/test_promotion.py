@@ -10,7 +10,7 @@ import pytest
 
 from airflow_trainpipe.config.gate import GateSection
 from airflow_trainpipe.contracts.payloads import SliceScore
-from airflow_trainpipe.promotion import comparison_table, decide
+from airflow_trainpipe.registry.promotion import comparison_table, decide
 
 CLS = "binary_classification"
 REG = "regression"

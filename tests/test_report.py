@@ -14,7 +14,7 @@ from airflow_trainpipe.contracts.payloads import (
     SliceCheck,
     SliceScore,
 )
-from airflow_trainpipe.report import gate_report_html
+from airflow_trainpipe.registry.gate_report import gate_report_html
 
 
 def _decision(**changes) -> GateDecision:

@@ -23,6 +23,9 @@ from airflow_trainpipe.core.retry_policy import (
     TrainpipeRetryPolicy,
     TrainpipeRetryPolicyMixin,
 )
+from airflow_trainpipe.data.snapshots.manifests import PartitionError, SnapshotError
+from airflow_trainpipe.data.sources.sql import SourceError, SourceUnavailable
+from airflow_trainpipe.data.window import WindowError
 from airflow_trainpipe.operators.approval import ModelApprovalOperator
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 from airflow_trainpipe.operators.gate import BaselineGateOperator
@@ -32,9 +35,6 @@ from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.tune import TuningResultOperator, TuningStartOperator, TuningTrialOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
-from airflow_trainpipe.snapshot import PartitionError, SnapshotError
-from airflow_trainpipe.sources.sql import SourceError, SourceUnavailable
-from airflow_trainpipe.window import WindowError
 from tests.conftest import EXAMPLE_CONFIGS
 
 FRAUD_PATH = EXAMPLE_CONFIGS / "fraud_detector.yaml"

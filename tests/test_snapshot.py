@@ -11,7 +11,7 @@ import pytest
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.core.digest import content_digest
-from airflow_trainpipe.snapshot import (
+from airflow_trainpipe.data.snapshots.manifests import (
     PartitionError,
     SnapshotError,
     cli_window,
@@ -23,8 +23,8 @@ from airflow_trainpipe.snapshot import (
     resolve_snapshot,
     resolve_window,
 )
-from airflow_trainpipe.synthetic import Problem, write_day
-from airflow_trainpipe.window import WindowError
+from airflow_trainpipe.data.window import WindowError
+from airflow_trainpipe.examples.synthetic import Problem, write_day
 
 DAY = date(2026, 1, 2)
 PARTITION = "ds=2026-01-02"

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.cli import main as trainpipe
-from airflow_trainpipe.synthetic import Problem, sqlite_connection_uri, write_day, write_day_sqlite
+from airflow_trainpipe.examples.synthetic import Problem, sqlite_connection_uri, write_day, write_day_sqlite
 
 DAY = date(2026, 1, 3)
 
@@ -157,7 +157,7 @@ def test_the_sqlite_table_reads_back_through_the_sql_source_as_the_parquet_day(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow_trainpipe.config.sources import SqlSource
-    from airflow_trainpipe.sources import sql
+    from airflow_trainpipe.data.sources import sql
 
     database = tmp_path / "warehouse.db"
     for day in (DAY, date(2026, 1, 4)):

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.cli import main as trainpipe
-from airflow_trainpipe.synthetic import Problem
-from airflow_trainpipe.synthetic_features import CARD_MISSING, population, write_feast_example
+from airflow_trainpipe.examples.feast_repo import CARD_MISSING, population, write_feast_example
+from airflow_trainpipe.examples.synthetic import Problem
 
 START = date(2026, 1, 1)
 

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.cli import main as trainpipe
-from airflow_trainpipe.synthetic import write_day
-from airflow_trainpipe.synthetic_iceberg import connection, days_held, open_catalog
+from airflow_trainpipe.examples.iceberg_table import connection, days_held, open_catalog
+from airflow_trainpipe.examples.synthetic import write_day
 
 DAYS = [date(2026, 1, 1), date(2026, 1, 2), date(2026, 1, 3)]
 

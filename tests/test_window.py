@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.templates import date_context
-from airflow_trainpipe.window import WindowError, run_window, window_partitions
+from airflow_trainpipe.data.window import WindowError, run_window, window_partitions
 
 RUN = datetime(2026, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.synthetic import Problem
+    from airflow_trainpipe.examples.synthetic import Problem
 
 
 def _config_files(paths: Sequence[str]) -> Iterator[Path]:
@@ -75,7 +75,7 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.core.exceptions import TrainpipeError
-    from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
+    from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
 
     try:
         config = load_config(args.config)
@@ -113,7 +113,7 @@ def _tune(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.core.exceptions import TrainpipeError
-    from airflow_trainpipe.snapshot import cli_snapshot
+    from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
     from airflow_trainpipe.tuning.local import tune_locally
     from airflow_trainpipe.tuning.study import storage_url
 
@@ -181,7 +181,7 @@ def _run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None
 def _make_data(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    from airflow_trainpipe.synthetic import Problem
+    from airflow_trainpipe.examples.synthetic import Problem
 
     try:
         start = date.fromisoformat(args.start)
@@ -215,7 +215,7 @@ def _make_data(args: argparse.Namespace) -> int:
 
 
 def _make_data_files(args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]) -> None:
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     root = args.out if "://" in args.out else Path(args.out).resolve().as_uri()
     for day in days:
@@ -253,7 +253,7 @@ def _make_data_sqlite(
     """The days as rows of one table of an SQLite database, and the Airflow connection to it."""
     import shlex
 
-    from airflow_trainpipe.synthetic import (
+    from airflow_trainpipe.examples.synthetic import (
         DAY_COLUMN,
         WAREHOUSE_CONN_ID,
         sqlite_connection_uri,
@@ -279,7 +279,12 @@ def _make_data_iceberg(
     """The days as a table of an Iceberg SQL catalog on SQLite, and the Airflow connection to it."""
     import shlex
 
-    from airflow_trainpipe.synthetic_iceberg import LAKE_CONN_ID, TIME_COLUMN, connection, write_day_iceberg
+    from airflow_trainpipe.examples.iceberg_table import (
+        LAKE_CONN_ID,
+        TIME_COLUMN,
+        connection,
+        write_day_iceberg,
+    )
 
     folder = Path(args.iceberg).resolve()
 
@@ -298,7 +303,7 @@ def _make_data_iceberg(
 
 def _make_data_delta(args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]) -> None:
     """The days as partitions of a Delta table (dags/configs/fraud_detector_delta.yaml's)."""
-    from airflow_trainpipe.synthetic_delta import PARTITION_COLUMN, write_day_delta
+    from airflow_trainpipe.examples.delta_table import PARTITION_COLUMN, write_day_delta
 
     folder = Path(args.delta).resolve()
 
@@ -312,8 +317,8 @@ def _make_data_delta(args: argparse.Namespace, days: list[date], problems: dict[
 def _make_data_feast(args: argparse.Namespace, days: list[date], problems: dict[date, list[Problem]]) -> None:
     """Labelled transactions (the entity rows), card and merchant features and a Feast repo over
     them, applied with the Feast interpreter (the feature-store example)."""
-    from airflow_trainpipe.feature_store.client import FeatureStoreError
-    from airflow_trainpipe.synthetic_features import write_feast_example
+    from airflow_trainpipe.data.feature_store.client import FeatureStoreError
+    from airflow_trainpipe.examples.feast_repo import write_feast_example
 
     if args.files != 1:
         raise ValueError("--files splits Parquet days (--out); a --feast day is one file")
@@ -343,8 +348,8 @@ def _render(args: argparse.Namespace) -> int:
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.core.storage import join
+    from airflow_trainpipe.data.snapshots.manifests import partition_uri
     from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, manifests
-    from airflow_trainpipe.snapshot import partition_uri
 
     try:
         config = load_config(args.config)
@@ -403,15 +408,15 @@ def _move_alias(args: argparse.Namespace) -> int:
     """`promote` and `rollback`: the registry's aliases, moved as the register task moves them."""
     import getpass
 
-    from airflow_trainpipe import aliases
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.hooks.mlflow import MlflowHook
+    from airflow_trainpipe.registry import aliases
 
     hook = MlflowHook(args.conn_id)
     actor = args.by or getpass.getuser()
 
     def load_online(version: str) -> None:  # as the register and promote tasks do, before moving
-        from airflow_trainpipe.feature_store.online import load_version_online
+        from airflow_trainpipe.registry.online_features import load_version_online
 
         load_version_online(hook, args.model, version, _stdout_log())
 
@@ -465,7 +470,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.core.storage import filesystem, join
     from airflow_trainpipe.hooks.mlflow import MlflowHook
-    from airflow_trainpipe.reproduce import compare, logged_version, reproduction_spec
+    from airflow_trainpipe.registry.reproduce import compare, logged_version, reproduction_spec
 
     hook = MlflowHook(args.conn_id)
     try:
@@ -566,8 +571,8 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config.types import PositiveDuration
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.core.storage import resolve
+    from airflow_trainpipe.data.sources import retention
     from airflow_trainpipe.hooks.mlflow import MlflowHook
-    from airflow_trainpipe.sources import retention
 
     try:
         keep = TypeAdapter(PositiveDuration).validate_python(args.keep)

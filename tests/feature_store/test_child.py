@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_trainpipe.feature_store import client
-from airflow_trainpipe.feature_store.client import FeatureStoreError, FeatureStoreUnavailable, Retrieval
-from airflow_trainpipe.synthetic_features import (
+from airflow_trainpipe.data.feature_store import client
+from airflow_trainpipe.data.feature_store.client import FeatureStoreError, FeatureStoreUnavailable, Retrieval
+from airflow_trainpipe.examples.feast_repo import (
     CARD_FEATURES,
     FEATURE_SERVICE,
     MERCHANT_FEATURES,

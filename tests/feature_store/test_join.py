@@ -14,8 +14,8 @@ import yaml
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot
-from airflow_trainpipe.synthetic_features import CARD_FEATURES, FEATURE_SERVICE, MERCHANT_FEATURES
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.examples.feast_repo import CARD_FEATURES, FEATURE_SERVICE, MERCHANT_FEATURES
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.feast_repo import START, feast_repo
 

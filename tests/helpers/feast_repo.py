@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-from airflow_trainpipe.synthetic_features import FeastExample, write_feast_example
+from airflow_trainpipe.examples.feast_repo import FeastExample, write_feast_example
 
 START = date(2026, 1, 1)
 

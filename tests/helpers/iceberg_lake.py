@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic_iceberg import connection, ensure_table, open_catalog, replace_days
+from airflow_trainpipe.examples.iceberg_table import connection, ensure_table, open_catalog, replace_days
 from tests.helpers.source_configs import source_config
 from tests.helpers.warehouse import COLUMNS, day_rows
 

@@ -117,7 +117,7 @@ class Soak:
     def install(self) -> None:
         """The soak's data, its pipeline's YAML in the dags folder, its DAG parsed and unpaused
         (which, on a scheduling stack, makes the scheduler create the catchup runs)."""
-        from airflow_trainpipe.synthetic import write_day
+        from airflow_trainpipe.examples.synthetic import write_day
 
         data = self.stack.home / "data" / "card_transactions"
         if not (data / f"ds={DATA_DAY.isoformat()}" / "_SUCCESS").exists():

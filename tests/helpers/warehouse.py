@@ -13,7 +13,7 @@ from typing import Any
 import adbc_driver_postgresql.dbapi as adbc_pg
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic import transactions
+from airflow_trainpipe.examples.synthetic import transactions
 from tests.helpers.source_configs import source_config
 
 COLUMNS = (

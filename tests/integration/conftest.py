@@ -132,7 +132,7 @@ class Stack:
 
 def write_day(home: Path, day: date) -> None:
     """One day of fraud_detector's data (`ds=<day>`) under TRAINPIPE_HOME `home`."""
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     write_day((home / "data" / "card_transactions").as_uri(), day, ROWS_PER_DAY, seed=day.day)
 

@@ -15,7 +15,7 @@ import pytest
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
 from tests.conftest import EXAMPLE_CONFIGS
 
 EXAMPLE = EXAMPLE_CONFIGS / "fraud_detector_delta.yaml"

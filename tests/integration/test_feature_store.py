@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.feature_store import client
-from airflow_trainpipe.synthetic_features import CARD_FEATURES, FEATURE_SERVICE, MERCHANT_FEATURES
+from airflow_trainpipe.data.feature_store import client
+from airflow_trainpipe.examples.feast_repo import CARD_FEATURES, FEATURE_SERVICE, MERCHANT_FEATURES
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
 from tests.helpers.feast_repo import START, feast_repo

@@ -15,8 +15,8 @@ import pytest
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot
-from airflow_trainpipe.synthetic_iceberg import LAKE_CONN_ID, connection
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.examples.iceberg_table import LAKE_CONN_ID, connection
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.integration.conftest import load_up
 

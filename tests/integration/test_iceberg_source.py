@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_trainpipe.synthetic_iceberg import connection
+from airflow_trainpipe.examples.iceberg_table import connection
 from tests.helpers import iceberg_lake
 from tests.helpers.airflow_dags import FACTORY_TASKS, run_factory_pipeline
 from tests.helpers.source_configs import assert_reproduces

@@ -188,7 +188,7 @@ def test_pipeline_through_dag_test(
 ) -> None:
     """Trained candidates: bootstrap, better (register crashes once), worse. Logged runs standing in
     for training (another registered model): a guardrail breach and a forced promotion."""
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     connection, client_env = _registry(backend, request, tmp_path)
     (tmp_path / "home").mkdir()

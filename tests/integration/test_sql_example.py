@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.synthetic import WAREHOUSE_CONN_ID, sqlite_connection_uri
+from airflow_trainpipe.examples.synthetic import WAREHOUSE_CONN_ID, sqlite_connection_uri
 from tests.conftest import EXAMPLE_CONFIGS, REPO_ROOT
 from tests.helpers.airflow_dags import dag_test_env, run_dag_file
 from tests.integration.conftest import load_up

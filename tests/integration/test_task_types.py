@@ -95,7 +95,7 @@ def _xcoms(airflow_home: Path, dag_id: str, task_id: str) -> list[dict]:
 def test_each_task_type_trains_gates_and_registers_through_dag_test(airflow_env: dict[str, str]) -> None:
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     home = Path(airflow_env["TRAINPIPE_HOME"])
     for _, kind, _, _ in CASES:

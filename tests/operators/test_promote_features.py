@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.feature_store import client
-from airflow_trainpipe.feature_store.client import FeatureStoreUnavailable
+from airflow_trainpipe.data.feature_store import client
+from airflow_trainpipe.data.feature_store.client import FeatureStoreUnavailable
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.promote import PromoteModelOperator
 from airflow_trainpipe.operators.register import register_candidate

@@ -47,7 +47,7 @@ def test_invalid_hyperparameter_override_fails_without_retry(tmp_path: Path) -> 
 
 
 def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
-    from airflow_trainpipe.snapshot import SnapshotError
+    from airflow_trainpipe.data.snapshots.manifests import SnapshotError
 
     text = (
         (EXAMPLE_CONFIGS / "fraud_detector.yaml")
@@ -99,7 +99,7 @@ if __name__ == "__main__":
 def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_airflow_db: Path) -> None:
     from datetime import date
 
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 3000, seed=9)
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
@@ -142,7 +142,7 @@ def export_rerun(validation):
     # The upstream export runs again between validation and training, rewriting a file in place.
     from datetime import date
     import pyarrow.parquet as pq
-    from airflow_trainpipe.synthetic import transactions
+    from airflow_trainpipe.examples.synthetic import transactions
 
     first = validation["manifest"]["files"][0]["uri"]
     pq.write_table(transactions(date(2026, 1, 1), 2500, seed=99), first.removeprefix("file://"))
@@ -162,7 +162,7 @@ def test_a_file_overwritten_between_validate_and_train_fails_train_at_once_namin
 ) -> None:
     from datetime import date
 
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
     from tests.helpers.airflow_dags import run_dag_file
 
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 2500, seed=9)

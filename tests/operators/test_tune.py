@@ -103,7 +103,7 @@ def test_study_of_mapped_trials_picks_the_candidate_and_killed_trials_resume(
 ) -> None:
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     env = dag_test_env(tmp_path, migrated_airflow_db)
     env.update(TRAINPIPE_CRASH_AT=f"step:{CRASH_STEP}", TRAINPIPE_FAULT_TRY="1")

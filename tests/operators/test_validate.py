@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_trainpipe.examples.synthetic import Problem, write_day
 from airflow_trainpipe.operators.validate import DataValidateOperator
-from airflow_trainpipe.synthetic import Problem, write_day
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import run_dag_file_for_dates
 

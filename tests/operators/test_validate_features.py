@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.snapshot import cli_snapshot
-from airflow_trainpipe.synthetic_features import feast_apply, write_repo
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.examples.feast_repo import feast_apply, write_repo
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import run_dag_file
 from tests.helpers.feast_repo import feast_repo

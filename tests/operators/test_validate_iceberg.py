@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.synthetic_iceberg import connection
+from airflow_trainpipe.examples.iceberg_table import connection
 from tests.helpers import iceberg_lake
 from tests.helpers.airflow_dags import run_dag_file
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_trainpipe.synthetic import Problem, write_day
+from airflow_trainpipe.examples.synthetic import Problem, write_day
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import run_dag_file_for_dates
 

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.examples.synthetic import transactions
 from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, holdout_mask, read_table
-from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
 
 CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")

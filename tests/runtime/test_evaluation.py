@@ -153,7 +153,7 @@ def test_with_confidence_the_champion_itself_as_candidate_is_a_tie_not_an_improv
     # The same model on the same rows: every resample scores both alike.
     ours = (prediction, candidate["threshold"])
     assert _improvement_interval(config, labels, ours, champion.scored()) == (0.0, 0.0)
-    from airflow_trainpipe.promotion import decide
+    from airflow_trainpipe.registry.promotion import decide
 
     decision = decide(config.gate, "binary_classification", candidate, champion.metrics, interval=(0.0, 0.0))
     assert decision.promote is False

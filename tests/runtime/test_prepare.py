@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
+from airflow_trainpipe.examples.synthetic import transactions, write_day
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.data import ChangedDataError, DataError, data_columns, holdout_mask
 from airflow_trainpipe.runtime.prepare import PREPARED_FILE, PreparedData, fit, prepare
-from airflow_trainpipe.snapshot import resolve_snapshot
-from airflow_trainpipe.synthetic import transactions, write_day
 from tests.conftest import EXAMPLE_CONFIGS
 
 CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")

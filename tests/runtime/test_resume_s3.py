@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.contracts.train_spec import TrainSpec
-from airflow_trainpipe.synthetic import write_day
+from airflow_trainpipe.examples.synthetic import write_day
 from tests.helpers.jobs import job_config, run_job, uninterrupted_run
 
 pytestmark = pytest.mark.slow

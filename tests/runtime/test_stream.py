@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import load_config
+from airflow_trainpipe.examples.synthetic import transactions
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.data import data_columns
 from airflow_trainpipe.runtime.prepare import PreparedData, fit
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.stream import BlockStream
-from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.ranks import run_ranks
 
@@ -247,8 +247,8 @@ def test_a_snapshot_that_fits_the_cache_is_read_once_and_streams_the_same_rows(
 
 
 def test_a_ranking_stream_moves_whole_queries_and_takes_every_row_once(tmp_path: Path) -> None:
+    from airflow_trainpipe.examples.synthetic import search_results
     from airflow_trainpipe.runtime.stream import _group_permutation
-    from airflow_trainpipe.synthetic import search_results
 
     config = load_config(EXAMPLE_CONFIGS / "search_ranking.yaml")
     table = search_results(date(2026, 1, 1), 1500, seed=4)

@@ -22,13 +22,13 @@ from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.storage import local_path
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.runtime.checkpoint import MARKER, CheckpointError, tag_for
 from airflow_trainpipe.runtime.data import DataError
 from airflow_trainpipe.runtime.safe_load import FORCE_ENV
 from airflow_trainpipe.runtime.sampler import ResumableSampler
 from airflow_trainpipe.runtime.seeding import restore_rng_state
 from airflow_trainpipe.runtime.train import Trainer, main
-from airflow_trainpipe.synthetic import write_day
 from tests.helpers.jobs import job_config_text, make_spec
 
 

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
+from airflow_trainpipe.examples.synthetic import transactions
 from airflow_trainpipe.runtime.data import holdout_mask, read_table
 from airflow_trainpipe.runtime.prepare import fit
 from airflow_trainpipe.runtime.transform import (
@@ -19,7 +20,6 @@ from airflow_trainpipe.runtime.transform import (
     TransformError,
     bucket_of,
 )
-from airflow_trainpipe.synthetic import transactions
 from tests.conftest import EXAMPLE_CONFIGS
 
 BASE = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
@@ -262,7 +262,7 @@ def test_the_in_memory_predictor_applies_transform_then_network(files: list[str]
 
 
 def _tickets_transform(tmp_path: Path) -> tuple[FittedTransform, pa.Table]:
-    from airflow_trainpipe.synthetic import support_tickets
+    from airflow_trainpipe.examples.synthetic import support_tickets
 
     config = parse_config((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
     table = support_tickets(date(2026, 1, 1), 800, seed=2)
@@ -309,7 +309,7 @@ def test_the_multiclass_predictor_gives_a_probability_per_class_by_name(tmp_path
 
 
 def test_ranking_group_codes_are_equal_exactly_for_equal_queries(tmp_path: Path) -> None:
-    from airflow_trainpipe.synthetic import search_results
+    from airflow_trainpipe.examples.synthetic import search_results
 
     config = parse_config((EXAMPLE_CONFIGS / "search_ranking.yaml").read_text())
     table = search_results(date(2026, 1, 1), 600, seed=2)

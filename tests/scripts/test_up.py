@@ -38,10 +38,10 @@ class Up:
         # The days up.py wants, small: it writes 4 x 20,000 rows (and 7 x 5,000 into the sql
         # example's SQLite table, the iceberg and delta examples' tables and the feature store
         # example) itself when they are missing.
-        from airflow_trainpipe.synthetic import write_day, write_day_sqlite
-        from airflow_trainpipe.synthetic_delta import write_day_delta
-        from airflow_trainpipe.synthetic_features import write_feast_example
-        from airflow_trainpipe.synthetic_iceberg import write_day_iceberg
+        from airflow_trainpipe.examples.delta_table import write_day_delta
+        from airflow_trainpipe.examples.feast_repo import write_feast_example
+        from airflow_trainpipe.examples.iceberg_table import write_day_iceberg
+        from airflow_trainpipe.examples.synthetic import write_day, write_day_sqlite
 
         for back in range(7):
             day = date.today() - timedelta(days=back)

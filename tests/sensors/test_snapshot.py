@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
-from airflow_trainpipe.synthetic import write_day
 from tests.helpers.airflow_dags import DagTestRun, run_dag_file
 
 DAY = date(2026, 1, 2)
@@ -181,7 +181,7 @@ def test_times_out_when_nothing_arrives(airflow_env: dict[str, str], tmp_path: P
 def test_a_partition_outside_the_data_uri_fails_at_once_whatever_the_sensor_flags(
     tmp_path: Path, flag: str, mode: str
 ) -> None:
-    from airflow_trainpipe.snapshot import PartitionError
+    from airflow_trainpipe.data.snapshots.manifests import PartitionError
 
     sensor = DataSnapshotSensor(
         task_id="wait_for_data",

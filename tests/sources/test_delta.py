@@ -19,9 +19,9 @@ from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import DeltaSource
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
-from airflow_trainpipe.sources import delta
-from airflow_trainpipe.sources.sql import SourceError, SourceUnavailable, SqlWindow
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
+from airflow_trainpipe.data.sources import delta
+from airflow_trainpipe.data.sources.sql import SourceError, SourceUnavailable, SqlWindow
 from tests.helpers import lake
 
 DAYS = [date(2026, 3, d) for d in range(1, 6)]

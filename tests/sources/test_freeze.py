@@ -14,8 +14,8 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
-from airflow_trainpipe.sources.freeze import freeze_file, frozen_uri
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
+from airflow_trainpipe.data.snapshots.store import freeze_file, frozen_uri
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 2, d) for d in range(1, 8)]
@@ -99,9 +99,9 @@ def _files_config(tmp_path: Path) -> Path:
 def test_a_frozen_files_snapshot_trains_on_copies_an_overwritten_partition_cannot_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_trainpipe.snapshot import SnapshotError
-    from airflow_trainpipe.sources.freeze import freeze_manifest
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.data.snapshots.manifests import SnapshotError
+    from airflow_trainpipe.data.snapshots.store import freeze_manifest
+    from airflow_trainpipe.examples.synthetic import write_day
 
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     for day in (1, 2):
@@ -160,9 +160,9 @@ def test_freeze_versions_pins_s3_object_versions_that_later_writes_cannot_change
 ) -> None:
     import boto3
 
+    from airflow_trainpipe.data.snapshots.manifests import is_current, resolve_snapshot, unpinned, version_of
+    from airflow_trainpipe.examples.synthetic import write_day
     from airflow_trainpipe.runtime.data import ChangedDataError, DataError, iter_batches
-    from airflow_trainpipe.snapshot import is_current, resolve_snapshot, unpinned, version_of
-    from airflow_trainpipe.synthetic import write_day
 
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
@@ -216,8 +216,8 @@ def test_freeze_versions_refuses_an_unversioned_bucket_and_a_local_uri(
     import boto3
 
     from airflow_trainpipe.core.exceptions import ConfigError
-    from airflow_trainpipe.snapshot import UnversionedError
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.data.snapshots.manifests import UnversionedError
+    from airflow_trainpipe.examples.synthetic import write_day
     from tests.conftest import EXAMPLE_CONFIGS
 
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))

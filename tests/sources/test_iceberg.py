@@ -20,10 +20,10 @@ from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import DeltaSource, IcebergSource
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
-from airflow_trainpipe.sources import delta, iceberg
-from airflow_trainpipe.sources.sql import SourceError, SourceUnavailable, SqlWindow
-from airflow_trainpipe.synthetic_iceberg import connection
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
+from airflow_trainpipe.data.sources import delta, iceberg
+from airflow_trainpipe.data.sources.sql import SourceError, SourceUnavailable, SqlWindow
+from airflow_trainpipe.examples.iceberg_table import connection
 from tests.helpers import iceberg_lake, lake
 from tests.helpers.warehouse import COLUMNS
 

@@ -16,7 +16,7 @@ from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.snapshot import cli_snapshot, load_manifest
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 2, d) for d in range(1, 8)]

@@ -17,7 +17,7 @@ import pytest
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import SqlSource
 from airflow_trainpipe.config.templates import date_context
-from airflow_trainpipe.sources import sql
+from airflow_trainpipe.data.sources import sql
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 1, d) for d in range(1, 5)]

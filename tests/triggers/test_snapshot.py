@@ -8,7 +8,7 @@ from pathlib import Path
 
 from airflow.sdk.module_loading import import_string
 
-from airflow_trainpipe.synthetic import write_day
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.triggers.snapshot import DataSnapshotTrigger
 
 

@@ -71,7 +71,7 @@ def _finished(home: Path) -> dict[int, tuple[str, float | None, object]]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path) -> None:
-    from airflow_trainpipe.synthetic import write_day
+    from airflow_trainpipe.examples.synthetic import write_day
 
     home = tmp_path / "home"
     write_day((home / "data" / "card_transactions").as_uri(), date(2026, 1, 2), 3000, seed=2)

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_trainpipe.validation.drift import (
+from airflow_trainpipe.data.validation.drift import (
     EPSILON,
     MAX_CATEGORIES,
     OTHER,

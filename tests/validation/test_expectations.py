@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_trainpipe.config.validation import ExpectationRule
-from airflow_trainpipe.validation.expectations import (
+from airflow_trainpipe.data.validation.expectations import (
     PARTIAL_EXAMPLES,
     ExpectationOutcome,
     ExpectationRunner,

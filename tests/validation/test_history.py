@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.config.data import DataSection
-from airflow_trainpipe.validation import history
+from airflow_trainpipe.data.validation import history
 
 PIPELINE = "fraud_detector"
 

@@ -18,11 +18,11 @@ from airflow.sdk.definitions.retry_policy import RetryAction
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.retry_policy import TRAINPIPE_RETRY_POLICY
-from airflow_trainpipe.snapshot import resolve_snapshot
-from airflow_trainpipe.synthetic import Problem, write_day
-from airflow_trainpipe.validation import drift
-from airflow_trainpipe.validation.spark_engine import SparkEngineError, SparkUnavailable
-from airflow_trainpipe.validation.validate import ValidationReport, history_payload, validate_snapshot
+from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
+from airflow_trainpipe.data.validation import drift
+from airflow_trainpipe.data.validation.spark_engine import SparkEngineError, SparkUnavailable
+from airflow_trainpipe.data.validation.validate import ValidationReport, history_payload, validate_snapshot
+from airflow_trainpipe.examples.synthetic import Problem, write_day
 from tests.conftest import EXAMPLE_CONFIGS, free_port
 
 pytestmark = pytest.mark.slow

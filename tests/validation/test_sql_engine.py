@@ -13,9 +13,9 @@ import yaml
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.exceptions import ConfigError
-from airflow_trainpipe.snapshot import cli_snapshot
-from airflow_trainpipe.validation import drift
-from airflow_trainpipe.validation.validate import ValidationReport, history_payload, validate_snapshot
+from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.data.validation import drift
+from airflow_trainpipe.data.validation.validate import ValidationReport, history_payload, validate_snapshot
 from tests.helpers import warehouse
 
 pytestmark = pytest.mark.slow
@@ -191,7 +191,7 @@ def test_gx_never_pulls_the_window_s_rows_to_read_its_columns(
     import sqlalchemy as sa
 
     from airflow_trainpipe.config.validation import ExpectationRule
-    from airflow_trainpipe.validation.sql_engine import SqlExpectationRunner, sqlalchemy_url
+    from airflow_trainpipe.data.validation.sql_engine import SqlExpectationRunner, sqlalchemy_url
 
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
     query = "SELECT * FROM card_transactions"
@@ -221,7 +221,11 @@ def test_sqlite_runs_the_suite_and_the_profiles_too(tmp_path: Path, monkeypatch:
     import pyarrow as pa
 
     from airflow_trainpipe.config.validation import ExpectationRule
-    from airflow_trainpipe.validation.sql_engine import SqlExpectationRunner, fill_profiles, sqlalchemy_url
+    from airflow_trainpipe.data.validation.sql_engine import (
+        SqlExpectationRunner,
+        fill_profiles,
+        sqlalchemy_url,
+    )
 
     database = tmp_path / "a warehouse.db"
     rows = [

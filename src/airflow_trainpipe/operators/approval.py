@@ -120,8 +120,8 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
 
     def _record(self, context: Context, event: dict[str, Any]) -> None:
         """The answer onto the version: who, when, why; a rejected version loses the staging alias."""
-        from airflow_trainpipe.aliases import audit_tags, release_alias
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.registry.aliases import audit_tags, release_alias
 
         staged = context["ti"].xcom_pull(task_ids=self.register_task_id) or {}
         name, version = staged["model_name"], staged["version"]

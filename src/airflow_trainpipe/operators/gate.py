@@ -2,7 +2,7 @@
 
 The training job's final evaluation scored both models on the run's holdout and logged
 `candidate_<metric>` / `champion_<metric>` on the candidate's MLflow run; this task applies the
-config's rule (`airflow_trainpipe.promotion`) to those numbers. A losing candidate skips the
+config's rule (`airflow_trainpipe.registry.promotion`) to those numbers. A losing candidate skips the
 downstream tasks (register) the way Airflow's ShortCircuitOperator does, so the DAG run stays
 green and the reason is in this task's log, its XCom and the MLflow run. Every decision also
 logs an HTML report (report.py) to the candidate's run, linked from the task as "Gate report".
@@ -83,7 +83,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.report import gate_report_html
+        from airflow_trainpipe.registry.gate_report import gate_report_html
 
         force = as_bool(self.force, "force")
         hook = MlflowHook(self.mlflow_conn_id)
@@ -133,7 +133,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
         return result.mlflow_run_id, evaluation
 
     def _decide(self, hook: Any, run_id: str, evaluation: Evaluation, force: bool) -> GateDecision:
-        from airflow_trainpipe.promotion import comparison_table, decide
+        from airflow_trainpipe.registry.promotion import comparison_table, decide
 
         needed = [self.config.gate.metric, *(g.metric for g in self.config.gate.guardrails)]
         missing = [m for m in needed if m not in evaluation.candidate]

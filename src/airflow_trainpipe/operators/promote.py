@@ -55,12 +55,12 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_trainpipe.aliases import promote, release_alias
         from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
-        from airflow_trainpipe.feature_store.online import load_online
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.operators.approval import REASON_PARAM, answered_by
         from airflow_trainpipe.operators.register import check_champion_unchanged
+        from airflow_trainpipe.registry.aliases import promote, release_alias
+        from airflow_trainpipe.registry.online_features import load_online
 
         ti = context["ti"]
         staged = ti.xcom_pull(task_ids=self.register_task_id) or {}

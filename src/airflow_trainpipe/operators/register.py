@@ -182,7 +182,7 @@ def promote_version(
 ) -> dict[str, Any]:
     """Move `register.alias` to `version` (trained by `run_id`), its feature views loaded online
     first; the version holding it gets `previous_alias`."""
-    from airflow_trainpipe.feature_store.online import load_online
+    from airflow_trainpipe.registry.online_features import load_online
 
     name, alias, previous_alias = (
         config.registered_model_name,

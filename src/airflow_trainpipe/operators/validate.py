@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.contracts.manifest import Manifest
     from airflow_trainpipe.contracts.payloads import ValidationSummary
-    from airflow_trainpipe.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.validate import ValidationReport
 
 
 class DataValidationFailed(AirflowFailException):
@@ -64,8 +64,12 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         if self.config.data.source.kind != "files" or self.config.data.feature_store is not None:
             return self._execute_frozen(context)
-        from airflow_trainpipe.snapshot import missing_partitions, resolve_snapshot, window_snapshot
-        from airflow_trainpipe.window import run_window
+        from airflow_trainpipe.data.snapshots.manifests import (
+            missing_partitions,
+            resolve_snapshot,
+            window_snapshot,
+        )
+        from airflow_trainpipe.data.window import run_window
 
         data = self.config.data
         window = run_window(data, context, self.partition, self.render_template)
@@ -95,7 +99,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     def _frozen(self, manifest: Manifest) -> Manifest:
         """`data.freeze`: the validated files copied into the snapshot store, checked byte for byte
         against what was validated as they are copied; training reads the copies."""
-        from airflow_trainpipe.sources.freeze import freeze_manifest
+        from airflow_trainpipe.data.snapshots.store import freeze_manifest
 
         frozen = freeze_manifest(self.config, manifest, self.conn_id)
         self.log.info(
@@ -111,7 +115,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         run's rows exported (joined) once into the snapshot store, then checked there (or, with
         `validation.engine: sql`, in the database over the query the export ran); training reads
         the same frozen files."""
-        from airflow_trainpipe.sources import freeze_run
+        from airflow_trainpipe.data.sources import freeze_run
 
         manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
         if manifest.source is not None:
@@ -168,7 +172,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         """The window's earlier partitions, oldest first, each with its validated manifest: the
         one its validation record names while the partition still holds those files, else
         validated now (oldest first, so each is checked against its predecessor, as on its day)."""
-        from airflow_trainpipe.snapshot import resolve_snapshot
+        from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
 
         earlier: list[tuple[str, Manifest]] = []
         validated_now = 0
@@ -198,8 +202,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     def _recorded(self, partition: str) -> Manifest | None:
         """The manifest a usable validation record of `partition` names, while the partition still
         holds exactly those files (a listing and a stat per file); None when it must be validated."""
-        from airflow_trainpipe.snapshot import SnapshotError, is_current, load_manifest
-        from airflow_trainpipe.validation import history
+        from airflow_trainpipe.data.snapshots.manifests import SnapshotError, is_current, load_manifest
+        from airflow_trainpipe.data.validation import history
 
         data = self.config.data
         record = history.at(data, self.config.pipeline, partition, self.conn_id)
@@ -216,12 +220,16 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     ) -> tuple[ValidationSummary, ValidationReport]:
         """Run the checks, write the report, record a usable snapshot in the history."""
         from airflow_trainpipe.contracts.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
-        from airflow_trainpipe.validation import history
-        from airflow_trainpipe.validation.validate import history_payload, validate_snapshot, write_report
+        from airflow_trainpipe.data.validation import history
+        from airflow_trainpipe.data.validation.validate import (
+            history_payload,
+            validate_snapshot,
+            write_report,
+        )
 
         config, data = self.config, self.config.data
         if config.validation.engine == "spark":
-            from airflow_trainpipe.validation.spark_engine import spark_remote
+            from airflow_trainpipe.data.validation.spark_engine import spark_remote
 
             self.log.info(
                 "validation.engine spark: the expectations and drift profiles run on %s", spark_remote(config)
@@ -278,8 +286,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         """The validation record of the champion's data, once per task (a window validates many
         partitions), and why there is none. A window's snapshot has no record of its own: its
         newest partition's, the one validated on the champion's day, stands for it."""
-        from airflow_trainpipe.snapshot import SnapshotError, load_manifest
-        from airflow_trainpipe.validation import history
+        from airflow_trainpipe.data.snapshots.manifests import SnapshotError, load_manifest
+        from airflow_trainpipe.data.validation import history
 
         data, pipeline = self.config.data, self.config.pipeline
         digest = self._champion_data_digest()

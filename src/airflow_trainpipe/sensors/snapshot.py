@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
-    from airflow_trainpipe.sources.sql import SqlWindow
+    from airflow_trainpipe.data.sources.sql import SqlWindow
 
 
 class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
@@ -64,38 +64,38 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     @property
     def partition_uri(self) -> str:
-        from airflow_trainpipe.snapshot import partition_uri
+        from airflow_trainpipe.data.snapshots.manifests import partition_uri
 
         return partition_uri(self.data, self.partition)
 
     def _ready(self, context: Context) -> tuple[bool, str]:
-        from airflow_trainpipe.snapshot import partition_ready
+        from airflow_trainpipe.data.snapshots.manifests import partition_ready
 
         wait, source = self.data.wait, self.data.source
         if source.kind == "sql":
-            from airflow_trainpipe.sources.sql import rows_ready
+            from airflow_trainpipe.data.sources.sql import rows_ready
 
             return rows_ready(source.conn_id, self._query(context), wait.min_rows or 1)
         if source.kind == "delta":
-            from airflow_trainpipe.sources import delta
+            from airflow_trainpipe.data.sources import delta
 
             return delta.rows_ready(source, self._window(context), wait.min_rows or 1)
         if source.kind == "iceberg":
-            from airflow_trainpipe.sources import iceberg
+            from airflow_trainpipe.data.sources import iceberg
 
             return iceberg.rows_ready(source, self._window(context), wait.min_rows or 1)
         return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
 
     def _query(self, context: Context) -> str:
         """A `sql` source's query for the run's own day: earlier days of a window landed before."""
-        from airflow_trainpipe.sources import rendered_query
+        from airflow_trainpipe.data.sources import rendered_query
 
         return rendered_query(self.data, context, self.partition, self.render_template, own_slot=True)
 
     def _window(self, context: Context) -> SqlWindow:
         """A table source's slot to wait for: the run's own day, the window's last (earlier
         days landed before, as a files source waits for its own partition only)."""
-        from airflow_trainpipe.sources.sql import run_window
+        from airflow_trainpipe.data.sources.sql import run_window
 
         return run_window(self.data, context, self.partition, self.render_template, slots=1)
 
@@ -108,7 +108,7 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         # The rendered partition first, outside the poke loop: a path that leaves data.uri is the
         # run's own input gone wrong (the form, a conf), not a failed poke. Inside the loop
         # silent_fail would poke it again until the timeout and soft_fail would skip the run.
-        from airflow_trainpipe.snapshot import partition_uri
+        from airflow_trainpipe.data.snapshots.manifests import partition_uri
 
         partition_uri(self.data, self.partition)  # PartitionError: not retryable, never a skip
         if not self.deferrable:

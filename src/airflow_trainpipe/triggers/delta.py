@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_trainpipe.sources.sql import SourceUnavailable
+from airflow_trainpipe.data.sources.sql import SourceUnavailable
 from airflow_trainpipe.triggers.polling import WindowRowsTrigger
 
 
@@ -19,6 +19,6 @@ class DeltaRowsTrigger(WindowRowsTrigger):
 
     def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.config.sources import DeltaSource
-        from airflow_trainpipe.sources.delta import rows_ready
+        from airflow_trainpipe.data.sources.delta import rows_ready
 
         return rows_ready(DeltaSource.model_validate(self.source), self._window(), self.min_rows)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_trainpipe.sources.sql import SourceUnavailable
+from airflow_trainpipe.data.sources.sql import SourceUnavailable
 from airflow_trainpipe.triggers.polling import WindowRowsTrigger
 
 
@@ -20,6 +20,6 @@ class IcebergRowsTrigger(WindowRowsTrigger):
 
     def _ready(self) -> tuple[bool, str]:
         from airflow_trainpipe.config.sources import IcebergSource
-        from airflow_trainpipe.sources.iceberg import rows_ready
+        from airflow_trainpipe.data.sources.iceberg import rows_ready
 
         return rows_ready(IcebergSource.model_validate(self.source), self._window(), self.min_rows)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.sources.sql import SqlWindow
+    from airflow_trainpipe.data.sources.sql import SqlWindow
 
 
 class PollingTrigger(BaseTrigger):
@@ -85,6 +85,6 @@ class WindowRowsTrigger(PollingTrigger):
         }
 
     def _window(self) -> SqlWindow:
-        from airflow_trainpipe.sources.sql import SqlWindow
+        from airflow_trainpipe.data.sources.sql import SqlWindow
 
         return SqlWindow(datetime.fromisoformat(self.window_start), datetime.fromisoformat(self.window_end))

@@ -40,6 +40,6 @@ class DataSnapshotTrigger(PollingTrigger):
         }
 
     def _ready(self) -> tuple[bool, str]:
-        from airflow_trainpipe.snapshot import partition_ready
+        from airflow_trainpipe.data.snapshots.manifests import partition_ready
 
         return partition_ready(self.uri, self.format, self.marker, self.min_rows, self.conn_id)

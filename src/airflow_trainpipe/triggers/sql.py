@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_trainpipe.sources.sql import SourceUnavailable
+from airflow_trainpipe.data.sources.sql import SourceUnavailable
 from airflow_trainpipe.triggers.polling import PollingTrigger
 
 
@@ -30,6 +30,6 @@ class SqlRowsTrigger(PollingTrigger):
         }
 
     def _ready(self) -> tuple[bool, str]:
-        from airflow_trainpipe.sources.sql import rows_ready
+        from airflow_trainpipe.data.sources.sql import rows_ready
 
         return rows_ready(self.conn_id, self.query, self.min_rows)

@@ -176,7 +176,7 @@ def missing_partitions(data: DataSection, partitions: list[str], conn_id: str | 
     """The window's partitions that hold no data files (a listing each, no reads), after checking
     that enough exist: fewer than `data.window.min_partitions` fails naming every missing one.
     The newest is left to `resolve_snapshot` (it is the one the run waited for)."""
-    from airflow_trainpipe.window import WindowError
+    from airflow_trainpipe.data.window import WindowError
 
     missing = [
         p for p in partitions[:-1] if not list_data_files(partition_uri(data, p), data.format, conn_id)
@@ -305,7 +305,7 @@ def partition_ready(
 def cli_snapshot(config: PipelineConfig, ds: str) -> Manifest:
     """The snapshot a CLI run on `ds` reads (unvalidated), as the DAG's run of that date would."""
     from airflow_trainpipe.config.templates import date_names, render
-    from airflow_trainpipe.sources import freeze_run
+    from airflow_trainpipe.data.sources import freeze_run
 
     names = date_names(ds)
     return freeze_run(config, names, render(config.data.partition, names), render)
@@ -314,7 +314,7 @@ def cli_snapshot(config: PipelineConfig, ds: str) -> Manifest:
 def cli_window(data: DataSection, ds: str) -> list[str]:
     """The partitions a CLI run on `ds` reads, oldest first, as the DAG's run of that date would."""
     from airflow_trainpipe.config.templates import date_names, render
-    from airflow_trainpipe.window import run_window
+    from airflow_trainpipe.data.window import run_window
 
     names = date_names(ds)
     return run_window(data, names, render(data.partition, names), render)

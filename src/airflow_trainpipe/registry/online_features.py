@@ -25,10 +25,10 @@ def load_online(
     """`data.feature_store.materialize`: the views run `run_id` trained on loaded into the online
     store up to now, recorded on the model version (of `model_name`, by default the config's
     registered model); nothing without a feature store."""
-    from airflow_trainpipe.feature_store import client
-    from airflow_trainpipe.feature_store.join import repo_path
-    from airflow_trainpipe.sources import named_errors
-    from airflow_trainpipe.sources.sql import SourceError
+    from airflow_trainpipe.data.feature_store import client
+    from airflow_trainpipe.data.feature_store.join import repo_path
+    from airflow_trainpipe.data.sources import named_errors
+    from airflow_trainpipe.data.sources.sql import SourceError
 
     section = config.data.feature_store
     if section is None or not section.materialize:
@@ -72,7 +72,7 @@ def load_version_online(hook: Any, model_name: str, version: str, log: Any) -> N
     pipeline config at hand: a version trained on feature-store features has its views loaded
     as its run's logged config (`spec.json`) says; any other version has nothing to load."""
     from airflow_trainpipe.contracts.train_spec import TrainSpec
-    from airflow_trainpipe.reproduce import logged_version
+    from airflow_trainpipe.registry.reproduce import logged_version
 
     with hook.activated():
         run_id = str(hook.get_conn().get_model_version(model_name, version).run_id)

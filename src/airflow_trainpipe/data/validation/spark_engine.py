@@ -32,11 +32,11 @@ from airflow_trainpipe.config.validation import ExpectationRule
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.storage import is_local, local_path
-from airflow_trainpipe.validation.checks import Check
-from airflow_trainpipe.validation.engines import WholeSuiteRunner, rows_check, suite_checks
+from airflow_trainpipe.data.validation.checks import Check
+from airflow_trainpipe.data.validation.engines import WholeSuiteRunner, rows_check, suite_checks
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.validate import ValidationReport
 
 # Client-side retries of one call: ~4.5 s of backoff (50 ms x4 each time) before a server that
 # does not answer is reported; pyspark's default retries for ten minutes, inside the task. Beyond
@@ -197,7 +197,7 @@ def checks_in_spark(
 ) -> list[Check]:
     """The suite and the drift profiles on the Spark Connect server, and the rows Spark reads
     from the manifest's files against the manifest's count."""
-    from airflow_trainpipe.validation.spark_profiles import fill_profiles
+    from airflow_trainpipe.data.validation.spark_profiles import fill_profiles
 
     with SparkConnect(config) as spark:
         frame = spark.read(manifest.file_uris)

@@ -1,7 +1,7 @@
 """Feast's side of the feature store, run in the Feast interpreter (TRAINPIPE_FEAST_PYTHON), never
 imported by an Airflow worker (Feast 0.67 needs pandas<3, the workers run pandas 3):
 
-    <feast python> -m airflow_trainpipe.feature_store.child COMMAND SPEC_JSON RESULT_JSON
+    <feast python> -m airflow_trainpipe.data.feature_store.child COMMAND SPEC_JSON RESULT_JSON
 
 COMMAND is `retrieve` (point-in-time training rows), `materialize` (offline to online store) or
 `online` (online feature values). The result file holds `{"ok": true, ...}`, or `{"ok": false,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic import (
+from airflow_trainpipe.examples.synthetic import (
     TIME_COLUMN,
     Problem,
     day_table,

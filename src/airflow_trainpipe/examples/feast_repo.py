@@ -26,7 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_trainpipe.synthetic import CHANNELS, Problem, inject, refuse_column_problems, with_event_time
+from airflow_trainpipe.examples.synthetic import (
+    CHANNELS,
+    Problem,
+    inject,
+    refuse_column_problems,
+    with_event_time,
+)
 
 PROJECT = "trainpipe_fraud"
 FEATURE_SERVICE = "fraud_features"
@@ -245,7 +251,7 @@ def write_repo(repo: Path, card_path: Path, merchant_path: Path) -> None:
 
 def feast_apply(repo: Path, python: str | None = None) -> None:
     """`feast apply` in `repo` with the Feast interpreter: its registry and online tables."""
-    from airflow_trainpipe.feature_store.client import apply
+    from airflow_trainpipe.data.feature_store.client import apply
 
     apply(python=python, repo=repo)
 

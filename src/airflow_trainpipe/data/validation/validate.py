@@ -16,17 +16,17 @@ from typing import Any
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import filesystem, is_local, join, local_path
-from airflow_trainpipe.snapshot import STATE_DIR
-from airflow_trainpipe.validation.checks import Check, schema_checks, volume_checks
-from airflow_trainpipe.validation.drift import (
+from airflow_trainpipe.data.snapshots.manifests import STATE_DIR
+from airflow_trainpipe.data.validation.checks import Check, schema_checks, volume_checks
+from airflow_trainpipe.data.validation.drift import (
     CategoricalAccumulator,
     NumericAccumulator,
     categorical_score,
     numeric_score,
     reference_edges,
 )
-from airflow_trainpipe.validation.engines import expectation_check
-from airflow_trainpipe.validation.expectations import ExpectationRunner, columns_of
+from airflow_trainpipe.data.validation.engines import expectation_check
+from airflow_trainpipe.data.validation.expectations import ExpectationRunner, columns_of
 
 NUMERIC_TYPES = ("int", "uint", "float", "double", "halffloat", "decimal")
 
@@ -165,11 +165,11 @@ def validate_snapshot(
     profiles = (reference or {}).get("profiles", {})
     accumulators = _accumulators(config, manifest, broken, profiles)
     if config.validation.engine == "sql" and query is not None:
-        from airflow_trainpipe.validation.sql_engine import checks_in_database
+        from airflow_trainpipe.data.validation.sql_engine import checks_in_database
 
         report.checks += checks_in_database(config, manifest, runnable, query, report, accumulators)
     elif config.validation.engine == "spark":
-        from airflow_trainpipe.validation.spark_engine import checks_in_spark
+        from airflow_trainpipe.data.validation.spark_engine import checks_in_spark
 
         report.checks += checks_in_spark(config, manifest, runnable, report, accumulators)
     else:

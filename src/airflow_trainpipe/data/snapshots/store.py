@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.contracts.manifest import Manifest, SnapshotFile, SourceLineage
-    from airflow_trainpipe.sources.delta import DeltaExport
-    from airflow_trainpipe.sources.iceberg import IcebergExport
-    from airflow_trainpipe.sources.sql import SqlWindow
+    from airflow_trainpipe.data.sources.delta import DeltaExport
+    from airflow_trainpipe.data.sources.iceberg import IcebergExport
+    from airflow_trainpipe.data.sources.sql import SqlWindow
 
 
 def frozen_uri(store: str, sha256: str, suffix: str = ".parquet") -> str:
@@ -85,7 +85,7 @@ def copy_hashed(uri: str, out: IO[bytes], conn_id: str | None = None) -> str:
 
 
 def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> SnapshotFile:
-    from airflow_trainpipe.snapshot import SnapshotError
+    from airflow_trainpipe.data.snapshots.manifests import SnapshotError
 
     suffix = "." + entry.uri.rsplit(".", 1)[-1] if "." in entry.uri.rsplit("/", 1)[-1] else ""
     uri = frozen_uri(store, entry.sha256, suffix)
@@ -119,7 +119,7 @@ def check_columns(
     event time and only the features that are not the store's (all are checked once joined)."""
     import pyarrow.types as pat
 
-    from airflow_trainpipe.sources.sql import SourceError
+    from airflow_trainpipe.data.sources.sql import SourceError
 
     data = config.data
     features = data.features.all
@@ -164,7 +164,7 @@ def sql_snapshot(
 ) -> Manifest:
     """Export the window's rows, freeze the files, and store the manifest that reads them."""
     from airflow_trainpipe.contracts.manifest import SourceLineage
-    from airflow_trainpipe.sources.sql import export
+    from airflow_trainpipe.data.sources.sql import export
 
     source = config.data.source
     assert source.kind == "sql"
@@ -211,11 +211,11 @@ def table_snapshot(
 def _export_table(config: PipelineConfig, window: SqlWindow, folder: Path) -> DeltaExport | IcebergExport:
     source = config.data.source
     if source.kind == "delta":
-        from airflow_trainpipe.sources import delta
+        from airflow_trainpipe.data.sources import delta
 
         return delta.export(source, window, folder)
     assert source.kind == "iceberg"
-    from airflow_trainpipe.sources import iceberg
+    from airflow_trainpipe.data.sources import iceberg
 
     return iceberg.export(source, window, folder)
 
@@ -239,7 +239,7 @@ def _stored(
 ) -> Manifest:
     from airflow_trainpipe.contracts.manifest import Manifest
     from airflow_trainpipe.core.digest import combine
-    from airflow_trainpipe.snapshot import partition_uri, store_manifest
+    from airflow_trainpipe.data.snapshots.manifests import partition_uri, store_manifest
 
     manifest = Manifest(
         partition_uri=partition_uri(config.data, partition),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from airflow_trainpipe.synthetic import Problem, day_table, refuse_column_problems, with_event_time
+from airflow_trainpipe.examples.synthetic import Problem, day_table, refuse_column_problems, with_event_time
 
 PARTITION_COLUMN = "ds"
 

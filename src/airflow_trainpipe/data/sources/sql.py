@@ -87,7 +87,7 @@ def run_window(
     A slot is `every` long (a day by default) and starts at the run's logical date floored to a
     multiple of `every` (midnight UTC for days, the hour for hours); a backfill's partition chosen
     in the trigger form moves it to the date that renders that partition."""
-    from airflow_trainpipe.window import anchored
+    from airflow_trainpipe.data.window import anchored
 
     end_context = anchored(context, partition, lambda moved: str(render(data.partition, moved)))
     moment = end_context.get("logical_date") or datetime.fromisoformat(str(end_context["ds"]))

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.sources.sql import ExportedFile, ParquetExport, SourceError
+from airflow_trainpipe.data.sources.sql import ExportedFile, ParquetExport, SourceError
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from airflow_trainpipe.sources.sql import SourceError
+from airflow_trainpipe.data.sources.sql import SourceError
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.sources.sql import SqlWindow
+    from airflow_trainpipe.data.sources.sql import SqlWindow
 
 TimeKind = Literal["timestamp", "timestamp_ntz", "date", "string"]
 """How a time column compares: an instant with a time zone, one without (read as UTC), a date,

@@ -35,7 +35,7 @@ def freeze_run(
     entity = _source_snapshot(config, context, partition, render, conn_id, copy=feature_store is None)
     if feature_store is None:
         return entity
-    from airflow_trainpipe.feature_store.join import join_features
+    from airflow_trainpipe.data.feature_store.join import join_features
 
     with named_errors(config, f"data.feature_store ({feature_store.selection})"):
         return join_features(config, entity, context, conn_id)
@@ -55,8 +55,8 @@ def _source_snapshot(
     data = config.data
     source = data.source
     if source.kind in ("delta", "iceberg"):
-        from airflow_trainpipe.sources import freeze
-        from airflow_trainpipe.sources.sql import run_window as table_window
+        from airflow_trainpipe.data.sources import freeze
+        from airflow_trainpipe.data.sources.sql import run_window as table_window
 
         window = table_window(data, context, partition, render)
         where = (
@@ -67,19 +67,19 @@ def _source_snapshot(
         with named_errors(config, where):
             return freeze.table_snapshot(config, partition, window, conn_id)
     if source.kind == "sql":
-        from airflow_trainpipe.sources.freeze import sql_snapshot
-        from airflow_trainpipe.sources.sql import run_window as sql_window
+        from airflow_trainpipe.data.snapshots.store import sql_snapshot
+        from airflow_trainpipe.data.sources.sql import run_window as sql_window
 
         window = sql_window(data, context, partition, render)
         query = str(render(source.query, {**context, **window.names()}))
         with named_errors(config, f"data.source sql ({source.conn_id})"):
             return sql_snapshot(config, partition, window, query, conn_id)
-    from airflow_trainpipe.snapshot import resolve_window
-    from airflow_trainpipe.window import run_window
+    from airflow_trainpipe.data.snapshots.manifests import resolve_window
+    from airflow_trainpipe.data.window import run_window
 
     manifest = resolve_window(data, run_window(data, context, partition, render), conn_id)
     if copy and data.freeze is True:  # `versions` pinned each file's version as it resolved it
-        from airflow_trainpipe.sources.freeze import freeze_manifest
+        from airflow_trainpipe.data.snapshots.store import freeze_manifest
 
         return freeze_manifest(config, manifest, conn_id)
     return manifest
@@ -89,7 +89,7 @@ def _source_snapshot(
 def named_errors(config: PipelineConfig, source: str) -> Iterator[None]:
     """A source's error, prefixed with the pipeline and the source; the same class, so the retry
     policy still reads `retryable`."""
-    from airflow_trainpipe.sources.sql import SourceError
+    from airflow_trainpipe.data.sources.sql import SourceError
 
     try:
         yield
@@ -104,7 +104,7 @@ def rendered_query(
 ) -> str:
     """The `sql` source's query for the run, its window filled in; with `own_slot`, the run's own
     day (slot) only: what `wait_for_data` waits for, as it waits for a files run's own partition."""
-    from airflow_trainpipe.sources.sql import run_window as sql_window
+    from airflow_trainpipe.data.sources.sql import run_window as sql_window
 
     assert data.source.kind == "sql"
     window = sql_window(data, context, partition, render, slots=1 if own_slot else None)

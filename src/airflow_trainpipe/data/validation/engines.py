@@ -18,11 +18,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config.validation import ExpectationRule
-from airflow_trainpipe.validation.checks import Check
-from airflow_trainpipe.validation.expectations import ExpectationOutcome, ExpectationRunner, columns_of, plain
+from airflow_trainpipe.data.validation.checks import Check
+from airflow_trainpipe.data.validation.expectations import (
+    ExpectationOutcome,
+    ExpectationRunner,
+    columns_of,
+    plain,
+)
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.validate import ValidationReport
 
 
 class WholeSuiteRunner(ExpectationRunner):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config.feature_store import ACCEPT_CHANGES_PARAM
 from airflow_trainpipe.core.storage import filesystem, join, resolve, trainpipe_home
-from airflow_trainpipe.sources.sql import SourceError
+from airflow_trainpipe.data.sources.sql import SourceError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.config.feature_store import FeatureStoreSection
     from airflow_trainpipe.contracts.manifest import FeatureLineage, Manifest
-    from airflow_trainpipe.feature_store.client import Retrieval
+    from airflow_trainpipe.data.feature_store.client import Retrieval
 
 FEATURE_REMEDY = "cast it in the feature view's schema, or list it in data.features.categorical"
 
@@ -52,8 +52,8 @@ def join_features(
     config: PipelineConfig, entity: Manifest, context: Mapping[str, Any], conn_id: str | None = None
 ) -> Manifest:
     """The entity rows joined with the configured features as of each row's event time, frozen."""
-    from airflow_trainpipe.feature_store import client
-    from airflow_trainpipe.sources.freeze import check_columns, freeze_file, scratch_folder
+    from airflow_trainpipe.data.feature_store import client
+    from airflow_trainpipe.data.snapshots.store import check_columns, freeze_file, scratch_folder
 
     section = config.data.feature_store
     assert section is not None
@@ -89,7 +89,7 @@ def _staged_entity_files(entity: Manifest, fmt: str, folder: Path, conn_id: str 
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from airflow_trainpipe.sources.freeze import copy_hashed
+    from airflow_trainpipe.data.snapshots.store import copy_hashed
 
     staged = []
     for index, entry in enumerate(entity.files):
@@ -167,7 +167,7 @@ def _lineage(
 
 def views_uri(config: PipelineConfig) -> str:
     """The pipeline's record of the feature views its last run joined from."""
-    from airflow_trainpipe.snapshot import STATE_DIR
+    from airflow_trainpipe.data.snapshots.manifests import STATE_DIR
 
     return join(resolve(config.data.uri), STATE_DIR, "feature_views", f"{config.pipeline}.json")
 
@@ -216,8 +216,8 @@ def _manifest(entity: Manifest, files: list[Any], schema: Any, lineage: FeatureL
 
 
 def _store(config: PipelineConfig, manifest: Manifest, conn_id: str | None) -> None:
-    from airflow_trainpipe.snapshot import store_manifest
-    from airflow_trainpipe.sources.freeze import record_use
+    from airflow_trainpipe.data.snapshots.manifests import store_manifest
+    from airflow_trainpipe.data.snapshots.store import record_use
 
     store_manifest(config.data, manifest, conn_id)
     record_use(config, manifest, conn_id)

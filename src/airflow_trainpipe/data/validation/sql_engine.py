@@ -24,17 +24,17 @@ from urllib.parse import quote
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.validation import ExpectationRule
 from airflow_trainpipe.contracts.manifest import Manifest
-from airflow_trainpipe.validation.checks import Check
-from airflow_trainpipe.validation.engines import WholeSuiteRunner, rows_check, suite_checks
-from airflow_trainpipe.validation.expectations import ExpectationOutcome
+from airflow_trainpipe.data.validation.checks import Check
+from airflow_trainpipe.data.validation.engines import WholeSuiteRunner, rows_check, suite_checks
+from airflow_trainpipe.data.validation.expectations import ExpectationOutcome
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.validate import ValidationReport
 
 
 def sqlalchemy_url(conn_id: str) -> str:
     """SQLAlchemy URL of an Airflow connection: PostgreSQL through psycopg 3, SQLite by path."""
-    from airflow_trainpipe.sources.sql import (
+    from airflow_trainpipe.data.sources.sql import (
         POSTGRES_TYPES,
         SQLITE_TYPES,
         SourceError,
@@ -78,7 +78,7 @@ class SqlExpectationRunner(WholeSuiteRunner):
     """The suite on one query asset of a SQL data source, run once, in the database."""
 
     def __init__(self, rules: list[ExpectationRule], url: str, query: str) -> None:
-        from airflow_trainpipe.sources.sql import statement
+        from airflow_trainpipe.data.sources.sql import statement
 
         self.url = url
         self.query = statement(query)
@@ -105,7 +105,7 @@ class SqlExpectationRunner(WholeSuiteRunner):
         """COUNT(*) of the window query, in the database."""
         import sqlalchemy as sa
 
-        from airflow_trainpipe.sources.sql import counted
+        from airflow_trainpipe.data.sources.sql import counted
 
         with self.database.get_engine().connect() as connection:
             return int(connection.execute(sa.text(counted(self.query))).scalar_one())
@@ -146,7 +146,7 @@ def fill_profiles(runner: SqlExpectationRunner, order_by: list[str], accumulator
     counts at the reference's edges (exact), a GROUP BY per categorical feature, and per numeric
     feature the strided sample its percentiles are taken from (at most drift.SAMPLE_ROWS values,
     whatever the window's size: the rows themselves never reach the worker)."""
-    from airflow_trainpipe.validation.drift import NumericAccumulator
+    from airflow_trainpipe.data.validation.drift import NumericAccumulator
 
     if not accumulators:
         return
@@ -173,7 +173,7 @@ def _fill_counts(connection: Any, query: str, accumulators: dict[str, Any], quot
     import numpy as np
     import sqlalchemy as sa
 
-    from airflow_trainpipe.validation.drift import NumericAccumulator
+    from airflow_trainpipe.data.validation.drift import NumericAccumulator
 
     columns, params = ["COUNT(*)"], {}
     for i, (name, accumulator) in enumerate(accumulators.items()):

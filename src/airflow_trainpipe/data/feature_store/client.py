@@ -18,12 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_trainpipe.sources.sql import SourceError
+from airflow_trainpipe.data.sources.sql import SourceError
 
 FEAST_REQUIREMENT = "feast[duckdb]==0.67.0"
 ENV_VAR = "TRAINPIPE_FEAST_PYTHON"
 TIMEOUT_SECONDS = 6 * 3600  # a retrieval of many millions of rows; a hung child ends at last
-_SRC = Path(__file__).resolve().parents[2]  # the directory holding airflow_trainpipe
+_SRC = Path(__file__).resolve().parents[3]  # the directory holding airflow_trainpipe
 
 
 class FeatureStoreError(SourceError):
@@ -103,7 +103,7 @@ def run_child(python: str | None, command: str, spec: dict[str, Any]) -> dict[st
         argv = [
             interpreter,
             "-m",
-            "airflow_trainpipe.feature_store.child",
+            "airflow_trainpipe.data.feature_store.child",
             command,
             str(spec_file),
             str(result_file),

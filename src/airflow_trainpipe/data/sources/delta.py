@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_trainpipe.core.storage import is_local, local_path, resolve
-from airflow_trainpipe.sources.sorted_export import export_sorted
-from airflow_trainpipe.sources.sql import ExportedFile, SourceError, SourceUnavailable, SqlWindow
-from airflow_trainpipe.sources.time_window import TimeKind, bounds, refused
+from airflow_trainpipe.data.sources.sorted_export import export_sorted
+from airflow_trainpipe.data.sources.sql import ExportedFile, SourceError, SourceUnavailable, SqlWindow
+from airflow_trainpipe.data.sources.time_window import TimeKind, bounds, refused
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,7 +127,7 @@ def storage_options(uri: str, conn_id: str | None) -> dict[str, str] | None:
         )
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-    from airflow_trainpipe.sources.sql import airflow_connection
+    from airflow_trainpipe.data.sources.sql import airflow_connection
 
     airflow_connection(conn_id)  # a clear error for a connection that is not defined
     hook = S3Hook(aws_conn_id=conn_id)

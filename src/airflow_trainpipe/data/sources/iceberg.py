@@ -39,15 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.sources.sorted_export import export_sorted
-from airflow_trainpipe.sources.sql import (
+from airflow_trainpipe.data.sources.sorted_export import export_sorted
+from airflow_trainpipe.data.sources.sql import (
     ExportedFile,
     SourceError,
     SourceUnavailable,
     SqlWindow,
     airflow_connection,
 )
-from airflow_trainpipe.sources.time_window import TimeKind, bounds, refused
+from airflow_trainpipe.data.sources.time_window import TimeKind, bounds, refused
 
 if TYPE_CHECKING:
     import pyarrow as pa
