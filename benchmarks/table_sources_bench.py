@@ -113,11 +113,12 @@ def _child(side: str, folder: str, rows_text: str, out_text: str) -> None:
     import pyarrow.parquet as pq
 
     from airflow_trainpipe.config.sources import DeltaSource, IcebergSource
-    from airflow_trainpipe.data.sources.sql import SqlWindow, airflow_connection
+    from airflow_trainpipe.data.sources.sql import airflow_connection
+    from airflow_trainpipe.data.window import TimeWindow
     from airflow_trainpipe.examples.iceberg_table import catalog_properties, connection
 
     root, rows, out = Path(folder), int(rows_text), Path(out_text)
-    window = SqlWindow(*_window(rows))
+    window = TimeWindow(*_window(rows))
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = connection(root / "iceberg")
     names = ["id", "ts", *(f"f{k}" for k in range(8)), *(f"n{k}" for k in range(4)), "label"]
     fields = {"time_column": "ts", "order_by": ["id"], "columns": [*names, *(f"s{k}" for k in range(5))]}

@@ -23,8 +23,8 @@ from airflow_trainpipe.core.retry_policy import (
     TrainpipeRetryPolicy,
     TrainpipeRetryPolicyMixin,
 )
-from airflow_trainpipe.data.snapshots.manifests import PartitionError, SnapshotError
-from airflow_trainpipe.data.sources.sql import SourceError, SourceUnavailable
+from airflow_trainpipe.data.snapshots.errors import PartitionError, SnapshotError
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
 from airflow_trainpipe.data.window import WindowError
 from airflow_trainpipe.operators.approval import ModelApprovalOperator
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator

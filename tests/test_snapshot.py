@@ -11,19 +11,16 @@ import pytest
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.core.digest import content_digest
+from airflow_trainpipe.data.snapshots.errors import PartitionError, SnapshotError
 from airflow_trainpipe.data.snapshots.manifests import (
-    PartitionError,
-    SnapshotError,
-    cli_window,
     is_current,
     load_manifest,
     missing_partitions,
-    partition_ready,
-    partition_uri,
     resolve_snapshot,
     resolve_window,
 )
-from airflow_trainpipe.data.window import WindowError
+from airflow_trainpipe.data.snapshots.partitions import partition_ready, partition_uri
+from airflow_trainpipe.data.window import WindowError, partitions_for_date
 from airflow_trainpipe.examples.synthetic import Problem, write_day
 
 DAY = date(2026, 1, 2)
@@ -178,7 +175,7 @@ def test_a_window_is_one_snapshot_of_its_partitions_oldest_first(tmp_path: Path)
     days = [date(2026, 2, d) for d in (26, 27, 28)] + [date(2026, 3, 1)]
     written = {day: write_day(tmp_path.as_uri(), day, 50, seed=3, files=2) for day in days}
     data = _windowed(tmp_path, 4)
-    window = cli_window(data, "2026-03-01")
+    window = partitions_for_date(data, "2026-03-01")
     assert window == ["ds=2026-02-26", "ds=2026-02-27", "ds=2026-02-28", "ds=2026-03-01"]
 
     manifest = resolve_window(data, window)
@@ -197,7 +194,7 @@ def test_missing_partitions_below_the_minimum_are_named(tmp_path: Path) -> None:
     for day in (1, 2, 4, 6):
         write_day(tmp_path.as_uri(), date(2026, 3, day), 20, seed=1)
     (tmp_path / "ds=2026-03-05").mkdir()  # an empty folder is as missing as no folder
-    window = cli_window(_windowed(tmp_path, 6), "2026-03-06")
+    window = partitions_for_date(_windowed(tmp_path, 6), "2026-03-06")
 
     assert missing_partitions(_windowed(tmp_path, 6, minimum=4), window) == ["ds=2026-03-03", "ds=2026-03-05"]
     kept = resolve_window(_windowed(tmp_path, 6, minimum=4), window)

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.templates import date_context
-from airflow_trainpipe.data.window import WindowError, run_window, window_partitions
+from airflow_trainpipe.data.window import WindowError, run_partitions, window_partitions
 
 RUN = datetime(2026, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -103,4 +103,4 @@ def test_an_every_finer_than_the_template_is_refused() -> None:
 
 def test_no_window_is_the_run_partition_alone() -> None:
     data = DataSection.model_validate({"uri": "file:///d", "label": "y", "features": {"numeric": ["x"]}})
-    assert run_window(data, {}, "ds=2026-03-01", lambda t, c: "unused") == ["ds=2026-03-01"]
+    assert run_partitions(data, {}, "ds=2026-03-01", lambda t, c: "unused") == ["ds=2026-03-01"]

@@ -75,7 +75,8 @@ def _train(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.core.exceptions import TrainpipeError
-    from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
+    from airflow_trainpipe.data.freeze import snapshot_for_date
+    from airflow_trainpipe.data.snapshots.manifests import load_manifest
 
     try:
         config = load_config(args.config)
@@ -86,7 +87,7 @@ def _train(args: argparse.Namespace) -> int:
             manifest = load_manifest(config.data, args.snapshot)
             files, digest = manifest.file_uris, manifest.digest
         else:
-            manifest = cli_snapshot(config, args.ds)
+            manifest = snapshot_for_date(config, args.ds)
             files, digest = manifest.file_uris, manifest.digest
     except TrainpipeError as exc:
         return _failed(args.config, exc)
@@ -113,7 +114,7 @@ def _tune(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.core.exceptions import TrainpipeError
-    from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+    from airflow_trainpipe.data.freeze import snapshot_for_date
     from airflow_trainpipe.tuning.local import tune_locally
     from airflow_trainpipe.tuning.study import storage_url
 
@@ -122,7 +123,7 @@ def _tune(args: argparse.Namespace) -> int:
         if config.tuning is None:
             print(f"{args.config}: pipeline {config.pipeline} has no `tuning` section", file=sys.stderr)
             return 2
-        manifest = cli_snapshot(config, args.ds)
+        manifest = snapshot_for_date(config, args.ds)
         base = TrainSpec(
             config=config,
             run_id=args.run_id or f"tune-{args.ds}",
@@ -348,7 +349,7 @@ def _render(args: argparse.Namespace) -> int:
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.core.storage import join
-    from airflow_trainpipe.data.snapshots.manifests import partition_uri
+    from airflow_trainpipe.data.snapshots.partitions import partition_uri
     from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels, manifests
 
     try:
@@ -571,7 +572,7 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config.types import PositiveDuration
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.core.storage import resolve
-    from airflow_trainpipe.data.sources import retention
+    from airflow_trainpipe.registry import retention
     from airflow_trainpipe.hooks.mlflow import MlflowHook
 
     try:

@@ -42,10 +42,7 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Trainpipe",
                 "python-modules": [
-                    "airflow_trainpipe.triggers.snapshot",
-                    "airflow_trainpipe.triggers.sql",
-                    "airflow_trainpipe.triggers.delta",
-                    "airflow_trainpipe.triggers.iceberg",
+                    "airflow_trainpipe.triggers.source_rows",
                 ],
             },
         ],

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_trainpipe.data.feature_store import client
 from airflow_trainpipe.data.feature_store.client import FeatureStoreError
-from airflow_trainpipe.data.sources.sql import SourceError
+from airflow_trainpipe.data.sources.errors import SourceError
 
 
 def test_the_interpreter_is_the_configured_one_else_the_environment_s(

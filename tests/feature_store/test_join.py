@@ -14,7 +14,7 @@ import yaml
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.data.freeze import snapshot_for_date
 from airflow_trainpipe.examples.feast_repo import CARD_FEATURES, FEATURE_SERVICE, MERCHANT_FEATURES
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.feast_repo import START, feast_repo
@@ -51,7 +51,7 @@ def test_entity_rows_from_a_delta_table_are_joined_frozen_and_reproducible(
     path.write_text(yaml.safe_dump(config_text, sort_keys=False))
     config = load_config(path)
 
-    manifest = cli_snapshot(config, START.isoformat())
+    manifest = snapshot_for_date(config, START.isoformat())
     assert manifest.source is not None and manifest.source.kind == "delta" and manifest.source.version == 0
     assert manifest.features is not None and manifest.features.feature_service == FEATURE_SERVICE
     assert manifest.rows == 1000 and list(manifest.columns)[-7:] == [*CARD_FEATURES, *MERCHANT_FEATURES]
@@ -67,5 +67,5 @@ def test_entity_rows_from_a_delta_table_are_joined_frozen_and_reproducible(
     # The entity export and the joined rows are both in the store; the manifest names the export's digest.
     assert manifest.features.entity_digest != manifest.digest
 
-    again = cli_snapshot(config, START.isoformat())
+    again = snapshot_for_date(config, START.isoformat())
     assert again.digest == manifest.digest and again.files == manifest.files

@@ -15,7 +15,7 @@ import pytest
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.data.freeze import snapshot_for_date
 from tests.conftest import EXAMPLE_CONFIGS
 
 EXAMPLE = EXAMPLE_CONFIGS / "fraud_detector_delta.yaml"
@@ -33,7 +33,7 @@ def test_the_example_freezes_the_week_make_data_wrote_into_a_delta_table(
     assert trainpipe(["make-data", "--delta", str(table), *days]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"{table} ds=2026-01-08: 1000 row(s), clean"
 
-    manifest = cli_snapshot(config, "2026-01-07")  # the run's day and the 6 before it
+    manifest = snapshot_for_date(config, "2026-01-07")  # the run's day and the 6 before it
     assert manifest.rows == 7_000 and manifest.source is not None
     assert (manifest.source.window_start, manifest.source.window_end) == (
         "2026-01-01T00:00:00+00:00",
@@ -47,7 +47,7 @@ def test_the_example_freezes_the_week_make_data_wrote_into_a_delta_table(
 
     # A day written again replaces its partition in a new version; the window freezes the new rows.
     assert trainpipe(["make-data", "--delta", str(table), "--start", "2026-01-03", "--rows", "400"]) == 0
-    again = cli_snapshot(config, "2026-01-07")
+    again = snapshot_for_date(config, "2026-01-07")
     assert again.rows == 6_400 and again.source is not None and again.source.version == 8
     assert again.digest != manifest.digest
 

@@ -15,7 +15,7 @@ import pytest
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.data.freeze import snapshot_for_date
 from airflow_trainpipe.examples.iceberg_table import LAKE_CONN_ID, connection
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.integration.conftest import load_up
@@ -45,7 +45,7 @@ def test_the_example_freezes_the_week_make_data_wrote_into_an_iceberg_table(
     monkeypatch.setenv(name, quoted)
 
     config = load_config(EXAMPLE)
-    manifest = cli_snapshot(config, "2026-01-07")  # the run's day and the 6 before it
+    manifest = snapshot_for_date(config, "2026-01-07")  # the run's day and the 6 before it
     assert manifest.rows == 7_000 and manifest.source is not None
     assert (manifest.source.window_start, manifest.source.window_end) == (
         "2026-01-01T00:00:00+00:00",

@@ -47,7 +47,7 @@ def test_invalid_hyperparameter_override_fails_without_retry(tmp_path: Path) -> 
 
 
 def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
-    from airflow_trainpipe.data.snapshots.manifests import SnapshotError
+    from airflow_trainpipe.data.snapshots.errors import SnapshotError
 
     text = (
         (EXAMPLE_CONFIGS / "fraud_detector.yaml")

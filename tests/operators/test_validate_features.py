@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.data.freeze import snapshot_for_date
 from airflow_trainpipe.examples.feast_repo import feast_apply, write_repo
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import run_dag_file
@@ -118,7 +118,7 @@ def test_bad_feature_input_stops_before_anything_is_frozen_and_only_an_unreadabl
     }
     configs["accepted"] = (configs["schema_changed"][0], {"accept_feature_changes": True})
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
-    before = cli_snapshot(load_config(configs["schema_changed"][0]), DAY.isoformat())
+    before = snapshot_for_date(load_config(configs["schema_changed"][0]), DAY.isoformat())
     assert (
         before.features is not None
         and before.features.views["card_activity"].dtypes["txn_count_7d"] == "Int64"

@@ -181,7 +181,7 @@ def test_times_out_when_nothing_arrives(airflow_env: dict[str, str], tmp_path: P
 def test_a_partition_outside_the_data_uri_fails_at_once_whatever_the_sensor_flags(
     tmp_path: Path, flag: str, mode: str
 ) -> None:
-    from airflow_trainpipe.data.snapshots.manifests import PartitionError
+    from airflow_trainpipe.data.snapshots.errors import PartitionError
 
     sensor = DataSnapshotSensor(
         task_id="wait_for_data",
@@ -225,10 +225,10 @@ def test_a_sql_source_waits_until_its_window_query_returns_min_rows(
     warehouse.load_days(url, [DAY], 1, seed=9)
     assert sensor.poke(context) is True  # type: ignore[arg-type]
     trigger = sensor._trigger(context)  # type: ignore[arg-type]
-    assert type(trigger).__name__ == "SqlRowsTrigger"
+    assert type(trigger).__name__ == "SourceRowsTrigger" and trigger.kind == "sql"
     assert (
         "event_time >= '2026-01-02T00:00:00+00:00' AND event_time < '2026-01-03T00:00:00+00:00'"
-        in trigger.query
+        in trigger.wait["query"]
     )
 
 
@@ -261,8 +261,8 @@ def test_a_delta_source_waits_until_its_window_holds_min_rows_at_the_current_ver
         f"{table.as_uri()} (version 2) holds 500 row(s) in ((event_time >= 2026-01-02"
     )
     trigger = sensor._trigger(context)  # type: ignore[arg-type]
-    assert type(trigger).__name__ == "DeltaRowsTrigger"
-    assert (trigger.window_start, trigger.window_end) == (
+    assert type(trigger).__name__ == "SourceRowsTrigger" and trigger.kind == "delta"
+    assert (trigger.wait["window_start"], trigger.wait["window_end"]) == (
         "2026-01-02T00:00:00+00:00",
         "2026-01-03T00:00:00+00:00",
     )
@@ -302,8 +302,8 @@ def test_an_iceberg_source_waits_until_its_window_holds_min_rows_at_the_current_
         "event_time >= '2026-01-02T00:00:00+00:00' AND event_time < '2026-01-03T00:00:00+00:00'"
     )
     trigger = sensor._trigger(context)  # type: ignore[arg-type]
-    assert type(trigger).__name__ == "IcebergRowsTrigger"
-    assert (trigger.window_start, trigger.window_end, trigger.min_rows) == (
+    assert type(trigger).__name__ == "SourceRowsTrigger" and trigger.kind == "iceberg"
+    assert (trigger.wait["window_start"], trigger.wait["window_end"], trigger.wait["min_rows"]) == (
         "2026-01-02T00:00:00+00:00",
         "2026-01-03T00:00:00+00:00",
         500,

@@ -19,15 +19,17 @@ from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import DeltaSource
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
-from airflow_trainpipe.data.sources import delta
-from airflow_trainpipe.data.sources.sql import SourceError, SourceUnavailable, SqlWindow
+from airflow_trainpipe.data.freeze import snapshot_for_date
+from airflow_trainpipe.data.snapshots.manifests import load_manifest
+from airflow_trainpipe.data.sources import delta, lineage_tags, source_kind
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
+from airflow_trainpipe.data.window import TimeWindow
 from tests.helpers import lake
 
 DAYS = [date(2026, 3, d) for d in range(1, 6)]
 ROWS_PER_DAY = 1_200
 # 2026-03-02 .. 2026-03-04: three of the table's five days.
-WINDOW = SqlWindow(datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 5, tzinfo=UTC))
+WINDOW = TimeWindow(datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 5, tzinfo=UTC))
 
 
 def _source(uri: str | Path, **overrides: object) -> DeltaSource:
@@ -36,7 +38,7 @@ def _source(uri: str | Path, **overrides: object) -> DeltaSource:
     return DeltaSource.model_validate({**fields, **overrides})
 
 
-def _export(source: DeltaSource, folder: Path, window: SqlWindow = WINDOW) -> delta.DeltaExport:
+def _export(source: DeltaSource, folder: Path, window: TimeWindow = WINDOW) -> delta.DeltaExport:
     folder.mkdir(parents=True, exist_ok=True)
     return delta.export(source, window, folder)
 
@@ -93,7 +95,7 @@ def test_partition_columns_are_restored_with_the_table_s_types(tmp_path: Path) -
     data_file = DeltaTable(str(uri)).file_uris()[0]
     assert "ds=" in data_file and "channel=" in data_file
     assert {"ds", "channel"}.isdisjoint(pq.read_schema(data_file).names)
-    window = SqlWindow(datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 4, tzinfo=UTC))
+    window = TimeWindow(datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 4, tzinfo=UTC))
     exported = _export(_source(uri), tmp_path / "out", window)
     rows = _read(exported)
     assert (
@@ -160,7 +162,7 @@ def test_the_window_is_half_open_in_every_time_column_type(
             exported = _export(
                 _source(instants, time_column=column, order_by=["id"]),
                 tmp_path / f"{start:%H}",
-                SqlWindow(start, end),
+                TimeWindow(start, end),
             )
         except SourceError as exc:
             assert "has no rows in the run's window" in str(exc)
@@ -236,7 +238,7 @@ def test_a_table_that_cannot_give_the_window_is_named_and_not_retried(
 
 
 def test_a_window_without_rows_names_the_table_version_and_filter(table: Path, tmp_path: Path) -> None:
-    empty = SqlWindow(datetime(2026, 4, 1, tzinfo=UTC), datetime(2026, 4, 2, tzinfo=UTC))
+    empty = TimeWindow(datetime(2026, 4, 1, tzinfo=UTC), datetime(2026, 4, 2, tzinfo=UTC))
     with pytest.raises(
         SourceError,
         match=r"transactions \(version 4\) has no rows in the run's window \(\(\(event_time >= 2026-04-01 00:00:00.000000Z\) and \(event_time < 2026-04-02",
@@ -339,7 +341,7 @@ def test_a_snapshot_records_the_version_and_outlives_an_overwrite_and_a_vacuum(
     config = load_config(
         lake.delta_config(tmp_path, uri.as_uri(), partitions=3, batch_rows=250, file_rows=500)
     )
-    before = cli_snapshot(config, "2026-03-04")  # the window 03-02 .. 03-04
+    before = snapshot_for_date(config, "2026-03-04")  # the window 03-02 .. 03-04
     assert before.rows == 3 * 400 and before.format == "parquet" and len(before.files) == 3
     assert before.source is not None
     assert (before.source.kind, before.source.table, before.source.version) == ("delta", uri.as_uri(), 4)
@@ -350,20 +352,20 @@ def test_a_snapshot_records_the_version_and_outlives_an_overwrite_and_a_vacuum(
     assert before.source.filter == (
         "((event_time >= 2026-03-02 00:00:00.000000Z) and (event_time < 2026-03-05 00:00:00.000000Z))"
     )
-    assert before.lineage_tags() == {
+    assert lineage_tags(before) == {
         "trainpipe.data_source": f"delta:{uri.as_uri()}",
         "trainpipe.data_window": "2026-03-02T00:00:00+00:00 .. 2026-03-05T00:00:00+00:00",
         "trainpipe.data_table_version": "4",
         "trainpipe.data_filter": before.source.filter,
     }
     assert all(f.uri.startswith(f"{config.snapshots.uri}/sha256/") for f in before.files)
-    assert cli_snapshot(config, "2026-03-04") == before  # same version, same rows: same snapshot
+    assert snapshot_for_date(config, "2026-03-04") == before  # same version, same rows: same snapshot
 
     # The table is rewritten (other rows, a day fewer) and vacuumed: version 4's files are gone.
     lake.write_days(uri, DAYS[1:], 400, seed=8, mode="overwrite")
     removed = DeltaTable(str(uri)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert len(removed) == len(DAYS)
-    after = cli_snapshot(config, "2026-03-04")
+    after = snapshot_for_date(config, "2026-03-04")
     assert after.digest != before.digest and after.source is not None
     assert after.source.version == DeltaTable(str(uri)).version() > 8  # 4 commits, and the vacuum's
     # The earlier snapshot is what it was: its manifest verifies and its files hold the old rows.
@@ -398,8 +400,8 @@ def test_a_manifest_stored_before_delta_lineage_existed_still_loads(tmp_path: Pa
         }
     )
     assert manifest.source is not None and manifest.source.table is None and manifest.source.version is None
-    assert manifest.source_tags()["trainpipe.data_source"] == "sql:warehouse"
-    assert manifest.source.origin == "warehouse"
+    assert source_kind("sql").lineage_tags(manifest.source)["trainpipe.data_source"] == "sql:warehouse"
+    assert source_kind("sql").origin(manifest.source) == "warehouse"
 
 
 def test_the_config_of_a_delta_source() -> None:
@@ -430,7 +432,7 @@ def test_the_config_of_a_delta_source() -> None:
 
 def test_window_bounds_of_a_date_column_are_the_dates_whose_midnight_is_inside() -> None:
     field = pa.field("ds", pa.date32())
-    hours = SqlWindow(datetime(2026, 1, 1, 18, tzinfo=UTC), datetime(2026, 1, 3, 6, tzinfo=UTC))
+    hours = TimeWindow(datetime(2026, 1, 1, 18, tzinfo=UTC), datetime(2026, 1, 3, 6, tzinfo=UTC))
     assert str(delta.window_filter(field, hours, "t")) == "((ds >= 2026-01-02) and (ds < 2026-01-04))"
-    days = SqlWindow(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=30))
+    days = TimeWindow(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=30))
     assert str(delta.window_filter(field, days, "t")) == "((ds >= 2026-01-01) and (ds < 2026-01-31))"

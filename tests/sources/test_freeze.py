@@ -14,8 +14,10 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
+from airflow_trainpipe.data.freeze import snapshot_for_date
+from airflow_trainpipe.data.snapshots.manifests import load_manifest
 from airflow_trainpipe.data.snapshots.store import freeze_file, frozen_uri
+from airflow_trainpipe.data.sources import lineage_tags
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 2, d) for d in range(1, 8)]
@@ -48,7 +50,7 @@ def test_a_run_s_snapshot_stays_readable_after_the_source_changes(
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     config = load_config(warehouse.sql_config(tmp_path, partitions=3))
-    before = cli_snapshot(config, "2026-02-05")  # the window 02-03 .. 02-05
+    before = snapshot_for_date(config, "2026-02-05")  # the window 02-03 .. 02-05
     assert before.rows == 3 * 400 and before.format == "parquet"
     assert before.source is not None
     assert (before.source.window_start, before.source.window_end) == (
@@ -59,12 +61,12 @@ def test_a_run_s_snapshot_stays_readable_after_the_source_changes(
         "event_time >= '2026-02-03T00:00:00+00:00' AND event_time < '2026-02-06T00:00:00+00:00'"
         in before.source.query
     )
-    tags = before.lineage_tags()
+    tags = lineage_tags(before)
     assert tags["trainpipe.data_source"] == "sql:warehouse"
     assert tags["trainpipe.data_window"] == "2026-02-03T00:00:00+00:00 .. 2026-02-06T00:00:00+00:00"
     assert tags["trainpipe.data_query_sha256"] == hashlib.sha256(before.source.query.encode()).hexdigest()
     assert all(f.uri.startswith(f"{config.snapshots.uri}/sha256/") for f in before.files)
-    assert cli_snapshot(config, "2026-02-05") == before  # same rows: same files, same digest
+    assert snapshot_for_date(config, "2026-02-05") == before  # same rows: same files, same digest
 
     # The warehouse rewrites a day of the window (a late correction) and drops another.
     warehouse.execute(
@@ -72,7 +74,7 @@ def test_a_run_s_snapshot_stays_readable_after_the_source_changes(
         "UPDATE card_transactions SET amount = amount * 2 WHERE event_time >= '2026-02-04' AND event_time < '2026-02-05'",
         "DELETE FROM card_transactions WHERE event_time >= '2026-02-03' AND event_time < '2026-02-04'",
     )
-    after = cli_snapshot(config, "2026-02-05")
+    after = snapshot_for_date(config, "2026-02-05")
     assert after.digest != before.digest and after.rows == 2 * 400
     # The earlier snapshot is what it was: its manifest verifies and its files hold the old rows.
     kept = load_manifest(config.data, before.digest)
@@ -99,7 +101,7 @@ def _files_config(tmp_path: Path) -> Path:
 def test_a_frozen_files_snapshot_trains_on_copies_an_overwritten_partition_cannot_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_trainpipe.data.snapshots.manifests import SnapshotError
+    from airflow_trainpipe.data.snapshots.errors import SnapshotError
     from airflow_trainpipe.data.snapshots.store import freeze_manifest
     from airflow_trainpipe.examples.synthetic import write_day
 
@@ -107,7 +109,7 @@ def test_a_frozen_files_snapshot_trains_on_copies_an_overwritten_partition_canno
     for day in (1, 2):
         write_day((tmp_path / "data").as_uri(), date(2026, 3, day), 300, seed=1)
     config = load_config(_files_config(tmp_path))
-    frozen = cli_snapshot(config, "2026-03-02")
+    frozen = snapshot_for_date(config, "2026-03-02")
     assert [f.uri.split("/sha256/")[0] for f in frozen.files] == [(tmp_path / "snapshots").as_uri()] * 2
     assert frozen.digest == load_manifest(config.data, frozen.digest).digest  # the same data version
     assert frozen.partition_uri == (tmp_path / "data").as_uri() + "/ds=2026-03-02"
@@ -160,7 +162,8 @@ def test_freeze_versions_pins_s3_object_versions_that_later_writes_cannot_change
 ) -> None:
     import boto3
 
-    from airflow_trainpipe.data.snapshots.manifests import is_current, resolve_snapshot, unpinned, version_of
+    from airflow_trainpipe.data.snapshots.manifests import is_current, resolve_snapshot
+    from airflow_trainpipe.data.snapshots.partitions import unpinned, version_of
     from airflow_trainpipe.examples.synthetic import write_day
     from airflow_trainpipe.runtime.data import ChangedDataError, DataError, iter_batches
 
@@ -171,7 +174,7 @@ def test_freeze_versions_pins_s3_object_versions_that_later_writes_cannot_change
     for day in (1, 2):
         write_day("s3://versioned-lake/data", date(2026, 3, day), 300, seed=1)
     config = load_config(_versioned_config(tmp_path, "versioned-lake", "versions"))
-    pinned = cli_snapshot(config, "2026-03-02")
+    pinned = snapshot_for_date(config, "2026-03-02")
     versions = {
         f"s3://versioned-lake/{v['Key']}": v["VersionId"]
         for v in s3.list_object_versions(Bucket="versioned-lake")["Versions"]
@@ -200,7 +203,7 @@ def test_freeze_versions_pins_s3_object_versions_that_later_writes_cannot_change
     )
     with pytest.raises(ChangedDataError, match=r"ds=2026-03-01/part-00000\.parquet changed"):
         list(iter_batches(unpinned_manifest.file_uris, "parquet", columns, manifest=unpinned_manifest))
-    again = cli_snapshot(config, "2026-03-02")  # the new day's version: another data version
+    again = snapshot_for_date(config, "2026-03-02")  # the new day's version: another data version
     assert again.digest != pinned.digest and again.rows == 610
 
     # A lifecycle rule expires the pinned version: reading it fails, naming the file.
@@ -216,7 +219,7 @@ def test_freeze_versions_refuses_an_unversioned_bucket_and_a_local_uri(
     import boto3
 
     from airflow_trainpipe.core.exceptions import ConfigError
-    from airflow_trainpipe.data.snapshots.manifests import UnversionedError
+    from airflow_trainpipe.data.snapshots.errors import UnversionedError
     from airflow_trainpipe.examples.synthetic import write_day
     from tests.conftest import EXAMPLE_CONFIGS
 
@@ -229,7 +232,7 @@ def test_freeze_versions_refuses_an_unversioned_bucket_and_a_local_uri(
         UnversionedError,
         match=r"s3://plain-lake/data/ds=2026-03-01/part-00000\.parquet has no object version",
     ) as caught:
-        cli_snapshot(config, "2026-03-02")
+        snapshot_for_date(config, "2026-03-02")
     assert not caught.value.retryable
 
     local = _versioned_config(tmp_path, "plain-lake", "versions")

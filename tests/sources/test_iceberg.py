@@ -20,9 +20,11 @@ from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import DeltaSource, IcebergSource
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
-from airflow_trainpipe.data.sources import delta, iceberg
-from airflow_trainpipe.data.sources.sql import SourceError, SourceUnavailable, SqlWindow
+from airflow_trainpipe.data.freeze import snapshot_for_date
+from airflow_trainpipe.data.snapshots.manifests import load_manifest
+from airflow_trainpipe.data.sources import delta, iceberg, lineage_tags, source_kind
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
+from airflow_trainpipe.data.window import TimeWindow
 from airflow_trainpipe.examples.iceberg_table import connection
 from tests.helpers import iceberg_lake, lake
 from tests.helpers.warehouse import COLUMNS
@@ -30,7 +32,7 @@ from tests.helpers.warehouse import COLUMNS
 DAYS = [date(2026, 3, d) for d in range(1, 6)]
 ROWS_PER_DAY = 1_200
 # 2026-03-02 .. 2026-03-04: three of the table's five days.
-WINDOW = SqlWindow(datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 5, tzinfo=UTC))
+WINDOW = TimeWindow(datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 5, tzinfo=UTC))
 NAMES = [c.strip() for c in COLUMNS.split(",")]
 
 
@@ -45,7 +47,7 @@ def _source(table: str = iceberg_lake.TABLE, **overrides: object) -> IcebergSour
     return IcebergSource.model_validate({**fields, **overrides})
 
 
-def _export(source: IcebergSource, folder: Path, window: SqlWindow = WINDOW) -> iceberg.IcebergExport:
+def _export(source: IcebergSource, folder: Path, window: TimeWindow = WINDOW) -> iceberg.IcebergExport:
     folder.mkdir(parents=True, exist_ok=True)
     return iceberg.export(source, window, folder)
 
@@ -178,7 +180,7 @@ def test_the_window_is_half_open_in_every_time_column_type(
     def ids(start: datetime, end: datetime) -> list[int]:
         source = _source("events.instants", time_column=column, order_by=["id"])
         try:
-            exported = _export(source, tmp_path / f"{start:%d%H}-{end:%d%H}", SqlWindow(start, end))
+            exported = _export(source, tmp_path / f"{start:%d%H}-{end:%d%H}", TimeWindow(start, end))
         except SourceError as exc:
             assert "has no rows in the run's window" in str(exc)
             return []
@@ -220,7 +222,7 @@ def test_the_filter_text_is_the_filter_the_scan_runs() -> None:
         NestedField(2, "event time", TimestampType()),
         NestedField(3, "ds", StringType()),
     )
-    window = SqlWindow(datetime(2026, 1, 1, 6, tzinfo=UTC), datetime(2026, 1, 2, 6, tzinfo=UTC))
+    window = TimeWindow(datetime(2026, 1, 1, 6, tzinfo=UTC), datetime(2026, 1, 2, 6, tzinfo=UTC))
     texts = {}
     for column in ("in", "event time", "ds"):
         expression, texts[column] = iceberg.window_filter(schema, column, window, "t")
@@ -302,7 +304,7 @@ def test_a_table_that_cannot_give_the_window_is_named_and_not_retried(
 def test_a_window_without_rows_or_a_table_without_snapshots_names_the_table_and_filter(
     lake_conn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    empty = SqlWindow(datetime(2026, 4, 1, tzinfo=UTC), datetime(2026, 4, 2, tzinfo=UTC))
+    empty = TimeWindow(datetime(2026, 4, 1, tzinfo=UTC), datetime(2026, 4, 2, tzinfo=UTC))
     with pytest.raises(
         SourceError,
         match=r"Iceberg table sales.card_transactions \(snapshot \d+, catalog lake\) has no rows in the "
@@ -370,7 +372,7 @@ def test_a_snapshot_records_the_snapshot_id_and_outlives_an_overwrite_and_the_ex
     iceberg_lake.write_days(table, DAYS, 400)
     snapshot_id = table.refresh().current_snapshot().snapshot_id
     config = load_config(iceberg_lake.iceberg_config(tmp_path, partitions=3, batch_rows=250, file_rows=500))
-    before = cli_snapshot(config, "2026-03-04")  # the window 03-02 .. 03-04
+    before = snapshot_for_date(config, "2026-03-04")  # the window 03-02 .. 03-04
     assert before.rows == 3 * 400 and before.format == "parquet" and len(before.files) == 3
     assert before.source is not None
     assert (before.source.kind, before.source.conn_id, before.source.table, before.source.snapshot_id) == (
@@ -382,20 +384,24 @@ def test_a_snapshot_records_the_snapshot_id_and_outlives_an_overwrite_and_the_ex
     assert before.source.filter == (
         "event_time >= '2026-03-02T00:00:00+00:00' AND event_time < '2026-03-05T00:00:00+00:00'"
     )
-    assert before.source.origin == f"sales.card_transactions of catalog lake at snapshot {snapshot_id}"
-    assert before.lineage_tags() == {
+    assert before.source is not None
+    assert (
+        source_kind("iceberg").origin(before.source)
+        == f"sales.card_transactions of catalog lake at snapshot {snapshot_id}"
+    )
+    assert lineage_tags(before) == {
         "trainpipe.data_source": "iceberg:lake/sales.card_transactions",
         "trainpipe.data_window": "2026-03-02T00:00:00+00:00 .. 2026-03-05T00:00:00+00:00",
         "trainpipe.data_snapshot_id": str(snapshot_id),
         "trainpipe.data_filter": before.source.filter,
     }
-    assert cli_snapshot(config, "2026-03-04") == before  # same snapshot, same rows: same manifest
+    assert snapshot_for_date(config, "2026-03-04") == before  # same snapshot, same rows: same manifest
 
     # A day is overwritten and the old snapshots expire, their files deleted: the snapshot the
     # manifest names can no longer be read at the source.
     iceberg_lake.write_days(table, [DAYS[2]], 400, seed=8)
     assert len(iceberg_lake.expire_snapshots(table)) == 1
-    after = cli_snapshot(config, "2026-03-04")
+    after = snapshot_for_date(config, "2026-03-04")
     assert after.digest != before.digest and after.source is not None
     assert after.source.snapshot_id == table.refresh().current_snapshot().snapshot_id != snapshot_id
     assert [s.snapshot_id for s in table.refresh().snapshots()] == [after.source.snapshot_id]

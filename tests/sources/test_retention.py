@@ -16,7 +16,8 @@ from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot, load_manifest
+from airflow_trainpipe.data.freeze import snapshot_for_date
+from airflow_trainpipe.data.snapshots.manifests import load_manifest
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 2, d) for d in range(1, 8)]
@@ -74,9 +75,9 @@ def test_gc_keeps_what_versions_runs_and_recent_uses_read_and_deletes_only_when_
     monkeypatch.delenv("AIRFLOW_CONN_MLFLOW_DEFAULT", raising=False)
     store = tmp_path / "snapshots"
     a, b = _pipeline(tmp_path, "pipeline_a"), _pipeline(tmp_path, "pipeline_b")
-    registered = cli_snapshot(load_config(a), "2026-02-03")  # window 02-02 .. 02-03
-    unreferenced = cli_snapshot(load_config(a), "2026-02-05")
-    recent = cli_snapshot(load_config(b), "2026-02-07")  # b's: gc is given only a's config
+    registered = snapshot_for_date(load_config(a), "2026-02-03")  # window 02-02 .. 02-03
+    unreferenced = snapshot_for_date(load_config(a), "2026-02-05")
+    recent = snapshot_for_date(load_config(b), "2026-02-07")  # b's: gc is given only a's config
     _register("pipeline_a", registered.digest)
     for manifest, pipeline in ((registered, "pipeline_a"), (unreferenced, "pipeline_a")):
         _age(manifest, store, pipeline, OLD)
@@ -115,7 +116,7 @@ def test_a_registry_that_cannot_be_read_deletes_nothing(
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     a = _pipeline(tmp_path, "pipeline_a")
-    old = cli_snapshot(load_config(a), "2026-02-03")
+    old = snapshot_for_date(load_config(a), "2026-02-03")
     _age(old, tmp_path / "snapshots", "pipeline_a", OLD)
     monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")

@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_trainpipe.config.sources import DeltaSource, IcebergSource
+from airflow_trainpipe.data.sources.errors import SourceError
 from airflow_trainpipe.data.sources.sorted_export import export_sorted, sorted_batches
-from airflow_trainpipe.data.sources.sql import SourceError
 
 
 def _source(**fields: object) -> DeltaSource:

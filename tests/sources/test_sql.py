@@ -18,6 +18,7 @@ from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.sources import SqlSource
 from airflow_trainpipe.config.templates import date_context
 from airflow_trainpipe.data.sources import sql
+from airflow_trainpipe.data.window import run_time_window
 from tests.helpers import warehouse
 
 DAYS = [date(2026, 1, d) for d in range(1, 5)]
@@ -180,14 +181,14 @@ def test_the_window_is_the_run_s_day_or_the_days_before_it_as_quoted_literals() 
     }
     context = date_context(datetime(2026, 1, 31, tzinfo=UTC))
     render = lambda template, names: __import__("jinja2").Template(template).render(**names)  # noqa: E731
-    day = sql.run_window(DataSection.model_validate(data), context, "ds=2026-01-31", render)
+    day = run_time_window(DataSection.model_validate(data), context, "ds=2026-01-31", render)
     assert day.names() == {
         "window_start": "'2026-01-31T00:00:00+00:00'",
         "window_end": "'2026-02-01T00:00:00+00:00'",
         "window_start_date": "'2026-01-31'",
         "window_end_date": "'2026-02-01'",
     }
-    thirty = sql.run_window(
+    thirty = run_time_window(
         DataSection.model_validate({**data, "window": {"partitions": 30}}), context, "ds=2026-01-31", render
     )
     assert (thirty.start, thirty.end) == (datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC))
@@ -195,17 +196,19 @@ def test_the_window_is_the_run_s_day_or_the_days_before_it_as_quoted_literals() 
     import pendulum
 
     airflow_context = {**context, "logical_date": pendulum.datetime(2026, 1, 31, 2, 0, tz="UTC")}
-    assert sql.run_window(DataSection.model_validate(data), airflow_context, "ds=2026-01-31", render) == day
+    assert run_time_window(DataSection.model_validate(data), airflow_context, "ds=2026-01-31", render) == day
     # Hourly slots start at the run's hour.
     hourly = {**data, "partition": "hour={{ ts_nodash }}", "window": {"partitions": 24, "every": "1h"}}
     at_five = {**context, **date_context(datetime(2026, 1, 31, 5, tzinfo=UTC))}
-    day_of_hours = sql.run_window(DataSection.model_validate(hourly), at_five, "hour=20260131T050000", render)
+    day_of_hours = run_time_window(
+        DataSection.model_validate(hourly), at_five, "hour=20260131T050000", render
+    )
     assert (day_of_hours.start, day_of_hours.end) == (
         datetime(2026, 1, 30, 6, tzinfo=UTC),
         datetime(2026, 1, 31, 6, tzinfo=UTC),
     )
     # A backfill's partition (chosen in the trigger form) moves the window with it.
-    back = sql.run_window(DataSection.model_validate(data), context, "ds=2026-01-10", render)
+    back = run_time_window(DataSection.model_validate(data), context, "ds=2026-01-10", render)
     assert (back.start, back.end) == (datetime(2026, 1, 10, tzinfo=UTC), datetime(2026, 1, 11, tzinfo=UTC))
 
 

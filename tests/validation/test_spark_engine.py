@@ -20,8 +20,9 @@ from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.retry_policy import TRAINPIPE_RETRY_POLICY
 from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
 from airflow_trainpipe.data.validation import drift
-from airflow_trainpipe.data.validation.spark_engine import SparkEngineError, SparkUnavailable
-from airflow_trainpipe.data.validation.validate import ValidationReport, history_payload, validate_snapshot
+from airflow_trainpipe.data.validation.report import ValidationReport
+from airflow_trainpipe.data.validation.spark_connect import SparkEngineError, SparkUnavailable
+from airflow_trainpipe.data.validation.validate import history_payload, validate_snapshot
 from airflow_trainpipe.examples.synthetic import Problem, write_day
 from tests.conftest import EXAMPLE_CONFIGS, free_port
 

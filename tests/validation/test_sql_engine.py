@@ -13,9 +13,10 @@ import yaml
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.exceptions import ConfigError
-from airflow_trainpipe.data.snapshots.manifests import cli_snapshot
+from airflow_trainpipe.data.freeze import snapshot_for_date
 from airflow_trainpipe.data.validation import drift
-from airflow_trainpipe.data.validation.validate import ValidationReport, history_payload, validate_snapshot
+from airflow_trainpipe.data.validation.report import ValidationReport
+from airflow_trainpipe.data.validation.validate import history_payload, validate_snapshot
 from tests.helpers import warehouse
 
 pytestmark = pytest.mark.slow
@@ -70,7 +71,7 @@ def _validated(
     folder: Path, engine: str, day: str, reference: ValidationReport | None = None
 ) -> ValidationReport:
     config = load_config(_config_file(folder / engine, engine))
-    manifest = cli_snapshot(config, day)
+    manifest = snapshot_for_date(config, day)
     assert manifest.source is not None
     record = None
     if reference is not None:

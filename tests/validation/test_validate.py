@@ -13,12 +13,8 @@ import pytest
 from airflow_trainpipe.config import PipelineConfig, parse_config
 from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
 from airflow_trainpipe.data.validation import history
-from airflow_trainpipe.data.validation.validate import (
-    ValidationReport,
-    history_payload,
-    validate_snapshot,
-    write_report,
-)
+from airflow_trainpipe.data.validation.report import ValidationReport
+from airflow_trainpipe.data.validation.validate import history_payload, validate_snapshot, write_report
 from airflow_trainpipe.examples.synthetic import Problem, write_day
 from tests.conftest import EXAMPLE_CONFIGS
 

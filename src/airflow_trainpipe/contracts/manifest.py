@@ -27,7 +27,8 @@ class SourceLineage(BaseModel):
     files, never the source again (its rows and versions change and expire).
 
     Fields of one kind are None for the other; a manifest stored before a field existed reads
-    with it None (every field after `kind` but the window is optional)."""
+    with it None (every field after `kind` but the window is optional). What the fields mean as
+    tags and in logs is the kind's to say (`data.sources.<kind>.KIND.lineage_tags`, `origin`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -51,15 +52,6 @@ class SourceLineage(BaseModel):
     snapshot_id: int | None = None
     """iceberg: the snapshot the rows were read at (the first one that gave these bytes, when a
     later snapshot gave them again: the manifest is stored once per digest)."""
-
-    @property
-    def origin(self) -> str:
-        """What the rows were read from, for logs: a connection, or a table at a version."""
-        if self.kind == "delta":
-            return f"{self.table} at version {self.version}"
-        if self.kind == "iceberg":
-            return f"{self.table} of catalog {self.conn_id} at snapshot {self.snapshot_id}"
-        return str(self.conn_id)
 
 
 class FeatureViewLineage(BaseModel):
@@ -140,40 +132,6 @@ class Manifest(BaseModel):
     @property
     def short_digest(self) -> str:
         return self.digest.removeprefix("sha256:")[:12]
-
-    def lineage_tags(self) -> dict[str, str]:
-        """The MLflow tags of where the snapshot came from, beyond its digest."""
-        return {**self.window_tags(), **self.source_tags(), **(self.features.tags() if self.features else {})}
-
-    def source_tags(self) -> dict[str, str]:
-        """A `sql` snapshot's connection, window and query hash (the manifest keeps the query); a
-        `delta` snapshot's table, version, window and filter; an `iceberg` snapshot's catalog
-        connection and table, snapshot id, window and filter."""
-        source = self.source
-        if source is None:
-            return {}
-        window = {"trainpipe.data_window": f"{source.window_start} .. {source.window_end}"}
-        if source.kind == "delta":
-            return {
-                "trainpipe.data_source": f"delta:{source.table}",
-                **window,
-                "trainpipe.data_table_version": str(source.version),
-                "trainpipe.data_filter": str(source.filter)[:5000],  # MLflow caps a tag value
-            }
-        if source.kind == "iceberg":
-            return {
-                "trainpipe.data_source": f"iceberg:{source.conn_id}/{source.table}",
-                **window,
-                "trainpipe.data_snapshot_id": str(source.snapshot_id),
-                "trainpipe.data_filter": str(source.filter)[:5000],
-            }
-        import hashlib
-
-        return {
-            "trainpipe.data_source": f"{source.kind}:{source.conn_id}",
-            **window,
-            "trainpipe.data_query_sha256": hashlib.sha256((source.query or "").encode()).hexdigest(),
-        }
 
     def window_tags(self) -> dict[str, str]:
         """Lineage tags of a window snapshot (none for one partition): what it spans, what it lacked."""

@@ -1,16 +1,19 @@
-"""Rolling windows: which partitions `data.window` spans for one run.
+"""The run's window: the partitions a `files` source reads (`run_partitions`), or the period of
+rows a `sql`, `delta` or `iceberg` source reads (`run_time_window`).
 
 Airflow 3.3's partition windows (`airflow.sdk` RollupMapper with Day/Week/MonthWindow) roll up
 fixed calendar periods, each upstream key feeding one downstream key; a window that slides with
 every run ("the last 30 days") is not one of them. So the task computes it: the earlier
 partitions are `data.partition` rendered with the run's dates moved back `every` at a time,
-which also works for cron runs that have no partition key.
+which also works for cron runs that have no partition key. A table source's window is a period
+`[start, end)` of whole slots (days by default) ending with the run's.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +104,7 @@ def window_partitions(
     return rendered
 
 
-def run_window(
+def run_partitions(
     data: DataSection,
     context: Mapping[str, Any],
     partition: str,
@@ -121,3 +124,51 @@ def run_window(
         data.window.every,
         lambda moved: str(render_template(data.partition, moved)),
     )
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """The run's half-open period `[start, end)` of rows: the window of a `sql`, `delta` or
+    `iceberg` source (a `files` source's window is a list of partitions, `run_partitions`)."""
+
+    start: datetime
+    end: datetime
+
+    def names(self) -> dict[str, str]:
+        """What the query template sees: complete, quoted SQL literals."""
+        return {
+            "window_start": f"'{self.start.isoformat()}'",
+            "window_end": f"'{self.end.isoformat()}'",
+            "window_start_date": f"'{self.start.date().isoformat()}'",
+            "window_end_date": f"'{self.end.date().isoformat()}'",
+        }
+
+
+def run_time_window(
+    data: DataSection, context: Mapping[str, Any], partition: str, render: Callable, slots: int | None = None
+) -> TimeWindow:
+    """The run's slot, or the `data.window.partitions` slots ending with it (`slots`: that many).
+
+    A slot is `every` long (a day by default) and starts at the run's logical date floored to a
+    multiple of `every` (midnight UTC for days, the hour for hours); a backfill's partition chosen
+    in the trigger form moves it to the date that renders that partition."""
+    end_context = anchored(context, partition, lambda moved: str(render(data.partition, moved)))
+    moment = end_context.get("logical_date") or datetime.fromisoformat(str(end_context["ds"]))
+    # A plain UTC datetime: Airflow's context holds pendulum's, whose intervals do not divide.
+    moment = datetime.fromtimestamp(
+        (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp(), UTC
+    )
+    every = data.window.every if data.window is not None else timedelta(days=1)
+    count = slots or (data.window.partitions if data.window is not None else 1)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    end = epoch + every * ((moment - epoch) // every) + every
+    return TimeWindow(start=end - every * count, end=end)
+
+
+def partitions_for_date(data: DataSection, ds: str) -> list[str]:
+    """The partitions a run on `ds` outside Airflow reads (the CLI), oldest first, as the DAG's
+    run of that date would."""
+    from airflow_trainpipe.config.templates import date_names, render
+
+    names = date_names(ds)
+    return run_partitions(data, names, render(data.partition, names), render)

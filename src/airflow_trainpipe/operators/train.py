@@ -136,8 +136,8 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         Files given without a digest (a hand-written task) train unverified, as given.
         """
         from airflow_trainpipe.contracts.payloads import ValidationSummary, read_payload
+        from airflow_trainpipe.data.freeze import freeze_run
         from airflow_trainpipe.data.snapshots.manifests import load_manifest
-        from airflow_trainpipe.data.sources import freeze_run
 
         files, digest = self._given_files(), self.data_digest
         if self.validation is not None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.contracts.manifest import Manifest
     from airflow_trainpipe.contracts.payloads import ValidationSummary
-    from airflow_trainpipe.data.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.report import ValidationReport
 
 
 class DataValidationFailed(AirflowFailException):
@@ -62,17 +62,19 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.config.data.source.kind != "files" or self.config.data.feature_store is not None:
+        from airflow_trainpipe.data.sources import source_kind
+
+        if source_kind(self.config.data.source.kind).exported or self.config.data.feature_store is not None:
             return self._execute_frozen(context)
         from airflow_trainpipe.data.snapshots.manifests import (
             missing_partitions,
             resolve_snapshot,
             window_snapshot,
         )
-        from airflow_trainpipe.data.window import run_window
+        from airflow_trainpipe.data.window import run_partitions
 
         data = self.config.data
-        window = run_window(data, context, self.partition, self.render_template)
+        window = run_partitions(data, context, self.partition, self.render_template)
         missing = missing_partitions(data, window, self.conn_id)
         manifest = resolve_snapshot(data, self.partition, self.conn_id)
         self._log_snapshot(manifest)
@@ -115,7 +117,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         run's rows exported (joined) once into the snapshot store, then checked there (or, with
         `validation.engine: sql`, in the database over the query the export ran); training reads
         the same frozen files."""
-        from airflow_trainpipe.data.sources import freeze_run
+        from airflow_trainpipe.data.freeze import freeze_run
+        from airflow_trainpipe.data.sources import source_kind
 
         manifest = freeze_run(self.config, context, self.partition, self.render_template, self.conn_id)
         if manifest.source is not None:
@@ -123,7 +126,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 "exported %s .. %s from %s into the snapshot store",
                 manifest.source.window_start,
                 manifest.source.window_end,
-                manifest.source.origin,
+                source_kind(manifest.source.kind).origin(manifest.source),
             )
         if manifest.features is not None:
             self.log.info(
@@ -202,7 +205,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     def _recorded(self, partition: str) -> Manifest | None:
         """The manifest a usable validation record of `partition` names, while the partition still
         holds exactly those files (a listing and a stat per file); None when it must be validated."""
-        from airflow_trainpipe.data.snapshots.manifests import SnapshotError, is_current, load_manifest
+        from airflow_trainpipe.data.snapshots.errors import SnapshotError
+        from airflow_trainpipe.data.snapshots.manifests import is_current, load_manifest
         from airflow_trainpipe.data.validation import history
 
         data = self.config.data
@@ -229,7 +233,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
 
         config, data = self.config, self.config.data
         if config.validation.engine == "spark":
-            from airflow_trainpipe.data.validation.spark_engine import spark_remote
+            from airflow_trainpipe.data.validation.spark_connect import spark_remote
 
             self.log.info(
                 "validation.engine spark: the expectations and drift profiles run on %s", spark_remote(config)
@@ -286,7 +290,8 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         """The validation record of the champion's data, once per task (a window validates many
         partitions), and why there is none. A window's snapshot has no record of its own: its
         newest partition's, the one validated on the champion's day, stands for it."""
-        from airflow_trainpipe.data.snapshots.manifests import SnapshotError, load_manifest
+        from airflow_trainpipe.data.snapshots.errors import SnapshotError
+        from airflow_trainpipe.data.snapshots.manifests import load_manifest
         from airflow_trainpipe.data.validation import history
 
         data, pipeline = self.config.data, self.config.pipeline

@@ -27,8 +27,8 @@ def load_online(
     registered model); nothing without a feature store."""
     from airflow_trainpipe.data.feature_store import client
     from airflow_trainpipe.data.feature_store.join import repo_path
-    from airflow_trainpipe.data.sources import named_errors
-    from airflow_trainpipe.data.sources.sql import SourceError
+    from airflow_trainpipe.data.freeze import named_errors
+    from airflow_trainpipe.data.sources.errors import SourceError
 
     section = config.data.feature_store
     if section is None or not section.materialize:

@@ -32,6 +32,7 @@ from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.core.storage import filesystem, join, resolve
+from airflow_trainpipe.data.sources import lineage_tags
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.blocks import BlockReader
 from airflow_trainpipe.runtime.checkpoint import (
@@ -253,7 +254,7 @@ class Trainer:
                 "trainpipe.transform_hash": self.prepared.transform.hash,
                 "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
                 "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
-                **(self.spec.manifest.lineage_tags() if self.spec.manifest is not None else {}),
+                **(lineage_tags(self.spec.manifest) if self.spec.manifest is not None else {}),
             }
         )
         # Everything this job was told (config, files and their manifest, effective

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
-    from airflow_trainpipe.data.sources.sql import SqlWindow
-
 
 class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
     """Wait until the run's partition `<data.uri>/<partition>/` is complete.
@@ -64,40 +62,22 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
 
     @property
     def partition_uri(self) -> str:
-        from airflow_trainpipe.data.snapshots.manifests import partition_uri
+        from airflow_trainpipe.data.snapshots.partitions import partition_uri
 
         return partition_uri(self.data, self.partition)
 
+    def _wait(self, context: Context) -> dict[str, Any]:
+        """What the source kind waits for on this run: its own slot (a partition, a day of rows)."""
+        from airflow_trainpipe.data.sources import source_kind
+
+        return source_kind(self.data.source.kind).wait(
+            self.data, context, self.partition, self.render_template, self.conn_id
+        )
+
     def _ready(self, context: Context) -> tuple[bool, str]:
-        from airflow_trainpipe.data.snapshots.manifests import partition_ready
+        from airflow_trainpipe.data.sources import source_kind
 
-        wait, source = self.data.wait, self.data.source
-        if source.kind == "sql":
-            from airflow_trainpipe.data.sources.sql import rows_ready
-
-            return rows_ready(source.conn_id, self._query(context), wait.min_rows or 1)
-        if source.kind == "delta":
-            from airflow_trainpipe.data.sources import delta
-
-            return delta.rows_ready(source, self._window(context), wait.min_rows or 1)
-        if source.kind == "iceberg":
-            from airflow_trainpipe.data.sources import iceberg
-
-            return iceberg.rows_ready(source, self._window(context), wait.min_rows or 1)
-        return partition_ready(self.partition_uri, self.data.format, wait.marker, wait.min_rows, self.conn_id)
-
-    def _query(self, context: Context) -> str:
-        """A `sql` source's query for the run's own day: earlier days of a window landed before."""
-        from airflow_trainpipe.data.sources import rendered_query
-
-        return rendered_query(self.data, context, self.partition, self.render_template, own_slot=True)
-
-    def _window(self, context: Context) -> SqlWindow:
-        """A table source's slot to wait for: the run's own day, the window's last (earlier
-        days landed before, as a files source waits for its own partition only)."""
-        from airflow_trainpipe.data.sources.sql import run_window
-
-        return run_window(self.data, context, self.partition, self.render_template, slots=1)
+        return source_kind(self.data.source.kind).ready(self._wait(context))
 
     def poke(self, context: Context) -> bool:
         ready, reason = self._ready(context)
@@ -108,7 +88,7 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         # The rendered partition first, outside the poke loop: a path that leaves data.uri is the
         # run's own input gone wrong (the form, a conf), not a failed poke. Inside the loop
         # silent_fail would poke it again until the timeout and soft_fail would skip the run.
-        from airflow_trainpipe.data.snapshots.manifests import partition_uri
+        from airflow_trainpipe.data.snapshots.partitions import partition_uri
 
         partition_uri(self.data, self.partition)  # PartitionError: not retryable, never a skip
         if not self.deferrable:
@@ -124,38 +104,10 @@ class DataSnapshotSensor(TrainpipeRetryPolicyMixin, BaseSensorOperator):
         raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
     def _trigger(self, context: Context) -> BaseTrigger:
-        wait, interval = self.data.wait, _seconds(self.poke_interval)
-        if self.data.source.kind in ("delta", "iceberg"):
-            from airflow_trainpipe.triggers.delta import DeltaRowsTrigger
-            from airflow_trainpipe.triggers.iceberg import IcebergRowsTrigger
+        from airflow_trainpipe.triggers.source_rows import SourceRowsTrigger
 
-            window = self._window(context)
-            trigger = DeltaRowsTrigger if self.data.source.kind == "delta" else IcebergRowsTrigger
-            return trigger(
-                source=self.data.source.model_dump(mode="json"),
-                window_start=window.start.isoformat(),
-                window_end=window.end.isoformat(),
-                min_rows=wait.min_rows or 1,
-                poke_interval=interval,
-            )
-        if self.data.source.kind == "sql":
-            from airflow_trainpipe.triggers.sql import SqlRowsTrigger
-
-            return SqlRowsTrigger(
-                conn_id=self.data.source.conn_id,
-                query=self._query(context),
-                min_rows=wait.min_rows or 1,
-                poke_interval=interval,
-            )
-        from airflow_trainpipe.triggers.snapshot import DataSnapshotTrigger
-
-        return DataSnapshotTrigger(
-            uri=self.partition_uri,
-            format=self.data.format,
-            marker=wait.marker,
-            min_rows=wait.min_rows,
-            conn_id=self.conn_id,
-            poke_interval=interval,
+        return SourceRowsTrigger(
+            kind=self.data.source.kind, wait=self._wait(context), poke_interval=_seconds(self.poke_interval)
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> str:

@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-
-if TYPE_CHECKING:
-    from airflow_trainpipe.data.sources.sql import SqlWindow
 
 
 class PollingTrigger(BaseTrigger):
@@ -52,39 +48,3 @@ class PollingTrigger(BaseTrigger):
                 return
             self.log.info("waiting: %s", reason)
             await asyncio.sleep(self.poke_interval)
-
-
-class WindowRowsTrigger(PollingTrigger):
-    """A table source's wait (`delta`, `iceberg`): fires once the table holds `min_rows` rows in
-    the run's window. The source travels as its config (a dict), the window as ISO timestamps;
-    subclasses give `_ready()`."""
-
-    def __init__(
-        self,
-        *,
-        source: dict[str, Any],
-        window_start: str,
-        window_end: str,
-        min_rows: int,
-        poke_interval: float = 300.0,
-    ) -> None:
-        super().__init__()
-        self.source = source
-        self.window_start = window_start
-        self.window_end = window_end
-        self.min_rows = min_rows
-        self.poke_interval = poke_interval
-
-    def _arguments(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "window_start": self.window_start,
-            "window_end": self.window_end,
-            "min_rows": self.min_rows,
-            "poke_interval": self.poke_interval,
-        }
-
-    def _window(self) -> SqlWindow:
-        from airflow_trainpipe.data.sources.sql import SqlWindow
-
-        return SqlWindow(datetime.fromisoformat(self.window_start), datetime.fromisoformat(self.window_end))

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_trainpipe.data.sources.sql import SourceError
+from airflow_trainpipe.data.sources.errors import SourceError
 
 FEAST_REQUIREMENT = "feast[duckdb]==0.67.0"
 ENV_VAR = "TRAINPIPE_FEAST_PYTHON"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config.feature_store import ACCEPT_CHANGES_PARAM
 from airflow_trainpipe.core.storage import filesystem, join, resolve, trainpipe_home
-from airflow_trainpipe.data.sources.sql import SourceError
+from airflow_trainpipe.data.sources.errors import SourceError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -53,7 +53,8 @@ def join_features(
 ) -> Manifest:
     """The entity rows joined with the configured features as of each row's event time, frozen."""
     from airflow_trainpipe.data.feature_store import client
-    from airflow_trainpipe.data.snapshots.store import check_columns, freeze_file, scratch_folder
+    from airflow_trainpipe.data.snapshots.store import freeze_file, scratch_folder
+    from airflow_trainpipe.data.sources.base import check_columns
 
     section = config.data.feature_store
     assert section is not None
@@ -167,7 +168,7 @@ def _lineage(
 
 def views_uri(config: PipelineConfig) -> str:
     """The pipeline's record of the feature views its last run joined from."""
-    from airflow_trainpipe.data.snapshots.manifests import STATE_DIR
+    from airflow_trainpipe.data.snapshots.partitions import STATE_DIR
 
     return join(resolve(config.data.uri), STATE_DIR, "feature_views", f"{config.pipeline}.json")
 

@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.contracts.manifest import Manifest, SnapshotFile, SourceLineage
-    from airflow_trainpipe.data.sources.delta import DeltaExport
-    from airflow_trainpipe.data.sources.iceberg import IcebergExport
-    from airflow_trainpipe.data.sources.sql import SqlWindow
 
 
 def frozen_uri(store: str, sha256: str, suffix: str = ".parquet") -> str:
@@ -85,7 +82,7 @@ def copy_hashed(uri: str, out: IO[bytes], conn_id: str | None = None) -> str:
 
 
 def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> SnapshotFile:
-    from airflow_trainpipe.data.snapshots.manifests import SnapshotError
+    from airflow_trainpipe.data.snapshots.errors import SnapshotError
 
     suffix = "." + entry.uri.rsplit(".", 1)[-1] if "." in entry.uri.rsplit("/", 1)[-1] else ""
     uri = frozen_uri(store, entry.sha256, suffix)
@@ -103,39 +100,6 @@ def _copy_into_store(entry: SnapshotFile, store: str, conn_id: str | None) -> Sn
                 f"validated {entry.sha256[:12]}...); nothing is frozen or trained from it"
             )
         return freeze_file(Path(staged.name), entry.rows, store, conn_id)
-
-
-# What a mistyped numeric feature asks of a query, and of a table (the export has no query).
-QUERY_REMEDY = "cast it to a number in the query"
-TABLE_REMEDY = "cast it to a number in the table, or list it in data.features.categorical"
-
-
-def check_columns(
-    config: PipelineConfig, schema: pa.Schema, remedy: str = QUERY_REMEDY, *, entity_rows: bool = False
-) -> None:
-    """The columns the pipeline reads are in the result, numeric features as numbers: caught
-    here, before anything is frozen, rather than as a transform error inside the training job.
-    `entity_rows`: the source's own rows; with a feature store they need the label, the keys, the
-    event time and only the features that are not the store's (all are checked once joined)."""
-    import pyarrow.types as pat
-
-    from airflow_trainpipe.data.sources.sql import SourceError
-
-    data = config.data
-    features = data.features.all
-    if entity_rows and data.feature_store is not None:
-        features = [name for name in features if name in schema.names] + [data.feature_store.timestamp_column]
-    needed = [data.label, *features, *filter(None, [data.group, data.holdout.key_column])]
-    if missing := [name for name in needed if name not in schema.names]:
-        raise SourceError(
-            f"the result has no column {', '.join(map(repr, missing))}, which the pipeline reads "
-            f"(it returns {', '.join(schema.names)})"
-        )
-    numeric = (pat.is_integer, pat.is_floating, pat.is_decimal, pat.is_boolean)
-    for name in (n for n in data.features.numeric if n in features):
-        kind = schema.field(name).type
-        if not any(test(kind) for test in numeric):
-            raise SourceError(f"numeric feature {name!r} is {kind} in the result; {remedy}")
 
 
 def use_uri(store: str, pipeline: str, digest: str) -> str:
@@ -159,67 +123,6 @@ def record_use(config: PipelineConfig, manifest: Manifest, conn_id: str | None =
     fs.pipe_file(path, json.dumps(document, indent=1).encode())
 
 
-def sql_snapshot(
-    config: PipelineConfig, partition: str, window: SqlWindow, query: str, conn_id: str | None = None
-) -> Manifest:
-    """Export the window's rows, freeze the files, and store the manifest that reads them."""
-    from airflow_trainpipe.contracts.manifest import SourceLineage
-    from airflow_trainpipe.data.sources.sql import export
-
-    source = config.data.source
-    assert source.kind == "sql"
-    with scratch_folder(config) as folder:
-        exported, schema = export(source, query, folder)
-        check_columns(config, schema, entity_rows=True)
-        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported]
-    lineage = SourceLineage(
-        kind="sql",
-        conn_id=source.conn_id,
-        query=query,
-        window_start=window.start.isoformat(),
-        window_end=window.end.isoformat(),
-    )
-    return _stored(config, partition, files, schema, lineage, conn_id)
-
-
-def table_snapshot(
-    config: PipelineConfig, partition: str, window: SqlWindow, conn_id: str | None = None
-) -> Manifest:
-    """A `delta` or `iceberg` source: export the window's rows of the table's current version
-    (snapshot), freeze the files, and store the manifest that reads them and names the table, its
-    version and the filter. `conn_id` is the snapshot store's; the table's own is
-    `data.source.conn_id`."""
-    from airflow_trainpipe.contracts.manifest import SourceLineage
-
-    source = config.data.source
-    assert source.kind in ("delta", "iceberg")
-    with scratch_folder(config) as folder:
-        exported = _export_table(config, window, folder)
-        check_columns(config, exported.schema, TABLE_REMEDY, entity_rows=True)
-        files = [freeze_file(f.path, f.rows, config.snapshots.uri, conn_id) for f in exported.files]
-    lineage = SourceLineage(
-        kind=source.kind,
-        conn_id=source.conn_id,
-        window_start=window.start.isoformat(),
-        window_end=window.end.isoformat(),
-        filter=exported.scan.filter_text,
-        **exported.scan.lineage,
-    )
-    return _stored(config, partition, files, exported.schema, lineage, conn_id)
-
-
-def _export_table(config: PipelineConfig, window: SqlWindow, folder: Path) -> DeltaExport | IcebergExport:
-    source = config.data.source
-    if source.kind == "delta":
-        from airflow_trainpipe.data.sources import delta
-
-        return delta.export(source, window, folder)
-    assert source.kind == "iceberg"
-    from airflow_trainpipe.data.sources import iceberg
-
-    return iceberg.export(source, window, folder)
-
-
 @contextmanager
 def scratch_folder(config: PipelineConfig) -> Iterator[Path]:
     """A local folder for one export (its files, a sort's spilled runs), removed afterwards."""
@@ -229,7 +132,7 @@ def scratch_folder(config: PipelineConfig) -> Iterator[Path]:
         yield Path(folder)
 
 
-def _stored(
+def store_export(
     config: PipelineConfig,
     partition: str,
     files: list[SnapshotFile],
@@ -239,7 +142,8 @@ def _stored(
 ) -> Manifest:
     from airflow_trainpipe.contracts.manifest import Manifest
     from airflow_trainpipe.core.digest import combine
-    from airflow_trainpipe.data.snapshots.manifests import partition_uri, store_manifest
+    from airflow_trainpipe.data.snapshots.manifests import store_manifest
+    from airflow_trainpipe.data.snapshots.partitions import partition_uri
 
     manifest = Manifest(
         partition_uri=partition_uri(config.data, partition),

@@ -22,23 +22,29 @@ the table lacks are not retried: another try reads the same table. A storage out
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_trainpipe.core.storage import is_local, local_path, resolve
+from airflow_trainpipe.data.sources.base import window_tag
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
+from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
-from airflow_trainpipe.data.sources.sql import ExportedFile, SourceError, SourceUnavailable, SqlWindow
+from airflow_trainpipe.data.sources.tables import TableKind
 from airflow_trainpipe.data.sources.time_window import TimeKind, bounds, refused
+from airflow_trainpipe.data.window import TimeWindow
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from airflow_trainpipe.config.sources import DeltaSource
+    from airflow_trainpipe.config.data import DataSection
+    from airflow_trainpipe.config.sources import DeltaSource, TableSource
+    from airflow_trainpipe.contracts.manifest import SourceLineage
 
 # delta-rs colours its error chains for a terminal.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -148,7 +154,7 @@ def storage_options(uri: str, conn_id: str | None) -> dict[str, str] | None:
     return options
 
 
-def window_filter(field: pa.Field, window: SqlWindow, table: str) -> pc.Expression:
+def window_filter(field: pa.Field, window: TimeWindow, table: str) -> pc.Expression:
     """`window.start <= field < window.end`, with bounds of the field's own type (see
     `DeltaSource.time_column`): compared in Arrow, so a partition column prunes whole files."""
     import pyarrow as pa
@@ -182,7 +188,7 @@ def open_table(source: DeltaSource) -> Any:
         raise _classified(exc, table, "opening") from exc
 
 
-def window_scan(source: DeltaSource, window: SqlWindow) -> WindowScan:
+def window_scan(source: DeltaSource, window: TimeWindow) -> WindowScan:
     """The window of the table's current version, not read yet: the columns checked, the filter
     typed after the time column."""
     table = resolve(source.uri)
@@ -208,7 +214,7 @@ def window_scan(source: DeltaSource, window: SqlWindow) -> WindowScan:
     )
 
 
-def count_rows(source: DeltaSource, window: SqlWindow) -> tuple[int, WindowScan]:
+def count_rows(source: DeltaSource, window: TimeWindow) -> tuple[int, WindowScan]:
     """Rows of the window at the current version: a file the log's statistics place wholly inside
     the window is counted from its Parquet footer, the others stream the time column only."""
     scan = window_scan(source, window)
@@ -220,7 +226,7 @@ def count_rows(source: DeltaSource, window: SqlWindow) -> tuple[int, WindowScan]
         ) from exc
 
 
-def rows_ready(source: DeltaSource, window: SqlWindow, min_rows: int) -> tuple[bool, str]:
+def rows_ready(source: DeltaSource, window: TimeWindow, min_rows: int) -> tuple[bool, str]:
     """Whether the window holds `min_rows` rows at the table's current version (for the log too)."""
     rows, scan = count_rows(source, window)
     where = f"{scan.table} (version {scan.version}) holds {rows} row(s) in {scan.filter_text}"
@@ -246,7 +252,7 @@ def scan_batches(scan: WindowScan, batch_rows: int) -> Iterator[pa.RecordBatch]:
         raise _classified(exc, scan.table, f"reading version {scan.version} of") from exc
 
 
-def export(source: DeltaSource, window: SqlWindow, folder: Path) -> DeltaExport:
+def export(source: DeltaSource, window: TimeWindow, folder: Path) -> DeltaExport:
     """The window's rows, ordered by `order_by`, written as Parquet files into `folder` (not yet
     frozen); `folder/sort` holds the sort's spilled runs meanwhile."""
     scan = window_scan(source, window)
@@ -264,3 +270,38 @@ def export_scan(source: DeltaSource, scan: WindowScan, folder: Path) -> DeltaExp
             f"{scan.table} (version {scan.version}) has no rows in the run's window ({scan.filter_text})"
         )
     return DeltaExport(files=files, schema=written, scan=scan)
+
+
+class DeltaKind(TableKind):
+    """A Delta Lake table, read at its current version through delta-rs."""
+
+    name = "delta"
+
+    def describe(self, data: DataSection) -> str:
+        return f"data.source delta ({data.source.uri})"
+
+    def source_config(self, document: Mapping[str, Any]) -> DeltaSource:
+        from airflow_trainpipe.config.sources import DeltaSource
+
+        return DeltaSource.model_validate(document)
+
+    def rows_ready(self, source: TableSource, window: TimeWindow, min_rows: int) -> tuple[bool, str]:
+        return rows_ready(source, window, min_rows)  # type: ignore[arg-type]
+
+    def export(self, source: TableSource, window: TimeWindow, folder: Path) -> DeltaExport:
+        return export(source, window, folder)  # type: ignore[arg-type]
+
+    def lineage_tags(self, lineage: SourceLineage) -> dict[str, str]:
+        """The table, the version its rows were read at, the window and the row filter."""
+        return {
+            "trainpipe.data_source": f"delta:{lineage.table}",
+            **window_tag(lineage),
+            "trainpipe.data_table_version": str(lineage.version),
+            "trainpipe.data_filter": str(lineage.filter)[:5000],  # MLflow caps a tag value
+        }
+
+    def origin(self, lineage: SourceLineage) -> str:
+        return f"{lineage.table} at version {lineage.version}"
+
+
+KIND = DeltaKind()

@@ -34,25 +34,26 @@ another try reads the same table. A catalog or storage that cannot be reached is
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_trainpipe.data.sources.base import window_tag
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
+from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
-from airflow_trainpipe.data.sources.sql import (
-    ExportedFile,
-    SourceError,
-    SourceUnavailable,
-    SqlWindow,
-    airflow_connection,
-)
+from airflow_trainpipe.data.sources.sql import airflow_connection
+from airflow_trainpipe.data.sources.tables import TableKind
 from airflow_trainpipe.data.sources.time_window import TimeKind, bounds, refused
+from airflow_trainpipe.data.window import TimeWindow
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from airflow_trainpipe.config.sources import IcebergSource
+    from airflow_trainpipe.config.data import DataSection
+    from airflow_trainpipe.config.sources import IcebergSource, TableSource
+    from airflow_trainpipe.contracts.manifest import SourceLineage
 
 # Errors (by class name, any class of the exception's MRO) that another try may not meet: the
 # catalog or the storage could not be reached, or answered that it cannot serve now.
@@ -166,7 +167,7 @@ def _reference(name: str) -> str:
     return ".".join(p if _PLAIN.match(p) and p.lower() not in _KEYWORDS else f'"{p}"' for p in parts)
 
 
-def window_filter(schema: Any, column: str, window: SqlWindow, where: str) -> tuple[Any, str]:
+def window_filter(schema: Any, column: str, window: TimeWindow, where: str) -> tuple[Any, str]:
     """`window.start <= column < window.end` as an Iceberg row filter with bounds of the column's
     own type (see `IcebergSource.time_column`), and its text: the filter is parsed from the text,
     so the text recorded is the filter the scan ran. The bounds are string literals that pyiceberg
@@ -215,7 +216,7 @@ def export_schema(schema: Any, columns: list[str]) -> pa.Schema:
     return pa.schema([pa.field(name, _plain(arrow.field(name).type)) for name in columns])
 
 
-def window_scan(source: IcebergSource, window: SqlWindow) -> IcebergScan:
+def window_scan(source: IcebergSource, window: TimeWindow) -> IcebergScan:
     """The window of the table's current snapshot, not read yet: the columns checked, the filter
     typed after the time column."""
     table = load_table(source)
@@ -244,7 +245,7 @@ def window_scan(source: IcebergSource, window: SqlWindow) -> IcebergScan:
     )
 
 
-def count_rows(source: IcebergSource, window: SqlWindow) -> tuple[int, IcebergScan]:
+def count_rows(source: IcebergSource, window: TimeWindow) -> tuple[int, IcebergScan]:
     """Rows of the window at the current snapshot: a file whose partition lies wholly inside the
     window (and has no delete files) is counted from its manifest entry, the others read the time
     column only, one file at a time."""
@@ -257,7 +258,7 @@ def count_rows(source: IcebergSource, window: SqlWindow) -> tuple[int, IcebergSc
         raise _classified(exc, scan.where, "counting the window's rows of") from exc
 
 
-def rows_ready(source: IcebergSource, window: SqlWindow, min_rows: int) -> tuple[bool, str]:
+def rows_ready(source: IcebergSource, window: TimeWindow, min_rows: int) -> tuple[bool, str]:
     """Whether the window holds `min_rows` rows at the table's current snapshot (for the log too)."""
     rows, scan = count_rows(source, window)
     where = f"{scan.where} holds {rows} row(s) in {scan.filter_text}"
@@ -288,7 +289,7 @@ def scan_batches(scan: IcebergScan) -> Iterator[pa.RecordBatch]:
         raise _classified(exc, scan.where, "reading") from exc
 
 
-def export(source: IcebergSource, window: SqlWindow, folder: Path) -> IcebergExport:
+def export(source: IcebergSource, window: TimeWindow, folder: Path) -> IcebergExport:
     """The window's rows, ordered by `order_by`, written as Parquet files into `folder` (not yet
     frozen); `folder/sort` holds the sort's spilled runs meanwhile."""
     return export_scan(source, window_scan(source, window), folder)
@@ -299,3 +300,39 @@ def export_scan(source: IcebergSource, scan: IcebergScan, folder: Path) -> Icebe
     if not files or written is None:
         raise SourceError(f"{scan.where} has no rows in the run's window ({scan.filter_text})")
     return IcebergExport(files=files, schema=written, scan=scan)
+
+
+class IcebergKind(TableKind):
+    """An Apache Iceberg table, read at its current snapshot through pyiceberg; the catalog comes
+    from an Airflow connection."""
+
+    name = "iceberg"
+
+    def describe(self, data: DataSection) -> str:
+        return f"data.source iceberg ({data.source.table}, connection {data.source.conn_id})"
+
+    def source_config(self, document: Mapping[str, Any]) -> IcebergSource:
+        from airflow_trainpipe.config.sources import IcebergSource
+
+        return IcebergSource.model_validate(document)
+
+    def rows_ready(self, source: TableSource, window: TimeWindow, min_rows: int) -> tuple[bool, str]:
+        return rows_ready(source, window, min_rows)  # type: ignore[arg-type]
+
+    def export(self, source: TableSource, window: TimeWindow, folder: Path) -> IcebergExport:
+        return export(source, window, folder)  # type: ignore[arg-type]
+
+    def lineage_tags(self, lineage: SourceLineage) -> dict[str, str]:
+        """The catalog connection and the table, the snapshot id, the window and the row filter."""
+        return {
+            "trainpipe.data_source": f"iceberg:{lineage.conn_id}/{lineage.table}",
+            **window_tag(lineage),
+            "trainpipe.data_snapshot_id": str(lineage.snapshot_id),
+            "trainpipe.data_filter": str(lineage.filter)[:5000],
+        }
+
+    def origin(self, lineage: SourceLineage) -> str:
+        return f"{lineage.table} of catalog {lineage.conn_id} at snapshot {lineage.snapshot_id}"
+
+
+KIND = IcebergKind()

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.data.sources.sql import ExportedFile, ParquetExport, SourceError
+from airflow_trainpipe.data.sources.errors import SourceError
+from airflow_trainpipe.data.sources.parquet_export import ExportedFile, ParquetExport
 
 if TYPE_CHECKING:
     import pyarrow as pa

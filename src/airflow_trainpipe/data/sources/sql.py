@@ -19,21 +19,24 @@ literals are formatted here from datetimes, never from text a user typed, so the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.data.sources.base import QUERY_REMEDY, Render, SourceKind, freeze_export, window_tag
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
+from airflow_trainpipe.data.sources.parquet_export import ExportedFile, ParquetExport
+from airflow_trainpipe.data.window import TimeWindow, run_time_window
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from airflow_trainpipe.config import PipelineConfig
     from airflow_trainpipe.config.data import DataSection
-    from airflow_trainpipe.config.sources import SqlSource, TableSource
+    from airflow_trainpipe.config.sources import SqlSource
+    from airflow_trainpipe.contracts.manifest import Manifest, SourceLineage
 
 POSTGRES_TYPES = ("postgres", "postgresql")
 SQLITE_TYPES = ("sqlite",)
@@ -50,56 +53,6 @@ _LIBPQ_EXTRAS = (
     "keepalives",
     "keepalives_idle",
 )
-
-
-class SourceError(TrainpipeError):
-    """The source cannot give the run's rows: a wrong query, a missing connection, no rows."""
-
-
-class SourceUnavailable(SourceError):
-    """The database could not be reached or dropped the connection: another try may succeed."""
-
-    retryable = True
-
-
-@dataclass(frozen=True)
-class SqlWindow:
-    """The run's half-open period `[start, end)` of rows."""
-
-    start: datetime
-    end: datetime
-
-    def names(self) -> dict[str, str]:
-        """What the query template sees: complete, quoted SQL literals."""
-        return {
-            "window_start": f"'{self.start.isoformat()}'",
-            "window_end": f"'{self.end.isoformat()}'",
-            "window_start_date": f"'{self.start.date().isoformat()}'",
-            "window_end_date": f"'{self.end.date().isoformat()}'",
-        }
-
-
-def run_window(
-    data: DataSection, context: Mapping[str, Any], partition: str, render: Callable, slots: int | None = None
-) -> SqlWindow:
-    """The run's slot, or the `data.window.partitions` slots ending with it (`slots`: that many).
-
-    A slot is `every` long (a day by default) and starts at the run's logical date floored to a
-    multiple of `every` (midnight UTC for days, the hour for hours); a backfill's partition chosen
-    in the trigger form moves it to the date that renders that partition."""
-    from airflow_trainpipe.data.window import anchored
-
-    end_context = anchored(context, partition, lambda moved: str(render(data.partition, moved)))
-    moment = end_context.get("logical_date") or datetime.fromisoformat(str(end_context["ds"]))
-    # A plain UTC datetime: Airflow's context holds pendulum's, whose intervals do not divide.
-    moment = datetime.fromtimestamp(
-        (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp(), UTC
-    )
-    every = data.window.every if data.window is not None else timedelta(days=1)
-    count = slots or (data.window.partitions if data.window is not None else 1)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    end = epoch + every * ((moment - epoch) // every) + every
-    return SqlWindow(start=end - every * count, end=end)
 
 
 def statement(query: str) -> str:
@@ -224,115 +177,6 @@ def batches(db: Any, adbc: bool, query: str, batch_rows: int) -> Iterator[pa.Rec
         cursor.close()
 
 
-@dataclass
-class ExportedFile:
-    path: Path
-    rows: int
-
-
-class ParquetExport:
-    """Cuts an ordered stream of batches into row groups of exactly `batch_rows` rows and files of
-    `file_rows` (rounded up to whole row groups), checking the ordering key for ties as it goes."""
-
-    def __init__(self, source: SqlSource | TableSource, folder: Path):
-        self.source, self.folder = source, folder
-        self.files: list[ExportedFile] = []
-        self.schema: pa.Schema | None = None
-        self._pending: list[pa.RecordBatch] = []
-        self._pending_rows = 0
-        self._writer: Any = None
-        self._last_key: tuple[Any, ...] | None = None
-        self._rows_seen = 0
-        self._groups_per_file = max(1, -(-source.file_rows // source.batch_rows))
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        if self.schema is None:
-            self.schema = batch.schema
-            missing = [name for name in self.source.order_by if name not in batch.schema.names]
-            if missing:
-                raise SourceError(
-                    f"data.source.order_by names {', '.join(missing)}, which the query does not return "
-                    f"(it returns {', '.join(batch.schema.names)})"
-                )
-        self._check_ties(batch)
-        self._pending.append(batch)
-        self._pending_rows += batch.num_rows
-        while self._pending_rows >= self.source.batch_rows:
-            self._write_group(self.source.batch_rows)
-
-    def finish(self) -> list[ExportedFile]:
-        if self._pending_rows:
-            self._write_group(self._pending_rows)
-        self._close_file()
-        return self.files
-
-    def _write_group(self, rows: int) -> None:
-        import pyarrow as pa
-
-        table = pa.Table.from_batches(self._pending, schema=self.schema)
-        group, rest = table.slice(0, rows), table.slice(rows)
-        if self._writer is None or self.files[-1].rows >= self._groups_per_file * self.source.batch_rows:
-            self._open_file()
-        self._writer.write_table(group, row_group_size=rows)
-        self.files[-1].rows += rows
-        self._pending = rest.to_batches()
-        self._pending_rows = rest.num_rows
-
-    def _open_file(self) -> None:
-        import pyarrow.parquet as pq
-
-        self._close_file()
-        path = self.folder / f"part-{len(self.files):05d}.parquet"
-        self._writer = pq.ParquetWriter(path, self.schema)
-        self.files.append(ExportedFile(path, 0))
-
-    def _close_file(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def _check_ties(self, batch: pa.RecordBatch) -> None:
-        """Vectorised: a row equal to the one before it on every key column (nulls tie with
-        nulls, NaN with NaN: the database sorts them together in no defined order), within the
-        batch and across the boundary with the previous batch."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        columns = [batch.column(name) for name in self.source.order_by]
-        first = tuple(c[0].as_py() for c in columns)
-        tie_at = 0 if self._last_key is not None and _same_key(first, self._last_key) else None
-        if tie_at is None and batch.num_rows > 1:
-            same = pa.array([True] * (batch.num_rows - 1))
-            for column in columns:
-                later, earlier = column.slice(1), column.slice(0, batch.num_rows - 1)
-                equal = pc.fill_null(pc.equal(later, earlier), False)
-                both_null = pc.and_(pc.is_null(later), pc.is_null(earlier))
-                if pa.types.is_floating(column.type):
-                    both_nan = pc.fill_null(pc.and_(pc.is_nan(later), pc.is_nan(earlier)), False)
-                    both_null = pc.or_(both_null, both_nan)
-                same = pc.and_(same, pc.or_(equal, both_null))
-            if pc.any(same).as_py():
-                tie_at = pc.index(same, True).as_py() + 1
-        if tie_at is not None:
-            key = tuple(c[tie_at].as_py() for c in columns)
-            row = self._rows_seen + tie_at
-            raise SourceError(
-                f"data.source.order_by ({', '.join(self.source.order_by)}) does not order the rows "
-                f"completely: rows {row - 1} and {row} of the result both have "
-                f"{dict(zip(self.source.order_by, key, strict=True))}; add columns until the key is "
-                "unique, or the same rows could give other bytes"
-            )
-        self._last_key = tuple(c[batch.num_rows - 1].as_py() for c in columns)
-        self._rows_seen += batch.num_rows
-
-
-def _same_key(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
-    # NaN != NaN in Python too, and it ties in the ORDER BY like a repeated value.
-    return all(a == b or (a != a and b != b) for a, b in zip(one, other, strict=True))
-
-
 def export(source: SqlSource, query: str, folder: Path) -> tuple[list[ExportedFile], pa.Schema]:
     """The ordered result of `query` written as Parquet files into `folder` (not yet frozen)."""
     out = ParquetExport(source, folder)
@@ -348,3 +192,81 @@ def export(source: SqlSource, query: str, folder: Path) -> tuple[list[ExportedFi
     if not files or out.schema is None:
         raise SourceError(f"the query on {source.conn_id!r} returned no rows for the run's window")
     return files, out.schema
+
+
+class SqlKind(SourceKind):
+    """A query on an Airflow connection, rendered with the run's window; waited for with a
+    `COUNT(*)` the database runs over the run's own slot."""
+
+    name = "sql"
+
+    def describe(self, data: DataSection) -> str:
+        return f"data.source sql ({data.source.conn_id})"
+
+    def query(
+        self,
+        data: DataSection,
+        context: Mapping[str, Any],
+        partition: str,
+        render: Render,
+        *,
+        own_slot: bool = False,
+    ) -> tuple[TimeWindow, str]:
+        """The run's window and its query, the window filled in; with `own_slot`, the run's own
+        day (slot) only: what `wait_for_data` waits for, as it waits for a files run's own partition."""
+        window = run_time_window(data, context, partition, render, slots=1 if own_slot else None)
+        return window, str(render(data.source.query, {**context, **window.names()}))
+
+    def wait(
+        self,
+        data: DataSection,
+        context: Mapping[str, Any],
+        partition: str,
+        render: Render,
+        conn_id: str | None,
+    ) -> dict[str, Any]:
+        _, query = self.query(data, context, partition, render, own_slot=True)
+        return {"conn_id": data.source.conn_id, "query": query, "min_rows": data.wait.min_rows or 1}
+
+    def ready(self, wait: Mapping[str, Any]) -> tuple[bool, str]:
+        return rows_ready(wait["conn_id"], wait["query"], wait["min_rows"])
+
+    def snapshot(
+        self,
+        config: PipelineConfig,
+        context: Mapping[str, Any],
+        partition: str,
+        render: Render,
+        conn_id: str | None,
+    ) -> Manifest:
+        """Export the window's rows, freeze the files, and store the manifest that reads them."""
+        from airflow_trainpipe.contracts.manifest import SourceLineage
+
+        source = config.data.source
+        window, query = self.query(config.data, context, partition, render)
+
+        def exported(folder: Path) -> tuple[list[ExportedFile], pa.Schema, SourceLineage]:
+            files, schema = export(source, query, folder)
+            lineage = SourceLineage(
+                kind="sql",
+                conn_id=source.conn_id,
+                query=query,
+                window_start=window.start.isoformat(),
+                window_end=window.end.isoformat(),
+            )
+            return files, schema, lineage
+
+        return freeze_export(config, partition, exported, QUERY_REMEDY, conn_id)
+
+    def lineage_tags(self, lineage: SourceLineage) -> dict[str, str]:
+        """The connection, the window and the query's hash (the manifest keeps the query)."""
+        import hashlib
+
+        return {
+            "trainpipe.data_source": f"sql:{lineage.conn_id}",
+            **window_tag(lineage),
+            "trainpipe.data_query_sha256": hashlib.sha256((lineage.query or "").encode()).hexdigest(),
+        }
+
+
+KIND = SqlKind()

@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from airflow_trainpipe.data.sources.sql import SourceError
+from airflow_trainpipe.data.sources.errors import SourceError
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.data.sources.sql import SqlWindow
+    from airflow_trainpipe.data.window import TimeWindow
 
 TimeKind = Literal["timestamp", "timestamp_ntz", "date", "string"]
 """How a time column compares: an instant with a time zone, one without (read as UTC), a date,
@@ -34,7 +34,7 @@ def _iso_text(moment: datetime, whole_days: bool) -> str:
 
 
 def bounds(
-    kind: TimeKind, window: SqlWindow
+    kind: TimeKind, window: TimeWindow
 ) -> tuple[datetime, datetime] | tuple[date, date] | tuple[str, str]:
     """`[start, end)` of the window as values of a `kind` column: aware UTC datetimes, naive ones,
     dates, or ISO text."""

@@ -27,7 +27,7 @@ from airflow_trainpipe.data.validation.expectations import (
 )
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.data.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.report import ValidationReport
 
 
 class WholeSuiteRunner(ExpectationRunner):

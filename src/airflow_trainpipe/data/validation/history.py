@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.core.storage import filesystem, join, resolve
-from airflow_trainpipe.data.snapshots.manifests import STATE_DIR
+from airflow_trainpipe.data.snapshots.partitions import STATE_DIR
 
 
 def _folder(data: DataSection, pipeline: str) -> str:

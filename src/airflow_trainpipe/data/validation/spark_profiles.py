@@ -24,7 +24,7 @@ from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.data.validation.drift import NumericAccumulator
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.data.validation.spark_engine import SparkConnect
+    from airflow_trainpipe.data.validation.spark_connect import SparkConnect
 
 FILE, ROW = "trainpipe_file", "trainpipe_row"
 MAX_FIELDS = 100  # Spark's default spark.sql.codegen.maxFields

@@ -29,15 +29,15 @@ from airflow_trainpipe.data.validation.engines import WholeSuiteRunner, rows_che
 from airflow_trainpipe.data.validation.expectations import ExpectationOutcome
 
 if TYPE_CHECKING:
-    from airflow_trainpipe.data.validation.validate import ValidationReport
+    from airflow_trainpipe.data.validation.report import ValidationReport
 
 
 def sqlalchemy_url(conn_id: str) -> str:
     """SQLAlchemy URL of an Airflow connection: PostgreSQL through psycopg 3, SQLite by path."""
+    from airflow_trainpipe.data.sources.errors import SourceError
     from airflow_trainpipe.data.sources.sql import (
         POSTGRES_TYPES,
         SQLITE_TYPES,
-        SourceError,
         airflow_connection,
         postgres_uri,
         sqlite_path,
