@@ -572,8 +572,8 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
     from airflow_trainpipe.config.types import PositiveDuration
     from airflow_trainpipe.core.exceptions import TrainpipeError
     from airflow_trainpipe.core.storage import resolve
-    from airflow_trainpipe.registry import retention
     from airflow_trainpipe.hooks.mlflow import MlflowHook
+    from airflow_trainpipe.registry import retention
 
     try:
         keep = TypeAdapter(PositiveDuration).validate_python(args.keep)

@@ -13,7 +13,7 @@ defines, frozen the same way (an expired snapshot cannot change what was trained
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -28,6 +28,8 @@ class FilesSource(Section):
     kind: Literal["files"] = "files"
     """`files`: Parquet or CSV files under `data.uri`, one partition per run."""
 
+    rows_from: ClassVar[str] = ""
+
 
 class SqlSource(Section):
     """Rows of a query on an Airflow connection, frozen into Parquet per run.
@@ -37,6 +39,15 @@ class SqlSource(Section):
 
     kind: Literal["sql"]
     """`sql`: a query on an Airflow connection."""
+
+    rows_from: ClassVar[str] = " from the query"
+    """How the DAG's docs say where `wait.min_rows` rows are counted."""
+
+    @property
+    def origin(self) -> str:
+        """What the rows are read from, for the DAG's docs (the connection by id only; the query
+        stays in the config and the run's manifest)."""
+        return f"a query on connection `{self.conn_id}`"
 
     conn_id: str = Field(min_length=1)
     """Airflow connection of the database (its credentials stay in Airflow, never in the config)."""
@@ -94,6 +105,12 @@ class DeltaSource(Section):
 
     kind: Literal["delta"]
     """`delta`: a Delta Lake table."""
+
+    rows_from: ClassVar[str] = " from the table"
+
+    @property
+    def origin(self) -> str:
+        return f"Delta table `{self.uri}` at its current version"
 
     uri: StorageUri
     """The table's root (the folder holding `_delta_log/`): `s3://bucket/table`,
@@ -160,6 +177,12 @@ class IcebergSource(Section):
 
     kind: Literal["iceberg"]
     """`iceberg`: an Apache Iceberg table."""
+
+    rows_from: ClassVar[str] = " from the table"
+
+    @property
+    def origin(self) -> str:
+        return f"Iceberg table `{self.table}` of connection `{self.conn_id}` at its current snapshot"
 
     conn_id: str = Field(min_length=1)
     """Airflow connection of type `iceberg` that defines the catalog (its URI, credentials and

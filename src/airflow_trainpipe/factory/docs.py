@@ -8,6 +8,7 @@ contents are never rendered; connections appear by id only.
 from __future__ import annotations
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.sources import FilesSource
 from airflow_trainpipe.config.types import format_duration, short_duration
 
 
@@ -94,7 +95,7 @@ def _rows_from(config: PipelineConfig) -> str:
     """The partition (or window of partitions) of files, or the window of a query or a table and
     its store."""
     d = config.data
-    if d.source.kind == "files":
+    if isinstance(d.source, FilesSource):
         return f"`{d.uri}/{d.partition}` ({d.format})" + (
             f", a window of the last {d.window.partitions} (at least {d.window.required} present)"
             if d.window is not None
@@ -105,26 +106,14 @@ def _rows_from(config: PipelineConfig) -> str:
         if d.window is not None
         else "the run's day"
     )
-    if d.source.kind == "sql":
-        # The connection by id only; the query stays in the config (and the run's manifest).
-        origin = f"a query on connection `{d.source.conn_id}`"
-    elif d.source.kind == "delta":
-        origin = f"Delta table `{d.source.uri}` at its current version"
-    else:
-        origin = (
-            f"Iceberg table `{d.source.table}` of connection `{d.source.conn_id}` at its current snapshot"
-        )
-    return f"{origin}, {window}, frozen into `{config.snapshots.uri}`"
+    return f"{d.source.origin}, {window}, frozen into `{config.snapshots.uri}`"
 
 
 def _wait(config: PipelineConfig) -> str:
     w = config.data.wait
     needs = [f"marker `{w.marker}`"] if w.marker else []
     if w.min_rows:
-        kind = config.data.source.kind
-        needs.append(
-            f"{w.min_rows} rows" + {"sql": " from the query", "files": ""}.get(kind, " from the table")
-        )
+        needs.append(f"{w.min_rows} rows{config.data.source.rows_from}")
     return f"{' and '.join(needs) or 'any data file'}; {w.mode}, every {format_duration(w.poke_interval)}, timeout {format_duration(w.timeout)}"
 
 

@@ -278,7 +278,9 @@ class DeltaKind(TableKind):
     name = "delta"
 
     def describe(self, data: DataSection) -> str:
-        return f"data.source delta ({data.source.uri})"
+        source = data.source
+        assert source.kind == "delta"
+        return f"data.source delta ({source.uri})"
 
     def source_config(self, document: Mapping[str, Any]) -> DeltaSource:
         from airflow_trainpipe.config.sources import DeltaSource

@@ -309,7 +309,9 @@ class IcebergKind(TableKind):
     name = "iceberg"
 
     def describe(self, data: DataSection) -> str:
-        return f"data.source iceberg ({data.source.table}, connection {data.source.conn_id})"
+        source = data.source
+        assert source.kind == "iceberg"
+        return f"data.source iceberg ({source.table}, connection {source.conn_id})"
 
     def source_config(self, document: Mapping[str, Any]) -> IcebergSource:
         from airflow_trainpipe.config.sources import IcebergSource

@@ -201,7 +201,7 @@ class SqlKind(SourceKind):
     name = "sql"
 
     def describe(self, data: DataSection) -> str:
-        return f"data.source sql ({data.source.conn_id})"
+        return f"data.source sql ({_source(data).conn_id})"
 
     def query(
         self,
@@ -215,7 +215,7 @@ class SqlKind(SourceKind):
         """The run's window and its query, the window filled in; with `own_slot`, the run's own
         day (slot) only: what `wait_for_data` waits for, as it waits for a files run's own partition."""
         window = run_time_window(data, context, partition, render, slots=1 if own_slot else None)
-        return window, str(render(data.source.query, {**context, **window.names()}))
+        return window, str(render(_source(data).query, {**context, **window.names()}))
 
     def wait(
         self,
@@ -226,7 +226,7 @@ class SqlKind(SourceKind):
         conn_id: str | None,
     ) -> dict[str, Any]:
         _, query = self.query(data, context, partition, render, own_slot=True)
-        return {"conn_id": data.source.conn_id, "query": query, "min_rows": data.wait.min_rows or 1}
+        return {"conn_id": _source(data).conn_id, "query": query, "min_rows": data.wait.min_rows or 1}
 
     def ready(self, wait: Mapping[str, Any]) -> tuple[bool, str]:
         return rows_ready(wait["conn_id"], wait["query"], wait["min_rows"])
@@ -242,7 +242,7 @@ class SqlKind(SourceKind):
         """Export the window's rows, freeze the files, and store the manifest that reads them."""
         from airflow_trainpipe.contracts.manifest import SourceLineage
 
-        source = config.data.source
+        source = _source(config.data)
         window, query = self.query(config.data, context, partition, render)
 
         def exported(folder: Path) -> tuple[list[ExportedFile], pa.Schema, SourceLineage]:
@@ -267,6 +267,15 @@ class SqlKind(SourceKind):
             **window_tag(lineage),
             "trainpipe.data_query_sha256": hashlib.sha256((lineage.query or "").encode()).hexdigest(),
         }
+
+
+def _source(data: DataSection) -> SqlSource:
+    """`data.source`, which the kind's lookup guarantees is a `sql` one."""
+    from airflow_trainpipe.config.sources import SqlSource
+
+    source = data.source
+    assert isinstance(source, SqlSource)
+    return source
 
 
 KIND = SqlKind()

@@ -67,13 +67,15 @@ class TableKind(SourceKind):
         """The window's rows of the table's current version (snapshot), frozen, in a manifest that
         names the table, its version and the filter. `conn_id` is the snapshot store's; the
         table's own is `data.source.conn_id`."""
+        from airflow_trainpipe.config.sources import DeltaSource, IcebergSource
         from airflow_trainpipe.contracts.manifest import SourceLineage
 
         source = config.data.source
+        assert isinstance(source, DeltaSource | IcebergSource)
         window = run_time_window(config.data, context, partition, render)
 
         def export(folder: Path) -> tuple[Any, Any, SourceLineage]:
-            exported = self.export(source, window, folder)  # type: ignore[arg-type]
+            exported = self.export(source, window, folder)
             lineage = SourceLineage(
                 kind=self.name,
                 conn_id=source.conn_id,
