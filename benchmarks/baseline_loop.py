@@ -14,10 +14,10 @@ import torch
 import torch.distributed as dist
 
 from airflow_trainpipe.contracts.train_spec import TrainSpec
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.data import data_columns
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import fit
+from airflow_trainpipe.runtime.data.reader import data_columns
 from airflow_trainpipe.runtime.models import build_model
-from airflow_trainpipe.runtime.prepare import fit
 
 
 def arguments() -> tuple[TrainSpec, int]:

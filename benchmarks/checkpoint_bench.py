@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_trainpipe.runtime.compression import LEVEL  # light: zstandard is imported where used
+from airflow_trainpipe.runtime.resume.compression import LEVEL  # light: zstandard is imported where used
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_NUMERIC, WIDTH, DEPTH = 32, 4096, 7
@@ -70,8 +70,8 @@ def _stored_bytes(directory: Path) -> int:
 def _round(engine, zero_stage: int, manager, step: int, expected: str) -> dict:
     import torch
 
-    from airflow_trainpipe.runtime.checkpoint import tag_for
     from airflow_trainpipe.runtime.engine import full_state_dict, weights_sha256
+    from airflow_trainpipe.runtime.resume.checkpoint import tag_for
 
     started = time.perf_counter()
     manager.save(engine, step, {"trainpipe": {"step": step}})
@@ -93,7 +93,7 @@ def _round(engine, zero_stage: int, manager, step: int, expected: str) -> dict:
 
 
 def _levels(directory: Path, scratch: Path) -> list[dict]:
-    from airflow_trainpipe.runtime import compression
+    from airflow_trainpipe.runtime.resume import compression
 
     files = [p for p in directory.iterdir() if p.name != "COMPLETE.json"]
     original = sum(p.stat().st_size for p in files)
@@ -120,9 +120,9 @@ def _worker(tmp: Path) -> None:
     import deepspeed
 
     from airflow_trainpipe.config.training import CheckpointSection
-    from airflow_trainpipe.runtime.checkpoint import CheckpointManager, tag_for
     from airflow_trainpipe.runtime.engine import full_state_dict, weights_sha256
     from airflow_trainpipe.runtime.extensions import clear_stale_build_locks
+    from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager, tag_for
 
     clear_stale_build_locks()  # as the job does: a lock left by a killed build would hang init
     deepspeed.init_distributed(dist_backend="gloo")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.examples.synthetic import write_day
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.data import data_columns
-from airflow_trainpipe.runtime.prepare import fit
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import fit
+from airflow_trainpipe.runtime.data.reader import data_columns
 
 REPO = Path(__file__).resolve().parents[1]
 

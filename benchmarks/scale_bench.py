@@ -26,11 +26,11 @@ from train_bench import REPO, _spec  # benchmarks/ is on sys.path when run as a 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.examples.synthetic import transactions, write_day
 from airflow_trainpipe.launchers.local import LocalLauncher
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.data import data_columns
-from airflow_trainpipe.runtime.prepare import fit
-from airflow_trainpipe.runtime.sampler import ResumableSampler
-from airflow_trainpipe.runtime.stream import BlockStream
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import fit
+from airflow_trainpipe.runtime.data.reader import data_columns
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.stream import BlockStream
 
 SIZES, STEPS, REPEATS, NPROC, FILE_ROWS = (1, 4, 16), 1200, 3, 2, 1_000_000
 

@@ -46,13 +46,13 @@ def _worker(spec_file: str) -> None:
 
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.runtime.accounting import Timing
-    from airflow_trainpipe.runtime.blocks import BlockReader
-    from airflow_trainpipe.runtime.data import data_columns
+    from airflow_trainpipe.runtime.data.blocks import BlockReader
+    from airflow_trainpipe.runtime.data.reader import data_columns
+    from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+    from airflow_trainpipe.runtime.data.stream import BlockStream
     from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config
     from airflow_trainpipe.runtime.models import build_model
-    from airflow_trainpipe.runtime.sampler import ResumableSampler
     from airflow_trainpipe.runtime.steps import StepRunner
-    from airflow_trainpipe.runtime.stream import BlockStream
 
     spec = TrainSpec.from_json(Path(spec_file).read_text())
     hp, data = spec.hyperparameters, spec.config.data

@@ -46,7 +46,7 @@ def _rows(page: str, table_heading: str) -> list[list[str]]:
 
 
 def test_a_binary_report_draws_both_models_curves_the_interval_and_the_slices() -> None:
-    from airflow_trainpipe.runtime.curves import binary_curves
+    from airflow_trainpipe.runtime.evaluation.curves import binary_curves
 
     rng = np.random.default_rng(0)
     labels = (rng.random(500) < 0.2).astype(int)

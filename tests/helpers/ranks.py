@@ -6,7 +6,7 @@ import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 
-from airflow_trainpipe.runtime.prepare import PreparedData
+from airflow_trainpipe.runtime.data.prepare import PreparedData
 
 Worker = Callable[[str, int, int, str, list[str], str], None]
 """worker(store, rank, world_size, prepared_file, files, out): joins the group at `store`

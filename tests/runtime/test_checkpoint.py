@@ -12,7 +12,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.runtime.checkpoint import (
+from airflow_trainpipe.runtime.resume.checkpoint import (
     MARKER,
     CheckpointError,
     CheckpointManager,
@@ -128,7 +128,7 @@ fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
 @pytest.fixture
 def flaky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))  # staging of the "remote" store
-    monkeypatch.setattr("airflow_trainpipe.runtime.checkpoint.READ_BACKOFF_S", 0.01, raising=False)
+    monkeypatch.setattr("airflow_trainpipe.runtime.resume.checkpoint.READ_BACKOFF_S", 0.01, raising=False)
     FlakyFileSystem.failures = {}
     return FlakyFileSystem.failures
 

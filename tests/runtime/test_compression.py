@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from airflow_trainpipe.runtime.compression import CHUNK, compress_file, decompress_file
+from airflow_trainpipe.runtime.resume.compression import CHUNK, compress_file, decompress_file
 
 # Several chunks of incompressible bytes around a run of zeros: both kinds of content, and a
 # stream that needs more than one read and one write on each side.

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from airflow_trainpipe.runtime.confidence import improvement_interval
+from airflow_trainpipe.runtime.evaluation.confidence import improvement_interval
 
 BINARY = "binary_classification"
 

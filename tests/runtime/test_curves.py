@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from airflow_trainpipe.runtime.curves import binary_curves
+from airflow_trainpipe.runtime.evaluation.curves import binary_curves
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.examples.synthetic import transactions
-from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, holdout_mask, read_table
+from airflow_trainpipe.runtime.data.reader import DataError, HoldoutSplit, holdout_mask, read_table
 from tests.conftest import EXAMPLE_CONFIGS
 
 CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")

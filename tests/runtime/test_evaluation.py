@@ -14,16 +14,16 @@ import torch
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.tracking_store import artifact_location
-from airflow_trainpipe.runtime.evaluation import (
+from airflow_trainpipe.runtime.data.transform import FORMAT, FittedTransform
+from airflow_trainpipe.runtime.evaluation.final import (
     _improvement_interval,
     candidate_predictor,
     predictions,
     score,
     score_champion,
 )
-from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import log_raw_row_model
-from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
 from tests.helpers.mlflow_backends import write_config
 
 

@@ -12,7 +12,7 @@ import pytest
 
 # Steps 12 and 13 of a training loop, each followed by a line the test can look for.
 LOOP = """
-from airflow_trainpipe.runtime.faults import fault_point
+from airflow_trainpipe.runtime.resume.faults import fault_point
 for step in (12, 13):
     fault_point("step", step)
     print("after step", step, flush=True)

@@ -11,8 +11,8 @@ import pytest
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
-from airflow_trainpipe.runtime.fitting import TransformFitter
-from airflow_trainpipe.runtime.transform import FORMAT
+from airflow_trainpipe.runtime.data.fitting import TransformFitter
+from airflow_trainpipe.runtime.data.transform import FORMAT
 
 
 def _fitter(
@@ -184,7 +184,7 @@ def test_integer_classes_are_ordered_as_numbers() -> None:
 
 
 def test_one_class_is_not_a_multiclass_label() -> None:
-    from airflow_trainpipe.runtime.data import DataError
+    from airflow_trainpipe.runtime.data.reader import DataError
 
     fitter = _fitter({"x": {}}, task="multiclass_classification")
     fitter.update(pa.table({"x": [1.0, 2.0], "y": ["a", "a"]}))
@@ -193,8 +193,8 @@ def test_one_class_is_not_a_multiclass_label() -> None:
 
 
 def test_too_many_classes_are_refused_while_fitting() -> None:
-    from airflow_trainpipe.runtime.data import DataError
-    from airflow_trainpipe.runtime.fitting import MAX_CLASSES
+    from airflow_trainpipe.runtime.data.fitting import MAX_CLASSES
+    from airflow_trainpipe.runtime.data.reader import DataError
 
     fitter = _fitter({"x": {}}, task="multiclass_classification")
     rows = MAX_CLASSES + 1
@@ -203,7 +203,7 @@ def test_too_many_classes_are_refused_while_fitting() -> None:
 
 
 def test_a_negative_relevance_is_refused_for_ranking() -> None:
-    from airflow_trainpipe.runtime.data import DataError
+    from airflow_trainpipe.runtime.data.reader import DataError
 
     fitter = _fitter({"x": {}}, task="ranking")
     with pytest.raises(DataError, match="negative relevance"):

@@ -16,11 +16,11 @@ import torch
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.examples.synthetic import transactions
 from airflow_trainpipe.runtime import engine as engine_module
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.data import data_columns
-from airflow_trainpipe.runtime.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
-from airflow_trainpipe.runtime.metrics import compute_metrics
-from airflow_trainpipe.runtime.prepare import PreparedData, fit
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import PreparedData, fit
+from airflow_trainpipe.runtime.data.reader import data_columns
+from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.ranks import run_ranks
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from airflow_trainpipe.runtime.losses import listwise_loss, loss_function, pairwise_loss
+from airflow_trainpipe.runtime.models.losses import listwise_loss, loss_function, pairwise_loss
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

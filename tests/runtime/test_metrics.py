@@ -10,7 +10,7 @@ import pytest
 
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.evaluation import PrecisionAt
-from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 
 BINARY = "binary_classification"
 MULTICLASS = "multiclass_classification"

@@ -16,7 +16,7 @@ from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.launchers.local import Line, LocalLauncher
-from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
+from airflow_trainpipe.runtime.resume.checkpoint import MARKER, tag_for
 from tests.helpers.jobs import EVERY_STEPS, JobRun, make_spec, run_job, uninterrupted_run
 
 

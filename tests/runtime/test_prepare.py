@@ -14,9 +14,9 @@ import pytest
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.data.snapshots.manifests import resolve_snapshot
 from airflow_trainpipe.examples.synthetic import transactions, write_day
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.data import ChangedDataError, DataError, data_columns, holdout_mask
-from airflow_trainpipe.runtime.prepare import PREPARED_FILE, PreparedData, fit, prepare
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import PREPARED_FILE, PreparedData, fit, prepare
+from airflow_trainpipe.runtime.data.reader import ChangedDataError, DataError, data_columns, holdout_mask
 from tests.conftest import EXAMPLE_CONFIGS
 
 CONFIG = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")
@@ -143,7 +143,7 @@ def test_a_block_of_a_file_changed_after_the_fit_is_refused_by_name(tmp_path: Pa
 def test_a_retry_reuses_the_runs_fit_and_refits_when_the_data_or_config_changed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("INFO", logger="airflow_trainpipe.runtime.prepare")
+    caplog.set_level("INFO", logger="airflow_trainpipe.runtime.data.prepare")
     files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 1500, seed=2)
     run_dir = (tmp_path / "run").as_uri()
     first = prepare(files, CONFIG.data, CONFIG.features, TASK, None, run_dir)

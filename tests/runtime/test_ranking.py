@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from airflow_trainpipe.config.catalog import MAP_CUTOFFS, NDCG_CUTOFFS
-from airflow_trainpipe.runtime.ranking import per_group, ranking_metrics
+from airflow_trainpipe.runtime.evaluation.ranking import per_group, ranking_metrics
 
 
 def _queries(seed: int, count: int = 60) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,8 +20,8 @@ import pytest
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.storage import local_path
-from airflow_trainpipe.runtime.checkpoint import MARKER, tag_for
-from airflow_trainpipe.runtime.prepare import PREPARED_FILE
+from airflow_trainpipe.runtime.data.prepare import PREPARED_FILE
+from airflow_trainpipe.runtime.resume.checkpoint import MARKER, tag_for
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 from tests.helpers.jobs import EVERY_STEPS, JobRun, job_config_text, make_spec, run_job, uninterrupted_run
 

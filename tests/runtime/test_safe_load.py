@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from airflow_trainpipe.runtime.safe_load import UnsafeArtifactError, load_exported_program
+from airflow_trainpipe.runtime.resume.safe_load import UnsafeArtifactError, load_exported_program
 
 PAYLOAD = """
 import pathlib, sys, torch
@@ -25,7 +25,7 @@ torch.save({"weights": torch.ones(2), "client_state": Payload()}, sys.argv[1])
 
 LOAD_LIKE_DEEPSPEED = """
 import sys, torch
-from airflow_trainpipe.runtime.safe_load import enforce_weights_only
+from airflow_trainpipe.runtime.resume.safe_load import enforce_weights_only
 
 enforce_weights_only()
 try:
@@ -58,8 +58,8 @@ def test_rng_state_survives_a_weights_only_round_trip(tmp_path: Path) -> None:
 
     import numpy as np
 
-    from airflow_trainpipe.runtime.seeding import restore_rng_state as _set_rng_state
-    from airflow_trainpipe.runtime.seeding import rng_state as _rng_state
+    from airflow_trainpipe.runtime.resume.seeding import restore_rng_state as _set_rng_state
+    from airflow_trainpipe.runtime.resume.seeding import rng_state as _rng_state
 
     random.seed(3)
     np.random.seed(4)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_trainpipe.core.exceptions import TrainingJobError
-from airflow_trainpipe.runtime.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 
 
 def _global_batches(world_size: int, steps: int, accumulation: int = 1) -> list[list[int]]:

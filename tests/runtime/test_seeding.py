@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed_everything
+from airflow_trainpipe.runtime.resume.seeding import restore_rng_state, rng_state, seed_everything
 
 
 def _draws() -> tuple[float, float, float, list[int], list[float]]:

@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.types import DataType
 from mlflow.types.schema import AnyType
 
-from airflow_trainpipe.runtime.data import HoldoutSplit, read_table
-from airflow_trainpipe.runtime.transform import FittedTransform
+from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
+from airflow_trainpipe.runtime.data.transform import FittedTransform
 from tests.helpers.jobs import job_config, uninterrupted_run
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from airflow_trainpipe.runtime.sketch import Moments, QuantileSketch
+from airflow_trainpipe.runtime.data.sketch import Moments, QuantileSketch
 
 QS = [0.0, 0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0]
 

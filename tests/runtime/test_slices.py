@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from airflow_trainpipe.config.evaluation import Slice
-from airflow_trainpipe.runtime.metrics import compute_metrics
-from airflow_trainpipe.runtime.slices import slice_names, slice_scores
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
+from airflow_trainpipe.runtime.evaluation.slices import slice_names, slice_scores
 
 BINARY = "binary_classification"
 

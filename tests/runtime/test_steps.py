@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.runtime.accounting import Timing
-from airflow_trainpipe.runtime.checkpoint import CheckpointManager, _PendingSave, tag_for
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.engine import deepspeed
-from airflow_trainpipe.runtime.sampler import ResumableSampler
+from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager, _PendingSave, tag_for
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
 from tests.conftest import free_port
 

@@ -12,11 +12,11 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.examples.synthetic import transactions
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.data import data_columns
-from airflow_trainpipe.runtime.prepare import PreparedData, fit
-from airflow_trainpipe.runtime.sampler import ResumableSampler
-from airflow_trainpipe.runtime.stream import BlockStream
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import PreparedData, fit
+from airflow_trainpipe.runtime.data.reader import data_columns
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.stream import BlockStream
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.ranks import run_ranks
 
@@ -170,8 +170,8 @@ def test_the_next_chunk_is_read_in_the_background_and_its_errors_reach_the_train
     import shutil
     import threading
 
-    from airflow_trainpipe.runtime.blocks import file_identity
-    from airflow_trainpipe.runtime.data import ChangedDataError
+    from airflow_trainpipe.runtime.data.blocks import file_identity
+    from airflow_trainpipe.runtime.data.reader import ChangedDataError
 
     files, prepared = snapshot
     copies = []
@@ -248,7 +248,7 @@ def test_a_snapshot_that_fits_the_cache_is_read_once_and_streams_the_same_rows(
 
 def test_a_ranking_stream_moves_whole_queries_and_takes_every_row_once(tmp_path: Path) -> None:
     from airflow_trainpipe.examples.synthetic import search_results
-    from airflow_trainpipe.runtime.stream import _group_permutation
+    from airflow_trainpipe.runtime.data.stream import _group_permutation
 
     config = load_config(EXAMPLE_CONFIGS / "search_ranking.yaml")
     table = search_results(date(2026, 1, 1), 1500, seed=4)

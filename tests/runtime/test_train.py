@@ -23,11 +23,11 @@ from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.examples.synthetic import write_day
-from airflow_trainpipe.runtime.checkpoint import MARKER, CheckpointError, tag_for
-from airflow_trainpipe.runtime.data import DataError
-from airflow_trainpipe.runtime.safe_load import FORCE_ENV
-from airflow_trainpipe.runtime.sampler import ResumableSampler
-from airflow_trainpipe.runtime.seeding import restore_rng_state
+from airflow_trainpipe.runtime.data.reader import DataError
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.resume.checkpoint import MARKER, CheckpointError, tag_for
+from airflow_trainpipe.runtime.resume.safe_load import FORCE_ENV
+from airflow_trainpipe.runtime.resume.seeding import restore_rng_state
 from airflow_trainpipe.runtime.train import Trainer, main
 from tests.helpers.jobs import job_config_text, make_spec
 
@@ -116,7 +116,7 @@ def test_a_checkpoint_store_error_is_reported_as_retryable(
     capfd: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("airflow_trainpipe.runtime.checkpoint.READ_BACKOFF_S", 0.001)
+    monkeypatch.setattr("airflow_trainpipe.runtime.resume.checkpoint.READ_BACKOFF_S", 0.001)
     spec = make_spec(tmp_path, data_files, "unreadable_marker")
     marker = local_path(spec.run_dir) / "checkpoints" / tag_for(10) / MARKER
     marker.mkdir(parents=True)  # every read of it fails, and not as "absent"

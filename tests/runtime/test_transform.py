@@ -13,9 +13,9 @@ import pytest
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
 from airflow_trainpipe.examples.synthetic import transactions
-from airflow_trainpipe.runtime.data import holdout_mask, read_table
-from airflow_trainpipe.runtime.prepare import fit
-from airflow_trainpipe.runtime.transform import (
+from airflow_trainpipe.runtime.data.prepare import fit
+from airflow_trainpipe.runtime.data.reader import holdout_mask, read_table
+from airflow_trainpipe.runtime.data.transform import (
     FittedTransform,
     TransformError,
     bucket_of,

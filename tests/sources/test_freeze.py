@@ -165,7 +165,7 @@ def test_freeze_versions_pins_s3_object_versions_that_later_writes_cannot_change
     from airflow_trainpipe.data.snapshots.manifests import is_current, resolve_snapshot
     from airflow_trainpipe.data.snapshots.partitions import unpinned, version_of
     from airflow_trainpipe.examples.synthetic import write_day
-    from airflow_trainpipe.runtime.data import ChangedDataError, DataError, iter_batches
+    from airflow_trainpipe.runtime.data.reader import ChangedDataError, DataError, iter_batches
 
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)

@@ -96,7 +96,7 @@ def test_the_study_is_found_again_with_what_it_holds(tmp_path: Path) -> None:
 
 def test_a_trial_whose_job_cannot_succeed_is_recorded_failed_at_once(tmp_path: Path) -> None:
     from airflow_trainpipe.contracts.train_spec import TrainSpec
-    from airflow_trainpipe.runtime.data import DataError
+    from airflow_trainpipe.runtime.data.reader import DataError
     from airflow_trainpipe.tuning.outcomes import StudyRef
     from airflow_trainpipe.tuning.trials import run_trial
 

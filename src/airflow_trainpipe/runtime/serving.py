@@ -21,7 +21,7 @@ import pyarrow as pa
 import torch
 from mlflow.pyfunc import PythonModel
 
-from airflow_trainpipe.runtime.transform import FittedTransform
+from airflow_trainpipe.runtime.data.transform import FittedTransform
 
 BATCH = 4096
 
@@ -65,7 +65,7 @@ class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untype
         return model
 
     def load_context(self, context: Any) -> None:
-        from airflow_trainpipe.runtime.safe_load import load_exported_program
+        from airflow_trainpipe.runtime.resume.safe_load import load_exported_program
 
         self.transform = FittedTransform.from_json(Path(context.artifacts["transform"]).read_text())
         self.network = load_exported_program(context.artifacts["network"])

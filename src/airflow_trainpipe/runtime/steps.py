@@ -21,12 +21,12 @@ import torch.distributed as dist
 
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
-from airflow_trainpipe.runtime.checkpoint import CheckpointManager
-from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.runtime.losses import loss_function
-from airflow_trainpipe.runtime.preemption import PreemptionNotice
-from airflow_trainpipe.runtime.sampler import ResumableSampler
-from airflow_trainpipe.runtime.stream import BlockStream
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.stream import BlockStream
+from airflow_trainpipe.runtime.models.losses import loss_function
+from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
+from airflow_trainpipe.runtime.resume.faults import fault_point
+from airflow_trainpipe.runtime.resume.preemption import PreemptionNotice
 from airflow_trainpipe.runtime.tracking import Tracker
 
 

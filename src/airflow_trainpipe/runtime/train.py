@@ -34,14 +34,11 @@ from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.core.storage import filesystem, join, resolve
 from airflow_trainpipe.data.sources import lineage_tags
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
-from airflow_trainpipe.runtime.blocks import BlockReader
-from airflow_trainpipe.runtime.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    CompleteCheckpoint,
-    tag_for,
-)
-from airflow_trainpipe.runtime.data import data_columns
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import PreparedData, prepare
+from airflow_trainpipe.runtime.data.reader import data_columns
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.stream import BlockStream
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     build_engine,
     compute_dtype,
@@ -52,22 +49,25 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     weights_sha256,
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
-from airflow_trainpipe.runtime.evaluation import evaluate_final
+from airflow_trainpipe.runtime.evaluation.final import evaluate_final
+from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
-from airflow_trainpipe.runtime.faults import fault_point
-from airflow_trainpipe.runtime.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.models import build_model
-from airflow_trainpipe.runtime.preemption import (
+from airflow_trainpipe.runtime.resume.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    CompleteCheckpoint,
+    tag_for,
+)
+from airflow_trainpipe.runtime.resume.faults import fault_point
+from airflow_trainpipe.runtime.resume.preemption import (
     PREEMPTED_EXIT,
     Preempted,
     PreemptionNotice,
 )
-from airflow_trainpipe.runtime.prepare import PreparedData, prepare
-from airflow_trainpipe.runtime.safe_load import enforce_weights_only
-from airflow_trainpipe.runtime.sampler import ResumableSampler
-from airflow_trainpipe.runtime.seeding import restore_rng_state, rng_state, seed_everything
+from airflow_trainpipe.runtime.resume.safe_load import enforce_weights_only
+from airflow_trainpipe.runtime.resume.seeding import restore_rng_state, rng_state, seed_everything
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
-from airflow_trainpipe.runtime.stream import BlockStream
 from airflow_trainpipe.runtime.tracking import Tracker, flatten
 
 log = logging.getLogger("airflow_trainpipe.train")

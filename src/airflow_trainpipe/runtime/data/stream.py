@@ -46,8 +46,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from airflow_trainpipe.runtime.blocks import Block, BlockReader
-from airflow_trainpipe.runtime.prepare import PreparedData
+from airflow_trainpipe.runtime.data.blocks import Block, BlockReader
+from airflow_trainpipe.runtime.data.prepare import PreparedData
 
 _ORDER_STREAM = 0x0B10C5  # separates the block-order draws from the per-chunk permutations
 

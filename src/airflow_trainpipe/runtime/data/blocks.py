@@ -24,7 +24,7 @@ from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import filesystem
-from airflow_trainpipe.runtime.data import (
+from airflow_trainpipe.runtime.data.reader import (
     ChangedDataError,
     DataError,
     HoldoutSplit,

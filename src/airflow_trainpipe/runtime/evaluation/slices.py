@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 
 if TYPE_CHECKING:
     from airflow_trainpipe.config.evaluation import Slice

@@ -38,12 +38,12 @@ import torch
 
 from airflow_trainpipe.contracts.artifacts import EVALUATION_ARTIFACT
 from airflow_trainpipe.core.registry_reads import current_champion
-from airflow_trainpipe.runtime.confidence import improvement_interval
-from airflow_trainpipe.runtime.curves import binary_curves
-from airflow_trainpipe.runtime.metrics import compute_metrics
+from airflow_trainpipe.runtime.data.transform import FittedTransform, class_indices, prepare_numeric
+from airflow_trainpipe.runtime.evaluation.confidence import improvement_interval
+from airflow_trainpipe.runtime.evaluation.curves import binary_curves
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
+from airflow_trainpipe.runtime.evaluation.slices import slice_scores
 from airflow_trainpipe.runtime.serving import TransformedNetwork, load_registered
-from airflow_trainpipe.runtime.slices import slice_scores
-from airflow_trainpipe.runtime.transform import FittedTransform, class_indices, prepare_numeric
 
 if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig

@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
-from airflow_trainpipe.runtime.data import DataError
-from airflow_trainpipe.runtime.sketch import Moments, QuantileSketch
-from airflow_trainpipe.runtime.transform import (
+from airflow_trainpipe.runtime.data.reader import DataError
+from airflow_trainpipe.runtime.data.sketch import Moments, QuantileSketch
+from airflow_trainpipe.runtime.data.transform import (
     FORMAT,
     FittedTransform,
     as_strings,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from airflow_trainpipe.runtime.ranking import ranking_metrics
+from airflow_trainpipe.runtime.evaluation.ranking import ranking_metrics
 
 _CHUNK = 1 << 20  # rows per pass of the element-wise sums: bounds their temporaries
 

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from airflow_trainpipe.runtime.blocks import Block, BlockReader
+from airflow_trainpipe.runtime.data.blocks import Block, BlockReader
+from airflow_trainpipe.runtime.data.prepare import PreparedData
 from airflow_trainpipe.runtime.engine import PREDICT_BATCH, predict
-from airflow_trainpipe.runtime.metrics import compute_metrics
-from airflow_trainpipe.runtime.prepare import PreparedData
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 
 
 def holdout_tables(prepared: PreparedData, reader: BlockReader) -> Iterator[pa.Table]:

@@ -38,8 +38,8 @@ from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.core.digest import sha256_of
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.storage import filesystem, is_local, join, node_local_dir, node_scratch_dir
-from airflow_trainpipe.runtime.compression import SUFFIX, compress_file, decompress_file
-from airflow_trainpipe.runtime.faults import fault_point
+from airflow_trainpipe.runtime.resume.compression import SUFFIX, compress_file, decompress_file
+from airflow_trainpipe.runtime.resume.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +395,7 @@ class CheckpointManager:
             command = [
                 sys.executable,
                 "-m",
-                "airflow_trainpipe.runtime.safe_load",
+                "airflow_trainpipe.runtime.resume.safe_load",
                 "deepspeed.checkpoint.ds_to_universal",
                 "--input_folder",
                 str(loadable / checkpoint.tag),

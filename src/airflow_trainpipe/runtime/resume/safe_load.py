@@ -85,7 +85,7 @@ def _check_payload_config(path: str | Path, name: str, config: dict[str, Any]) -
 
 
 if __name__ == "__main__":
-    # `python -m airflow_trainpipe.runtime.safe_load MODULE ARGS...`: run a tool (DeepSpeed's
+    # `python -m airflow_trainpipe.runtime.resume.safe_load MODULE ARGS...`: run a tool (DeepSpeed's
     # ds_to_universal) as `python -m MODULE ARGS...`, with weights-only loading enforced.
     import runpy
     import sys

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from airflow_trainpipe.runtime.metrics import compute_metrics
-from airflow_trainpipe.runtime.ranking import per_group
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
+from airflow_trainpipe.runtime.evaluation.ranking import per_group
 
 MAX_ROWS = 200_000
 

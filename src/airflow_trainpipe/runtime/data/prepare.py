@@ -24,10 +24,10 @@ from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import filesystem, join
-from airflow_trainpipe.runtime.blocks import Block, BlockReader, file_identity, scan_blocks
-from airflow_trainpipe.runtime.data import DataError, HoldoutSplit, check_label, data_columns
-from airflow_trainpipe.runtime.fitting import TransformFitter
-from airflow_trainpipe.runtime.transform import FORMAT, FittedTransform
+from airflow_trainpipe.runtime.data.blocks import Block, BlockReader, file_identity, scan_blocks
+from airflow_trainpipe.runtime.data.fitting import TransformFitter
+from airflow_trainpipe.runtime.data.reader import DataError, HoldoutSplit, check_label, data_columns
+from airflow_trainpipe.runtime.data.transform import FORMAT, FittedTransform
 
 log = logging.getLogger(__name__)
 
