@@ -24,14 +24,14 @@ import torch.distributed as dist
 
 from airflow_trainpipe import __version__
 from airflow_trainpipe.config.catalog import METRICS
-from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT, SPEC_ARTIFACT, library_versions
+from airflow_trainpipe.contracts.artifacts import SPEC_ARTIFACT, library_versions
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.payloads import TrainResult
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
-from airflow_trainpipe.core.storage import filesystem, join, resolve
+from airflow_trainpipe.core.storage import join, resolve
 from airflow_trainpipe.data.sources import lineage_tags
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.data.blocks import BlockReader
@@ -44,14 +44,11 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     compute_dtype,
     deepspeed,
     deepspeed_config,
-    full_state_dict,
-    predict,
-    weights_sha256,
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
-from airflow_trainpipe.runtime.evaluation.final import evaluate_final
-from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout, first_holdout_rows, holdout_tables
+from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout
 from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
+from airflow_trainpipe.runtime.finish import RunEnd
 from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.resume.checkpoint import (
     CheckpointError,
@@ -72,7 +69,6 @@ from airflow_trainpipe.runtime.tracking import Tracker, flatten
 
 log = logging.getLogger("airflow_trainpipe.train")
 
-PREDICTION_SAMPLE = 1000  # holdout rows whose predictions the job logs for the serving check
 SYNC_EVERY = 10  # steps between the collectives that gather losses and checkpoint decisions
 
 
@@ -166,7 +162,7 @@ class Trainer:
             )
         try:
             state = self._loop(sampler, state, total_steps, tracker, high_water)
-            return self._finish(state, tracker, resumed_from, recomputed)
+            return self._run_end().run(state, tracker, resumed_from, recomputed)
         except BaseException:
             if tracker:
                 tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
@@ -478,131 +474,20 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         return self.holdout.evaluate(self.engine, self.device, self.dtype)
 
-    # -- end ----------------------------------------------------------------------------------
-
-    def _finish(
-        self,
-        state: dict[str, Any],
-        tracker: Tracker | None,
-        resumed_from: int,
-        recomputed: int,
-    ) -> TrainResult | None:
-        """Collective, then rank 0 alone: final metrics, the logged model, candidate vs champion."""
-        last = (
-            state["history"][-1]
-            if state["history"] and state["history"][-1]["step"] == state["step"]
-            else None
+    def _run_end(self) -> RunEnd:
+        return RunEnd(
+            spec=self.spec,
+            prepared=self.prepared,
+            reader=self.reader,
+            engine=self.engine,
+            device=self.device,
+            dtype=self.dtype,
+            world_size=self.world_size,
+            data_group=self.data_group,
+            scored=self.scored,
+            build_model=self._build_model,
+            evaluate=self._evaluate,
         )
-        metrics = last or {"step": state["step"], **self._evaluate()}
-        # A tuning trial's intermediate rung publishes no model: it reads no holdout row here.
-        publishes = self.spec.trial is None or self.spec.trial.final  # the same on every rank
-        first_rows, sample = self._prediction_sample() if publishes else (None, None)
-        weights = full_state_dict(self.engine, self.training.deepspeed.zero_stage)
-        peak_rss = self._gather_peak_rss()
-        if tracker is None:
-            return None
-        transform = self.prepared.transform
-        holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
-        hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
-        device = "gpu" if self.on_gpu else "cpu"
-        self._log_final(tracker, holdout, {f"{device}_hours": hours}, state["step"], sample)
-        fields: dict[str, Any] = {
-            "final_step": state["step"],
-            "final_train_loss": state.get("final_train_loss"),
-            "holdout_metrics": holdout,
-            "weights_sha256": weights_sha256(weights),
-            "resumed_from_step": resumed_from,
-            "steps_recomputed": recomputed,
-            "epochs_completed": len(state["history"]),
-            "stopped_early": state.get("stopped_early", False),
-            "world_size": self.world_size,
-            f"compute_hours_{device}": hours,
-            "peak_rss_mib": peak_rss,
-            "timing": state["timing"],
-            "mlflow_run_id": tracker.run_id,
-            "mlflow_experiment_id": tracker.experiment_id,
-            "transform_hash": transform.hash,
-            "metrics_split": self.scored,
-            **(
-                self._candidate(weights, first_rows, tracker, state["step"])
-                if publishes
-                else {"evaluation": None, "model_uri": None}
-            ),
-        }
-        fields["peak_rss_mib"][0] = _peak_rss_mib()  # after the final evaluation: the others only wait
-        result = TrainResult.model_validate(fields)
-        self._publish(result, tracker)
-        return result
-
-    def _prediction_sample(self) -> tuple[Any, Any]:
-        """Collective: the first holdout rows and the job's own predictions of them, computed by the
-        training engine on every rank (ZeRO-3 gathers inside forward): what the logged model must
-        reproduce from the same raw rows."""
-        transform = self.prepared.transform
-        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
-        sample = transform.predictions(
-            predict(self.engine, transform.features(first_rows), self.device, self.dtype)
-        )
-        return first_rows, sample
-
-    def _candidate(
-        self, weights: dict[str, Any], first_rows: Any, tracker: Tracker, step: int
-    ) -> dict[str, Any]:
-        """The logged model and its evaluation against the champion (the gate's input)."""
-        model = self._build_model()
-        model.load_state_dict(weights)
-        model.eval()
-        transform = self.prepared.transform
-        return {
-            # Candidate and champion scored by one function on the same raw holdout rows.
-            "evaluation": evaluate_final(
-                model,
-                transform,
-                lambda: holdout_tables(self.prepared, self.reader),
-                self.config,
-                tracker,
-                step,
-            ),
-            "model_uri": tracker.log_model(
-                model, transform, first_rows.select(transform.input_names).slice(0, 5).to_pandas()
-            ),
-        }
-
-    def _log_final(
-        self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any
-    ) -> None:
-        """The final holdout metrics and device hours, the fitted transform, the job's own predictions
-        (when it publishes a model)."""
-        tracker.log_metrics(
-            {**{f"{self.scored}_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True
-        )
-        tracker.log_dict(self.prepared.transform.document, "transform.json")
-        if sample is not None:
-            tracker.log_dict(
-                {"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json"
-            )
-
-    def _gather_peak_rss(self) -> list[float]:
-        """Collective: every rank's peak resident memory so far."""
-        peak_rss: list[Any] = [None] * self.world_size
-        dist.all_gather_object(peak_rss, _peak_rss_mib(), group=self.data_group)
-        return peak_rss
-
-    def _publish(self, result: TrainResult, tracker: Tracker) -> None:
-        """The result on the MLflow run, as result.json in the run directory, and as the `result` event."""
-        payload = result.to_xcom()
-        tracker.log_dict(payload, RESULT_ARTIFACT)
-        tracker.finish("FINISHED")
-        fs, path = filesystem(join(self.run_dir, RESULT_ARTIFACT))
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        fs.pipe_file(path, json.dumps(payload, indent=1, sort_keys=True).encode())
-        emit("result", **payload)
-
-
-def _peak_rss_mib() -> float:
-    import resource
-
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
 def main(argv: list[str] | None = None) -> int:

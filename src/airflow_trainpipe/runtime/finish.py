@@ -1,0 +1,173 @@
+"""The end of a training run: final metrics, the job's own predictions, the consolidated weights,
+the logged model and its evaluation against the champion, and the result published.
+
+A component of its own, as EpochEnd is for an epoch's end: the Trainer hands it what the run built
+(the engine, the prepared data, the reader) and calls `run` once, on every rank. Its first part
+is collective (every rank predicts, gathers weights and memory figures); from the weights on, rank
+0 alone logs and evaluates, the others return None.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
+from airflow_trainpipe.contracts.events import emit
+from airflow_trainpipe.contracts.payloads import TrainResult
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.storage import filesystem, join
+from airflow_trainpipe.runtime.data.blocks import BlockReader
+from airflow_trainpipe.runtime.data.prepare import PreparedData
+from airflow_trainpipe.runtime.engine import full_state_dict, predict, weights_sha256
+from airflow_trainpipe.runtime.evaluation.final import evaluate_final
+from airflow_trainpipe.runtime.evaluation.holdout import first_holdout_rows, holdout_tables
+from airflow_trainpipe.runtime.tracking import Tracker
+
+PREDICTION_SAMPLE = 1000  # holdout rows whose predictions the job logs for the serving check
+
+
+@dataclass
+class RunEnd:
+    spec: TrainSpec
+    prepared: PreparedData
+    reader: BlockReader
+    engine: Any
+    device: torch.device
+    dtype: torch.dtype
+    world_size: int
+    data_group: Any
+    """The gloo group the host-side collectives use (None: the default group)."""
+    scored: str
+    """What the metrics are named after: `holdout`, or `validation` in a tuning trial."""
+    build_model: Callable[[], torch.nn.Module]
+    evaluate: Callable[[], dict[str, float]]
+
+    def run(
+        self,
+        state: dict[str, Any],
+        tracker: Tracker | None,
+        resumed_from: int,
+        recomputed: int,
+    ) -> TrainResult | None:
+        """Collective, then rank 0 alone: final metrics, the logged model, candidate vs champion."""
+        last = (
+            state["history"][-1]
+            if state["history"] and state["history"][-1]["step"] == state["step"]
+            else None
+        )
+        metrics = last or {"step": state["step"], **self.evaluate()}
+        # A tuning trial's intermediate rung publishes no model: it reads no holdout row here.
+        publishes = self.spec.trial is None or self.spec.trial.final  # the same on every rank
+        first_rows, sample = self._prediction_sample() if publishes else (None, None)
+        weights = full_state_dict(self.engine, self.spec.config.training.deepspeed.zero_stage)
+        peak_rss = self._gather_peak_rss()
+        if tracker is None:
+            return None
+        transform = self.prepared.transform
+        holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
+        hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
+        device = "gpu" if self.device.type == "cuda" else "cpu"
+        self._log_final(tracker, holdout, {f"{device}_hours": hours}, state["step"], sample)
+        fields: dict[str, Any] = {
+            "final_step": state["step"],
+            "final_train_loss": state.get("final_train_loss"),
+            "holdout_metrics": holdout,
+            "weights_sha256": weights_sha256(weights),
+            "resumed_from_step": resumed_from,
+            "steps_recomputed": recomputed,
+            "epochs_completed": len(state["history"]),
+            "stopped_early": state.get("stopped_early", False),
+            "world_size": self.world_size,
+            f"compute_hours_{device}": hours,
+            "peak_rss_mib": peak_rss,
+            "timing": state["timing"],
+            "mlflow_run_id": tracker.run_id,
+            "mlflow_experiment_id": tracker.experiment_id,
+            "transform_hash": transform.hash,
+            "metrics_split": self.scored,
+            **(
+                self._candidate(weights, first_rows, tracker, state["step"])
+                if publishes
+                else {"evaluation": None, "model_uri": None}
+            ),
+        }
+        fields["peak_rss_mib"][0] = _peak_rss_mib()  # after the final evaluation: the others only wait
+        result = TrainResult.model_validate(fields)
+        self._publish(result, tracker)
+        return result
+
+    def _prediction_sample(self) -> tuple[Any, Any]:
+        """Collective: the first holdout rows and the job's own predictions of them, computed by the
+        training engine on every rank (ZeRO-3 gathers inside forward): what the logged model must
+        reproduce from the same raw rows."""
+        transform = self.prepared.transform
+        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
+        sample = transform.predictions(
+            predict(self.engine, transform.features(first_rows), self.device, self.dtype)
+        )
+        return first_rows, sample
+
+    def _candidate(
+        self, weights: dict[str, Any], first_rows: Any, tracker: Tracker, step: int
+    ) -> dict[str, Any]:
+        """The logged model and its evaluation against the champion (the gate's input)."""
+        model = self.build_model()
+        model.load_state_dict(weights)
+        model.eval()
+        transform = self.prepared.transform
+        return {
+            # Candidate and champion scored by one function on the same raw holdout rows.
+            "evaluation": evaluate_final(
+                model,
+                transform,
+                lambda: holdout_tables(self.prepared, self.reader),
+                self.spec.config,
+                tracker,
+                step,
+            ),
+            "model_uri": tracker.log_model(
+                model, transform, first_rows.select(transform.input_names).slice(0, 5).to_pandas()
+            ),
+        }
+
+    def _log_final(
+        self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any
+    ) -> None:
+        """The final holdout metrics and device hours, the fitted transform, the job's own predictions
+        (when it publishes a model)."""
+        tracker.log_metrics(
+            {**{f"{self.scored}_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True
+        )
+        tracker.log_dict(self.prepared.transform.document, "transform.json")
+        if sample is not None:
+            tracker.log_dict(
+                {"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json"
+            )
+
+    def _gather_peak_rss(self) -> list[float]:
+        """Collective: every rank's peak resident memory so far."""
+        peak_rss: list[Any] = [None] * self.world_size
+        dist.all_gather_object(peak_rss, _peak_rss_mib(), group=self.data_group)
+        return peak_rss
+
+    def _publish(self, result: TrainResult, tracker: Tracker) -> None:
+        """The result on the MLflow run, as result.json in the run directory, and as the `result` event."""
+        payload = result.to_xcom()
+        tracker.log_dict(payload, RESULT_ARTIFACT)
+        tracker.finish("FINISHED")
+        fs, path = filesystem(join(self.spec.run_dir, RESULT_ARTIFACT))
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, json.dumps(payload, indent=1, sort_keys=True).encode())
+        emit("result", **payload)
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
