@@ -1,0 +1,31 @@
+"""`trainpipe`: command-line entry point, one module per command group.
+
+check (check, schema), training (train, tune), render, make_data, models (promote, rollback,
+reproduce), snapshots (snapshots gc). Each subcommand imports what it needs inside its handler:
+`trainpipe check` runs in CI and pre-commit hooks and must stay as light as the DAG processor
+(no Airflow, torch or mlflow).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from airflow_trainpipe import __version__
+    from airflow_trainpipe.cli import check, make_data, models, render, snapshots, training
+
+    parser = argparse.ArgumentParser(
+        prog="trainpipe", description="YAML-declared ML retrain pipelines for Airflow."
+    )
+    parser.add_argument("--version", action="version", version=f"trainpipe {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in (check, training, make_data, render, models, snapshots):
+        group.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))

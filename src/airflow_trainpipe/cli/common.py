@@ -1,0 +1,71 @@
+"""What the commands share: reading config paths, running a training job here, the date."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+
+def config_files(paths: Sequence[str]) -> Iterator[Path]:
+    from airflow_trainpipe.config import CONFIG_SUFFIXES
+
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            # Not only regular files: a directory, FIFO or broken symlink named *.yaml is
+            # reported as the DAG processor reports it, never silently skipped (nor opened).
+            yield from sorted(p for p in path.rglob("*") if p.suffix in CONFIG_SUFFIXES)
+        else:
+            yield path
+
+
+def failed(config: str, exc: Exception) -> int:
+    """A config that does not load names its own file; any other error is prefixed with it."""
+    from airflow_trainpipe.core.exceptions import ConfigError
+
+    print(exc if isinstance(exc, ConfigError) else f"{config}: {exc}", file=sys.stderr)
+    return 1
+
+
+def run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None = None) -> int:
+    """The training job under torchrun here, its progress printed as the train task logs it."""
+    from airflow_trainpipe.launchers.local import LocalLauncher
+    from airflow_trainpipe.launchers.watcher import JobWatcher
+
+    launcher = LocalLauncher(spec, nproc, env=env)
+    watcher = JobWatcher(show_raw=False, tail=40)
+    launcher.start()
+    try:
+        for line in launcher.lines():
+            if (shown := watcher.feed(line.text)) is not None:
+                print(shown, flush=True)
+            elif verbose and line.event is None:
+                print(line.text, file=sys.stderr)
+        code = launcher.wait()
+    except KeyboardInterrupt:
+        launcher.kill()
+        return 130
+    if code != 0 and not verbose:
+        print(f"training job exited with code {code}; its last output:", file=sys.stderr)
+        print("\n".join(watcher.tail), file=sys.stderr)
+    return code
+
+
+def stdout_log() -> logging.Logger:
+    """The `log` the task helpers write to, printed like the command's other output (a logger of
+    its own: the root logger would also print MLflow's and alembic's INFO lines)."""
+    log = logging.getLogger("airflow_trainpipe.cli")
+    log.handlers[:] = [logging.StreamHandler(sys.stdout)]  # today's sys.stdout (tests replace it)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return log
+
+
+def today() -> str:
+    from datetime import datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%d")
