@@ -31,13 +31,15 @@ $(FEAST_INSTALLED): constraints-feast.txt
 
 venv: $(INSTALLED) $(FEAST_INSTALLED)
 
-# ruff (lint + format), mypy (strict for config/, promotion.py, payloads.py) and the
-# function-length rule (no function in src/ over 60 lines): settings in pyproject.toml, .flake8.
+# ruff (lint + format), mypy (strict for config/, contracts/ and registry/promotion.py), the
+# function-length rule (no function in src/ over 60 lines): settings in pyproject.toml, .flake8;
+# and the layers (tests/test_architecture.py: no import cycle, no import up docs/architecture.md's table).
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/flake8 src
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 0 tests/test_architecture.py
 
 # TEST_WORKERS=N runs the suite on N pytest-xdist workers: a file's tests on one worker, and the
 # files sharing the Airflow stack or the Spark server together (tests/conftest.py). Serial by

@@ -34,6 +34,7 @@ def parse(line: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     try:
-        return json.loads(line[start + len(PREFIX) :])
+        event = json.loads(line[start + len(PREFIX) :])
     except ValueError:
         return None
+    return event if isinstance(event, dict) else None
