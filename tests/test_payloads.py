@@ -9,7 +9,6 @@ import pytest
 
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.contracts.payloads import (
-    CheckOutcome,
     Evaluation,
     GateDecision,
     TrainTiming,
@@ -129,7 +128,7 @@ def test_a_summary_whose_manifest_does_not_hash_to_its_digest_is_refused() -> No
 
 
 def test_check_outcomes_carry_any_observed_and_expected_values() -> None:
-    outcome = CheckOutcome.model_validate(_summary()["failures"][0])
+    outcome = ValidationSummary.model_validate(_summary()).failures[0]
     assert (outcome.observed, outcome.expected) == (100, {"min": 1000})
 
 

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
-from airflow_trainpipe.data.validation.checks import Check, required_columns, schema_checks, volume_checks
+from airflow_trainpipe.contracts.payloads import Check
+from airflow_trainpipe.data.validation.checks import required_columns, schema_checks, volume_checks
 from tests.conftest import EXAMPLE_CONFIGS
 
 # The fraud example's own contract: ten columns, no extras allowed.

@@ -12,9 +12,11 @@ Light on purpose: pydantic and the snapshot manifest only (parse time imports op
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+from pydantic.dataclasses import dataclass
 
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.digest import combine
@@ -49,8 +51,11 @@ def read_payload(model: type[P], raw: Any, source: str) -> P:
 # -- validate_data -> train --------------------------------------------------------------------
 
 
-class CheckOutcome(Payload):
-    """One check's verdict in the validation report."""
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class Check:
+    """One check's verdict; `column` is None for snapshot-wide checks. The validation engines
+    build them (positionally, as a dataclass) and validate_data hands the failures to train
+    inside its ValidationSummary: one definition for both."""
 
     kind: str  # schema | volume | expectation | drift
     name: str
@@ -59,6 +64,9 @@ class CheckOutcome(Payload):
     observed: Any
     expected: Any
     message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class ReferenceSnapshot(Payload):
@@ -80,7 +88,7 @@ class ValidationSummary(Payload):
     manifest: Manifest
     reference: ReferenceSnapshot | None
     drift: dict[str, float]
-    failures: list[CheckOutcome]
+    failures: list[Check]
     report_uri: str
     data_docs_uri: str | None = None
 

@@ -223,7 +223,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self, manifest: Manifest, partition: str, query: str | None = None
     ) -> tuple[ValidationSummary, ValidationReport]:
         """Run the checks, write the report, record a usable snapshot in the history."""
-        from airflow_trainpipe.contracts.payloads import CheckOutcome, ReferenceSnapshot, ValidationSummary
+        from airflow_trainpipe.contracts.payloads import ReferenceSnapshot, ValidationSummary
         from airflow_trainpipe.data.validation import history
         from airflow_trainpipe.data.validation.validate import (
             history_payload,
@@ -267,7 +267,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             manifest=manifest,
             drift=report.drift_scores,
             reference=ReferenceSnapshot.model_validate(report.reference) if report.reference else None,
-            failures=[CheckOutcome.model_validate(c.to_dict()) for c in report.failures],
+            failures=report.failures,
             report_uri=written["report"],
             data_docs_uri=written.get("data_docs"),
         ), report

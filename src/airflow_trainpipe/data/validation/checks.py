@@ -2,26 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_trainpipe.config.pipeline import PipelineConfig
-
-
-@dataclass
-class Check:
-    """One check's verdict; `column` is None for snapshot-wide checks."""
-
-    kind: str  # schema | volume | expectation | drift
-    name: str
-    column: str | None
-    passed: bool
-    observed: Any
-    expected: Any
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from airflow_trainpipe.contracts.payloads import Check
 
 
 def required_columns(config: PipelineConfig, reference: dict[str, Any] | None) -> dict[str, str | None]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config.validation import ExpectationRule
-from airflow_trainpipe.data.validation.checks import Check
+from airflow_trainpipe.contracts.payloads import Check
 from airflow_trainpipe.data.validation.expectations import (
     ExpectationOutcome,
     ExpectationRunner,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trainpipe.contracts.manifest import Manifest
-from airflow_trainpipe.data.validation.checks import Check
+from airflow_trainpipe.contracts.payloads import Check
 
 
 @dataclass

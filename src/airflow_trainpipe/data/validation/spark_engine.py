@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.config.validation import ExpectationRule
 from airflow_trainpipe.contracts.manifest import Manifest
-from airflow_trainpipe.data.validation.checks import Check
+from airflow_trainpipe.contracts.payloads import Check
 from airflow_trainpipe.data.validation.engines import WholeSuiteRunner, rows_check, suite_checks
 from airflow_trainpipe.data.validation.spark_connect import SparkConnect
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.contracts.manifest import Manifest
+from airflow_trainpipe.contracts.payloads import Check
 from airflow_trainpipe.core.storage import filesystem, is_local, join, local_path
 from airflow_trainpipe.data.snapshots.partitions import STATE_DIR
-from airflow_trainpipe.data.validation.checks import Check, schema_checks, volume_checks
+from airflow_trainpipe.data.validation.checks import schema_checks, volume_checks
 from airflow_trainpipe.data.validation.drift import (
     CategoricalAccumulator,
     NumericAccumulator,
