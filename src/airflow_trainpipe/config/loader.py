@@ -53,6 +53,11 @@ def load_config(path: str | Path) -> PipelineConfig:
     return parse_config(read_config_text(path, source), source=source)
 
 
+def as_config(config: PipelineConfig | str | Path) -> PipelineConfig:
+    """An operator's `config` argument: the parsed config as it is, or the path of its file loaded."""
+    return config if isinstance(config, PipelineConfig) else load_config(config)
+
+
 def duplicate_pipeline(source: str, pipeline: str, first: str) -> ConfigProblem:
     """Two files naming one pipeline would fight over one DAG id: the later one is at fault."""
     return ConfigProblem(

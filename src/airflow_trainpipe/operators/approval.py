@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 
-from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.config.types import short_duration
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink, MlflowModelVersionLink
@@ -57,7 +57,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
         mlflow_conn_id: str | None = "mlflow_default",
         **kwargs: Any,
     ) -> None:
-        config = config if isinstance(config, PipelineConfig) else load_config(config)
+        config = as_config(config)
         section = config.registration
         defaults = {"reject": ApprovalOperator.REJECT, "approve": ApprovalOperator.APPROVE}.get(
             section.on_approval_timeout

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.contracts.payloads import GateDecision
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink
@@ -75,7 +75,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.config = as_config(config)
         self.mlflow_run_id = mlflow_run_id
         self.train_task_id = train_task_id
         self.force = force

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
 
@@ -46,7 +46,7 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.config = as_config(config)
         self.register_task_id = register_task_id
         self.approval_task_id = approval_task_id
         self.gate_task_id = gate_task_id

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
 
@@ -79,7 +79,7 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.config = as_config(config)
         self.mlflow_run_id = mlflow_run_id
         self.gate_decision = gate_decision
         self.gate_task_id = gate_task_id

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowRunLink
 from airflow_trainpipe.operators.train import DistributedTrainOperator
@@ -68,7 +68,7 @@ class TuningStartOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.config = as_config(config)
         self.run_id = run_id
         self.enabled = enabled
         self.mlflow_conn_id = mlflow_conn_id
@@ -181,7 +181,7 @@ class TuningResultOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     ) -> None:
         kwargs.setdefault("trigger_rule", "all_done_min_one_success")
         super().__init__(**kwargs)
-        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.config = as_config(config)
         self.study = study
         self.mlflow_conn_id = mlflow_conn_id
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_trainpipe.config import PipelineConfig, load_config
+from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.mlflow_conn_id = mlflow_conn_id
-        self.config = config if isinstance(config, PipelineConfig) else load_config(config)
+        self.config = as_config(config)
         self.partition = partition if partition is not None else self.config.data.partition
         self.conn_id = conn_id
 
