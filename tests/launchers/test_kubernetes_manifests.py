@@ -16,9 +16,9 @@ from airflow_trainpipe.config import load_config, parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.kubernetes_manifests import (
     RunLabels,
+    container_command,
     label_value,
     manifests,
-    torchrun_command,
 )
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -255,7 +255,7 @@ def test_cpu_job_sets_the_cpu_accelerator_and_no_gpu_limit() -> None:
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert {"name": "DS_ACCELERATOR", "value": "cpu"} in container["env"]
     assert {"name": "data-0", "mountPath": "/shared", "readOnly": False} in container["volumeMounts"]
-    command = torchrun_command(parse_config(text))
+    command = container_command(parse_config(text))
     assert command[:5] == ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     assert "--standalone" in command
     # torchrun waits the preemption grace (30 s by default) and the ranks' exit before SIGKILL.

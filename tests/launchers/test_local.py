@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -10,12 +11,15 @@ import psutil
 import pytest
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.launchers.local import LocalLauncher, torchrun_command
+from airflow_trainpipe.launchers.command import torchrun_command
+from airflow_trainpipe.launchers.local import LocalLauncher
 from tests.helpers.jobs import make_spec
 
 
 def test_torchrun_command_runs_the_single_entrypoint() -> None:
-    command = torchrun_command(2, "@/tmp/spec.json", CheckpointSection().shutdown_timeout_s)
+    command = torchrun_command(
+        2, "@/tmp/spec.json", CheckpointSection().shutdown_timeout_s, python=sys.executable
+    )
     assert command[1:3] == ["-m", "torch.distributed.run"]
     assert command[-4:] == ["-m", "airflow_trainpipe.runtime.train", "--spec", "@/tmp/spec.json"]
     assert command[command.index("--shutdown-timeout") + 1] == "35"

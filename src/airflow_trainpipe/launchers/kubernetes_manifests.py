@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.launchers.command import torchrun_command
 
 CONTAINER = "base"  # KubernetesPodOperator follows the logs of the container with this name
 RENDEZVOUS_PORT = 29500
@@ -69,53 +70,37 @@ def escape_expansion(value: str) -> str:
     return value.replace("$(", "$$(")
 
 
-def torchrun_command(
+def container_command(
     config: PipelineConfig, job_name: str | None = None, service: str | None = None
 ) -> list[str]:
-    """The container command: torchrun around the same entrypoint the local launcher runs."""
+    """The container command: the local launcher's torchrun command, with the nodes'
+    rendezvous when the job has several."""
     resources = config.training.resources
-    command = [
-        "python",
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(resources.nproc_per_node),
-        "--shutdown-timeout",
-        str(config.training.checkpoint.shutdown_timeout_s),
-    ]
-    if resources.nodes == 1:
-        command.append("--standalone")
-    else:
+    rendezvous: tuple[str, ...] = ("--standalone",)
+    if resources.nodes > 1:
         host = f"{job_name}-0.{service}"  # the index-0 pod, through the headless Service
         min_nodes = config.training.kubernetes.min_nodes
         if min_nodes is None:
             # Static rendezvous: rank 0 hosts the store; node ranks are the completion indexes.
-            command += [
-                "--nnodes",
-                str(resources.nodes),
-                "--node-rank",
-                "$(NODE_RANK)",
-                "--master-addr",
-                host,
-                "--master-port",
-                str(RENDEZVOUS_PORT),
-            ]
+            rendezvous = (
+                "--nnodes", str(resources.nodes), "--node-rank", "$(NODE_RANK)",
+                "--master-addr", host, "--master-port", str(RENDEZVOUS_PORT),
+            )  # fmt: skip
         else:
             # Elastic: start with the nodes that arrive (at least min_nodes); the job resumes from
             # its checkpoint on the world size it got (universal checkpoint when it changed).
-            command += [
-                "--nnodes",
-                f"{min_nodes}:{resources.nodes}",
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"{host}:{RENDEZVOUS_PORT}",
-                "--rdzv-id",
-                job_name or "trainpipe",
-                "--max-restarts",
-                "3",
-            ]
-    return [*command, "-m", "airflow_trainpipe.runtime.train", "--spec", "$(TRAINPIPE_SPEC)"]
+            rendezvous = (
+                "--nnodes", f"{min_nodes}:{resources.nodes}", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"{host}:{RENDEZVOUS_PORT}", "--rdzv-id", job_name or "trainpipe",
+                "--max-restarts", "3",
+            )  # fmt: skip
+    return torchrun_command(
+        resources.nproc_per_node,
+        "$(TRAINPIPE_SPEC)",
+        config.training.checkpoint.shutdown_timeout_s,
+        python="python",
+        rendezvous=rendezvous,
+    )
 
 
 def _env(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, multi_node: bool) -> list[dict]:
@@ -192,7 +177,7 @@ def _container(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, job_n
         "name": CONTAINER,
         "image": training.image,
         "imagePullPolicy": k8s.image_pull_policy,
-        "command": torchrun_command(config, job_name, job_name),
+        "command": container_command(config, job_name, job_name),
         "env": _env(config, spec, labels, multi_node),
         "resources": {"requests": {"cpu": resources.cpu, "memory": resources.memory}, "limits": limits},
         "volumeMounts": [

@@ -23,33 +23,13 @@ from typing import Any
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.processes import signal_on_parent_death
+from airflow_trainpipe.launchers.command import torchrun_command
 
 
 @dataclass
 class Line:
     text: str
     event: dict[str, Any] | None
-
-
-def torchrun_command(nproc: int, spec_arg: str, shutdown_timeout_s: int) -> list[str]:
-    """The container command too: Kubernetes pods run the same entrypoint the same way.
-
-    `shutdown_timeout_s` is how long torchrun waits, after forwarding a SIGTERM, before it SIGKILLs
-    the ranks: `training.checkpoint.shutdown_timeout_s`, so a preemption save is not cut short."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        "--shutdown-timeout",
-        str(shutdown_timeout_s),
-        "-m",
-        "airflow_trainpipe.runtime.train",
-        "--spec",
-        spec_arg,
-    ]
 
 
 class LocalLauncher:
@@ -68,7 +48,9 @@ class LocalLauncher:
         spec_file.write_text(self.spec.to_json())
         checkpoint = self.spec.config.training.checkpoint
         self.process = subprocess.Popen(
-            torchrun_command(self.nproc, f"@{spec_file}", checkpoint.shutdown_timeout_s),
+            torchrun_command(
+                self.nproc, f"@{spec_file}", checkpoint.shutdown_timeout_s, python=sys.executable
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
