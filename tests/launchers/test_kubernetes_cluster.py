@@ -47,11 +47,11 @@ def _spec(config: PipelineConfig) -> TrainSpec:
 
 
 def _pod(config: PipelineConfig, watcher: JobWatcher | None = None) -> KubernetesPodOperator:
-    return cluster.pod_operator(config, _spec(config), LABELS, "train", watcher or JobWatcher())
+    return cluster.pod_operator(_spec(config), LABELS, "train", watcher or JobWatcher())
 
 
 def _job(config: PipelineConfig, watcher: JobWatcher | None = None) -> KubernetesJobOperator:
-    return cluster.job_operator(config, _spec(config), LABELS, "train", watcher or JobWatcher())
+    return cluster.job_operator(_spec(config), LABELS, "train", watcher or JobWatcher())
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def elastic() -> PipelineConfig:
 
 
 def test_to_model_maps_a_manifest_onto_the_client_s_models(elastic: PipelineConfig) -> None:
-    job = cluster.to_model(job_manifest(elastic, _spec(elastic), LABELS, "ml-training"), "V1Job")
+    job = cluster.to_model(job_manifest(_spec(elastic), LABELS, "ml-training"), "V1Job")
     assert isinstance(job, k8s.V1Job)
     assert (job.spec.completion_mode, job.spec.ttl_seconds_after_finished) == ("Indexed", 3600)
     assert job.spec.success_policy.rules[0].succeeded_indexes == "0"
@@ -96,7 +96,7 @@ def test_a_configured_startup_timeout_bounds_scheduling_and_startup() -> None:
 
 def test_the_pod_operator_carries_the_rendered_pod_under_its_per_try_name(one_node: PipelineConfig) -> None:
     operator = _pod(one_node)
-    manifest = pod_manifest(one_node, _spec(one_node), LABELS, "ml-training")
+    manifest = pod_manifest(_spec(one_node), LABELS, "ml-training")
     assert operator.pod_template_dict == manifest
     assert operator.name == LABELS.workload_name() == manifest["metadata"]["name"]
     assert operator.labels == {k: v for k, v in manifest["metadata"]["labels"].items() if k != "try_number"}

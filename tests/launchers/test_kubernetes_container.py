@@ -126,7 +126,7 @@ def test_rendered_pod_starts_the_entrypoint_and_a_second_try_resumes(
     spec = TrainSpec(config=config, run_id=RUN_ID, data_files=job_files).limited_to(2 * EVERY_STEPS)
 
     def pod_of_try(try_number: int) -> dict[str, Any]:
-        (pod,) = manifests(config, spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))
+        (pod,) = manifests(spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))
         assert pod["kind"] == "Pod"
         return pod
 

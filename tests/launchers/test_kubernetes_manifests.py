@@ -41,7 +41,7 @@ def _render(config_text: str, try_number: int = 2) -> list[dict]:
     spec = TrainSpec(
         config=config, run_id=RUN_ID, data_files=["s3://ml-data/house-sales/week=2026-01-05/part-0.csv"]
     )
-    return manifests(config, spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))
+    return manifests(spec, RunLabels(config.pipeline, "train", RUN_ID, try_number))
 
 
 @pytest.fixture(scope="module")

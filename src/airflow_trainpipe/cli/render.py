@@ -41,7 +41,7 @@ def _render(args: argparse.Namespace) -> int:
         hyperparameters=config.training.hyperparameters,
         tags={"airflow.dag_id": config.pipeline, "airflow.task_id": args.task},
     )
-    docs = manifests(config, spec, RunLabels(config.pipeline, args.task, run_id, args.try_number))
+    docs = manifests(spec, RunLabels(config.pipeline, args.task, run_id, args.try_number))
     print(f"# trainpipe render {args.config}: run {run_id}, try {args.try_number}, data {', '.join(files)}")
 
     class _NoAliases(yaml.SafeDumper):

@@ -86,9 +86,10 @@ def _without_namespace(manifest: dict) -> dict:
 
 
 def pod_operator(
-    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
+    spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
 ) -> KubernetesPodOperator:
-    manifest = pod_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
+    config = spec.config
+    manifest = pod_manifest(spec, labels, config.training.kubernetes.namespace or "default")
     if config.training.kubernetes.namespace is None:
         manifest = _without_namespace(manifest)
     return KubernetesPodOperator(
@@ -100,9 +101,10 @@ def pod_operator(
 
 
 def job_operator(
-    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
+    spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
 ) -> KubernetesJobOperator:
-    manifest = job_manifest(config, spec, labels, config.training.kubernetes.namespace or "default")
+    config = spec.config
+    manifest = job_manifest(spec, labels, config.training.kubernetes.namespace or "default")
     job_spec = manifest["spec"]
     pod_template = {"metadata": job_spec["template"]["metadata"], "spec": job_spec["template"]["spec"]}
     # Fields the operator has no parameter for (successPolicy) come in through full_job_spec; its

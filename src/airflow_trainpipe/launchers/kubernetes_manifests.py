@@ -103,7 +103,8 @@ def container_command(
     )
 
 
-def _env(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, multi_node: bool) -> list[dict]:
+def _env(spec: TrainSpec, labels: RunLabels, multi_node: bool) -> list[dict]:
+    config = spec.config
     k8s = config.training.kubernetes
     env: list[dict] = [
         {"name": "TRAINPIPE_SPEC", "value": escape_expansion(spec.to_json())},
@@ -125,15 +126,14 @@ def _env(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, multi_node:
     return env
 
 
-def pod_spec(
-    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, *, job_name: str | None = None
-) -> dict:
+def pod_spec(spec: TrainSpec, labels: RunLabels, *, job_name: str | None = None) -> dict:
     """The PodSpec of every training pod (the Pod itself, or the Job's pod template)."""
+    config = spec.config
     k8s = config.training.kubernetes
     multi_node = config.training.resources.nodes > 1
     pod: dict = {
         "restartPolicy": "Never",
-        "containers": [_container(config, spec, labels, job_name)],
+        "containers": [_container(spec, labels, job_name)],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k8s.shm_size}},
             {"name": "scratch", "emptyDir": {}},
@@ -166,7 +166,8 @@ def pod_spec(
     return pod
 
 
-def _container(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, job_name: str | None) -> dict:
+def _container(spec: TrainSpec, labels: RunLabels, job_name: str | None) -> dict:
+    config = spec.config
     training, k8s = config.training, config.training.kubernetes
     resources = training.resources
     multi_node = resources.nodes > 1
@@ -178,7 +179,7 @@ def _container(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, job_n
         "image": training.image,
         "imagePullPolicy": k8s.image_pull_policy,
         "command": container_command(config, job_name, job_name),
-        "env": _env(config, spec, labels, multi_node),
+        "env": _env(spec, labels, multi_node),
         "resources": {"requests": {"cpu": resources.cpu, "memory": resources.memory}, "limits": limits},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -267,17 +268,19 @@ def _metadata(name: str, namespace: str, labels: RunLabels, config: PipelineConf
     return metadata
 
 
-def pod_manifest(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
+def pod_manifest(spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
+    config = spec.config
     """One node: the Pod that KubernetesPodOperator submits."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(labels.workload_name(), namespace, labels, config),
-        "spec": pod_spec(config, spec, labels),
+        "spec": pod_spec(spec, labels),
     }
 
 
-def job_manifest(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
+def job_manifest(spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
+    config = spec.config
     """Several nodes: an Indexed Job, one pod per node, all of them needed (or min_nodes, elastic)."""
     nodes = config.training.resources.nodes
     name = JOB_NAME_PREFIX + labels.workload_name()
@@ -289,7 +292,7 @@ def job_manifest(config: PipelineConfig, spec: TrainSpec, labels: RunLabels, nam
         "parallelism": nodes,
         "backoffLimit": config.training.kubernetes.backoff_limit,
         "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-        "template": {"metadata": template_metadata, "spec": pod_spec(config, spec, labels, job_name=name)},
+        "template": {"metadata": template_metadata, "spec": pod_spec(spec, labels, job_name=name)},
     }
     if config.training.kubernetes.min_nodes is not None:
         # Index 0 finishes only when training does; pods that never got a node must not keep
@@ -324,12 +327,11 @@ def service_manifest(config: PipelineConfig, labels: RunLabels, namespace: str, 
     }
 
 
-def manifests(
-    config: PipelineConfig, spec: TrainSpec, labels: RunLabels, namespace: str | None = None
-) -> list[dict]:
+def manifests(spec: TrainSpec, labels: RunLabels, namespace: str | None = None) -> list[dict]:
     """What a try submits: [Pod] for one node, [Job, Service] for several."""
+    config = spec.config
     namespace = namespace or config.training.kubernetes.namespace or "default"
     if config.training.resources.nodes == 1:
-        return [pod_manifest(config, spec, labels, namespace)]
-    job = job_manifest(config, spec, labels, namespace)
+        return [pod_manifest(spec, labels, namespace)]
+    job = job_manifest(spec, labels, namespace)
     return [job, service_manifest(config, labels, namespace, job["metadata"]["name"])]

@@ -292,7 +292,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
 
         labels = self._labels(context, spec, context["ti"].try_number)
         build = cluster.pod_operator if self.config.training.resources.nodes == 1 else cluster.job_operator
-        return build(self.config, spec, labels, self.task_id, watcher)
+        return build(spec, labels, self.task_id, watcher)
 
     def _run_on_kubernetes(
         self, context: Context, spec: TrainSpec, watcher: JobWatcher, try_number: int
