@@ -1,4 +1,5 @@
-"""The `sql` source: the run's window of a query, streamed into Parquet files in record batches.
+"""The `sql` source (`SqlKind`): the run's window of a query, waited for with a `COUNT(*)` the
+database runs, and streamed into Parquet files in record batches.
 
 PostgreSQL and SQLite are read through ADBC (`fetch_record_batch`: Arrow batches straight from
 the driver; PostgreSQL's arrive through binary COPY), any other DB-API connection through its
@@ -7,10 +8,10 @@ batches whatever the window's size. Airflow's `DbApiHook.get_df_by_chunks` and
 `SqlToS3Operator` read the whole result first (1.94 GB for 2M x 20 on PostgreSQL, measured for
 the issue), so they are not used.
 
-Bytes are a function of the rows alone: the query is wrapped in `ORDER BY data.source.order_by`,
-row groups are cut at exactly `batch_rows` rows (not at the driver's batch boundaries) and files at
-`file_rows`, so the same rows always give the same files and digest. A tie in the ordering key
-would let the database order those rows either way: the export fails naming it.
+Bytes are a function of the rows alone: the query is wrapped in `ORDER BY data.source.order_by`
+and the ordered batches are cut into row groups and files of fixed sizes by `parquet_export`,
+which also fails naming a tie in the ordering key (the database could order those rows either
+way).
 
 Window bounds enter the query as literals, not bind parameters: with parameters ADBC's
 PostgreSQL driver cannot stream (it prepares the statement and fetches the result whole). The

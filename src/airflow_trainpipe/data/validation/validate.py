@@ -1,4 +1,9 @@
-"""Validate one snapshot: schema contract, volume, GX expectations and drift, in one read.
+"""Validate one snapshot: schema contract, volume, GX expectations and drift, in one read; the
+report written next to it (report.json, Data Docs) and what the validation history keeps of it.
+
+`validation.engine` picks where the expectations and the drift profiles run: here, streamed (the
+default), in the source's database (`sql_engine`) or on a Spark Connect server (`spark_engine`);
+the schema contract and volume checks are answered from the manifest (`checks`) in every case.
 
 The data is read once, a Parquet row group at a time, with only the columns some check needs.
 The drift profiles consume each row group; row-wise expectations run on batches of about
