@@ -1,6 +1,6 @@
 """BaselineGateOperator against real MLflow runs (real server with basic auth, and embedded sqlite).
 
-The rule matrix itself is tested in tests/test_promotion.py; here: reading both metric sets from
+The rule matrix itself is tested in tests/registry/test_promotion.py; here: reading both metric sets from
 the candidate run, the report artifacts, and every invalid state failing with a clear message.
 The skip of downstream tasks runs through dag.test() in test_pipeline.py.
 """

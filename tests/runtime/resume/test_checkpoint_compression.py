@@ -13,7 +13,7 @@ import pytest
 
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.runtime.resume.checkpoint import MARKER, CheckpointError, CheckpointManager, tag_for
-from tests.runtime.test_checkpoint import flaky, single_rank_group  # noqa: F401 (fixtures)
+from tests.runtime.resume.test_checkpoint import flaky, single_rank_group  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")  # complete_pending() and fetch() are collectives
 
