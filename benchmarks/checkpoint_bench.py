@@ -13,7 +13,7 @@ alternately, ROUNDS times each:
   zeroed; the loaded weights' sha256 must equal the saved ones.
 
 Then the files of the uncompressed checkpoint are compressed once per zstd level, and once with
-a single worker thread (the choices in runtime/compression.py). Times are medians over the rounds; the files are in the page cache
+a single worker thread (the choices in runtime/resume/compression.py). Times are medians over the rounds; the files are in the page cache
 (just written), so disk reads are not what is measured.
 
 `python benchmarks/checkpoint_bench.py` prints the section; `make bench` writes it.

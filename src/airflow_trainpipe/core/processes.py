@@ -13,7 +13,7 @@ def signal_on_parent_death(sig: int = signal.SIGTERM) -> None:
     """Ask the kernel to send `sig` to this process when its parent dies, whatever killed it.
 
     SIGTERM rather than SIGKILL: the training job treats it as a preemption notice and saves a
-    checkpoint first (runtime/preemption.py), and its grace clock still ends it if saving hangs.
+    checkpoint first (runtime/resume/preemption.py), and its grace clock still ends it if saving hangs.
     Safe in a `preexec_fn`: it only calls prctl.
     """
     if not sys.platform.startswith("linux"):

@@ -320,7 +320,7 @@ def _schedule(config: PipelineConfig) -> Any:
         upstream = Asset.ref(uri=s.asset) if "://" in s.asset else Asset.ref(name=s.asset)
         if s.asset_partitions is None:
             return upstream
-        # A rolling data.window is laid out by the task (runtime/window.py), not by a RollupMapper:
+        # A rolling data.window is laid out by the task (data/window.py), not by a RollupMapper:
         # Airflow's windows are fixed calendar periods, and "the last 30 days" slides every run.
         return PartitionedAssetTimetable(
             assets=upstream, default_partition_mapper=_PARTITION_MAPPERS[s.asset_partitions]()

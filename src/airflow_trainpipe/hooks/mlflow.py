@@ -304,7 +304,7 @@ class MlflowHook(BaseHook):
         self, run_id: str, decision: GateDecision, figure: Any, report: str
     ) -> str | None:
         """The decision as an artifact and tags of the candidate's run, with its chart and its
-        HTML report (report.py); returns the report's URL in MLflow's UI, if it has one."""
+        HTML report (registry/gate_report.py); returns the report's URL in MLflow's UI, if it has one."""
         from airflow_trainpipe.contracts.artifacts import REPORT_PATH
 
         with self.activated():

@@ -61,7 +61,7 @@ class MlflowModelVersionLink(_PersistedLink):
 
 
 class GateReportLink(_PersistedLink):
-    """The gate's HTML report (report.py) on the candidate's run, in MLflow's artifact viewer."""
+    """The gate's HTML report (registry/gate_report.py) on the candidate's run, in MLflow's artifact viewer."""
 
     name: ClassVar[str] = "Gate report"
     key: ClassVar[str] = "gate_report_url"

@@ -5,7 +5,7 @@ The training job's final evaluation scored both models on the run's holdout and 
 config's rule (`airflow_trainpipe.registry.promotion`) to those numbers. A losing candidate skips the
 downstream tasks (register) the way Airflow's ShortCircuitOperator does, so the DAG run stays
 green and the reason is in this task's log, its XCom and the MLflow run. Every decision also
-logs an HTML report (report.py) to the candidate's run, linked from the task as "Gate report".
+logs an HTML report (registry/gate_report.py) to the candidate's run, linked from the task as "Gate report".
 
 Champion drift: when the version holding the alias now is not the one the candidate was scored
 against (someone promoted a model in between), the gate fails instead of deciding on stale

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
-    """Train the pipeline's model; returns the job's TrainResult (payloads.py) as XCom.
+    """Train the pipeline's model; returns the job's TrainResult (contracts/payloads.py) as XCom.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
     :param run_id: scopes checkpoints (`<checkpoint.uri>/<pipeline>/<run_id>/`) and the MLflow run.

@@ -34,7 +34,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
     DataValidationFailed (an AirflowFailException): retrying cannot fix bad data, so the task
     fails at once, and `notify` sends it as `validation_failure`.
 
-    XCom: `return_value` is a ValidationSummary (payloads.py): the verdict, and the snapshot's
+    XCom: `return_value` is a ValidationSummary (contracts/payloads.py): the verdict, and the snapshot's
     manifest, whose files the train task must read (exactly these bytes).
 
     :param config: the parsed pipeline config, or the path of its YAML file.

@@ -59,7 +59,7 @@ class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untype
 
     @classmethod
     def from_artifacts(cls, transform: str | Path, network: str | Path) -> TransformedNetwork:
-        """The model from its two artifact files, without unpickling anything (runtime/safe_load.py)."""
+        """The model from its two artifact files, without unpickling anything (runtime/resume/safe_load.py)."""
         model = cls()
         model.load_context(SimpleNamespace(artifacts={"transform": str(transform), "network": str(network)}))
         return model

@@ -2,7 +2,7 @@
 
 `StepRunner` runs forward, backward and DeepSpeed's step over this rank's micro-batches.
 `PeriodicSync` gathers the losses of the steps since the last sync, every rank's checkpoint vote
-and whether a rank got SIGTERM (runtime/preemption.py) in one all-reduce: on a latency-bound job
+and whether a rank got SIGTERM (runtime/resume/preemption.py) in one all-reduce: on a latency-bound job
 a gloo round trip costs as much as a third of a step, so it runs every `SyncConfig.every` steps
 (and on checkpoint steps, the last step and the end of an epoch). Long steps sync more often, so
 that a SIGTERM is acted on within about `SyncConfig.latency_s`: after each sync the stride becomes

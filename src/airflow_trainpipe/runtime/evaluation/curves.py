@@ -1,6 +1,6 @@
 """ROC and precision-recall curves of a binary model's holdout scores, thinned for a report.
 
-The gate's report (report.py) draws both models' curves from these points, which the final
+The gate's report (registry/gate_report.py) draws both models' curves from these points, which the final
 evaluation writes to evaluation.json: at most `points` of each curve, taken evenly over the
 distinct thresholds (the curve's shape, in a few KiB, whatever the holdout's size).
 """

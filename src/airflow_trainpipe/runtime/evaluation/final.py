@@ -18,8 +18,8 @@ rather than the candidate at a threshold fitted to this holdout against the cham
 one. The candidate's becomes `trainpipe.threshold` on its run and, once registered, its version.
 
 With `gate.confidence`, a paired bootstrap of both prediction sets gives the interval of the
-improvement (runtime/confidence.py); with `evaluation.slices`, both are scored per slice, one
-more pass over the holdout reading only the slice columns (runtime/slices.py). Both go into
+improvement (runtime/evaluation/confidence.py); with `evaluation.slices`, both are scored per slice, one
+more pass over the holdout reading only the slice columns (runtime/evaluation/slices.py). Both go into
 evaluation.json and the summary the gate decides on.
 """
 

@@ -10,7 +10,7 @@ relevance, as `sklearn.metrics.ndcg_score` has them. Rows of equal score keep th
   rows of the group); `map`: the whole list.
 - `mrr`: 1 / the rank of the first relevant row.
 
-`per_group` gives every group's values, so the bootstrap (runtime/confidence.py) resamples
+`per_group` gives every group's values, so the bootstrap (runtime/evaluation/confidence.py) resamples
 groups without scoring again: each metric is the mean of its per-group values.
 """
 

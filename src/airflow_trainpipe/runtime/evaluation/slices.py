@@ -1,7 +1,7 @@
 """The final evaluation per slice (`evaluation.slices`): both models' metrics on each slice's rows.
 
 A model better overall can be worse for one channel or one country; the gate's slice guardrail
-(`promotion.py`) decides on these numbers. Each model keeps the threshold it was given on the
+(`registry/promotion.py`) decides on these numbers. Each model keeps the threshold it was given on the
 whole holdout: a slice is scored as that model would serve it, not at a threshold fitted to the
 slice.
 """

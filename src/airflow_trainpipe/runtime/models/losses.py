@@ -1,7 +1,7 @@
 """The training loss of each task, on a micro-batch of network outputs and targets.
 
 Ranking targets are two columns, (relevance, group code): the stream keeps a group's rows next to
-each other (runtime/stream.py), so a micro-batch holds whole groups, or the parts of one or two
+each other (runtime/data/stream.py), so a micro-batch holds whole groups, or the parts of one or two
 groups cut at its edges, and each loss compares rows of one group only. A micro-batch without a
 relevant row (or, pairwise, without a pair of different relevance) contributes zero: the gradient
 of an all-irrelevant query carries no ordering to learn.

@@ -1,7 +1,7 @@
 """Seeds and generator states: a same-world-size resume continues every random stream exactly.
 
 States are kept as tensors and plain numbers: checkpoints load weights-only
-(runtime/safe_load.py), which refuses numpy arrays and other pickled objects.
+(runtime/resume/safe_load.py), which refuses numpy arrays and other pickled objects.
 """
 
 from __future__ import annotations
