@@ -228,15 +228,45 @@ def test_a_slice_regression_in_the_run_s_evaluation_blocks_the_candidate(gate_se
             "evaluation.json",
         )
     gate.mlflow_run_id = run_id
-    _, evaluation = gate._evaluation({}, hook)
+    _, evaluation, _ = gate._evaluation({}, hook)
     decision = gate._decide(hook, run_id, evaluation, force=False)
     assert decision.promote is False
     assert decision.reason.startswith("slice channel=web (200 rows): roc_auc worsens by 0.1")
     assert [c.slice for c in decision.slice_checks] == ["channel=pos", "channel=web"]
 
     gate.mlflow_run_id = unsliced  # logged no evaluation.json: the guardrail cannot hold
-    _, evaluation = gate._evaluation({}, hook)
+    _, evaluation, _ = gate._evaluation({}, hook)
     assert evaluation.slices is None
     assert gate._decide(hook, unsliced, evaluation, force=False).reason.startswith(
         "no slice metrics were computed"
     )
+
+    # The whole task on the sliced run reads its evaluation.json once, for the slices and the
+    # report's curves alike (../shared/FOUND.md: it was downloaded twice).
+    downloads: list[str] = []
+    logged_evaluation = hook.logged_evaluation
+
+    def counted(run: str) -> dict | None:
+        downloads.append(run)
+        return logged_evaluation(run)
+
+    gate.mlflow_run_id = run_id
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MlflowHook, "logged_evaluation", lambda self, run: counted(run))
+        pushed: dict = {}
+        context = {  # what execute reads of a kept champion's context: no downstream task to skip
+            "ti": type(
+                "TI",
+                (),
+                {
+                    "dag_id": "d",
+                    "task_id": "gate",
+                    "run_id": "r",
+                    "map_index": -1,
+                    "xcom_push": lambda self, key, value: pushed.update({key: value}),
+                },
+            )(),  # fmt: skip
+            "task": type("Task", (), {"get_flat_relatives": lambda self, upstream: []})(),
+        }
+        assert gate.execute(context)["promote"] is False
+    assert downloads == [run_id] and pushed["return_value"]["promote"] is False

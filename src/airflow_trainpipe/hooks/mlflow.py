@@ -29,7 +29,7 @@ from airflow_trainpipe.config.secrets import redact_uri
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from airflow_trainpipe.contracts.payloads import Evaluation, GateDecision, SliceScore
+    from airflow_trainpipe.contracts.payloads import Evaluation, GateDecision
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 NO_CHAMPION = "none"  # the training job's trainpipe.champion.version when nothing held the alias
@@ -292,13 +292,6 @@ class MlflowHook(BaseHook):
             with open(path) as file:
                 document: dict[str, Any] = json.load(file)
         return document
-
-    def logged_slices(self, run_id: str) -> list[SliceScore] | None:
-        """The per-slice scores in the run's evaluation.json (None: the job computed none)."""
-        from airflow_trainpipe.contracts.payloads import SliceScore as Score
-
-        slices = (self.logged_evaluation(run_id) or {}).get("slices")
-        return None if slices is None else [Score.model_validate(s) for s in slices]
 
     def record_gate_decision(
         self, run_id: str, decision: GateDecision, figure: Any, report: str

@@ -15,7 +15,8 @@ the same again just before it moves the alias.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, SkipMixin
@@ -87,11 +88,11 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
 
         force = as_bool(self.force, "force")
         hook = MlflowHook(self.mlflow_conn_id)
-        run_id, evaluation = self._evaluation(context, hook)
+        run_id, evaluation, logged = self._evaluation(context, hook)
         decision = self._decide(hook, run_id, evaluation, force)
         figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
         try:
-            curves = (hook.logged_evaluation(run_id) or {}).get("curves")
+            curves = (logged() or {}).get("curves")
             report = gate_report_html(decision, evaluation, self.config.training.task, curves, figure)
             GateReportLink.persist(context, hook.record_gate_decision(run_id, decision, figure, report))
         finally:
@@ -112,17 +113,23 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
             self.skip(ti=ti, tasks=downstream)
         return result
 
-    def _evaluation(self, context: Context, hook: Any) -> tuple[str, Evaluation]:
+    def _evaluation(
+        self, context: Context, hook: Any
+    ) -> tuple[str, Evaluation, Callable[[], dict[str, Any] | None]]:
         """The candidate's run and both metric sets: from the train task's TrainResult, or, for a
-        run named by `mlflow_run_id`, from what the job logged on that run."""
-        from airflow_trainpipe.contracts.payloads import TrainResult, read_payload
+        run named by `mlflow_run_id`, from what the job logged on that run. Last, the run's logged
+        evaluation.json, downloaded once when first asked for (slices, the report's curves)."""
+        from airflow_trainpipe.contracts.payloads import SliceScore, TrainResult, read_payload
 
         if self.mlflow_run_id:
             run_id = str(self.mlflow_run_id)
+            logged = cache(partial(hook.logged_evaluation, run_id))
             evaluation = hook.run_evaluation(run_id)
             if self.config.gate.slice_guardrail is not None:  # in the run's evaluation.json
-                evaluation = evaluation.model_copy(update={"slices": hook.logged_slices(run_id)})
-            return run_id, evaluation
+                slices = (logged() or {}).get("slices")
+                scores = None if slices is None else [SliceScore.model_validate(s) for s in slices]
+                evaluation = evaluation.model_copy(update={"slices": scores})
+            return run_id, evaluation, logged
         result = read_payload(
             TrainResult,
             context["ti"].xcom_pull(task_ids=self.train_task_id),
@@ -130,7 +137,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
         )
         evaluation, _ = result.candidate(f"the XCom of task {self.train_task_id!r}")
         hook.finished_run(result.mlflow_run_id)
-        return result.mlflow_run_id, evaluation
+        return result.mlflow_run_id, evaluation, cache(partial(hook.logged_evaluation, result.mlflow_run_id))
 
     def _decide(self, hook: Any, run_id: str, evaluation: Evaluation, force: bool) -> GateDecision:
         from airflow_trainpipe.registry.promotion import comparison_table, decide
