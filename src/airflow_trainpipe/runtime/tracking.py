@@ -13,8 +13,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from airflow_trainpipe.core.storage import filesystem, join
+from airflow_trainpipe import __version__
+from airflow_trainpipe.contracts.artifacts import SPEC_ARTIFACT, library_versions
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.digest import content_digest
+from airflow_trainpipe.core.storage import filesystem, join, resolve
 from airflow_trainpipe.core.tracking_store import artifact_location, default_tracking_uri
+from airflow_trainpipe.data.sources import lineage_tags
 
 log = logging.getLogger(__name__)
 
@@ -166,3 +171,55 @@ class Tracker:
             self.finish("FAILED")
         except Exception as exc:  # MLflow itself may be why the job fails
             log.warning("could not mark MLflow run %s FAILED: %s", self.run_id, exc)
+
+
+def start_tracking(
+    spec: TrainSpec,
+    ds_config: dict[str, Any],
+    *,
+    world_size: int,
+    global_batch: int,
+    resumed_from: int,
+    transform_hash: str,
+) -> Tracker:
+    """Rank 0's MLflow run of a job: params (the effective hyperparameters and DeepSpeed config),
+    lineage tags, the spec it ran (what `trainpipe reproduce` trains again from), the data input."""
+    config = spec.config
+    tracker = Tracker(
+        experiment=config.pipeline,
+        run_dir=spec.run_dir,
+        run_name=spec.run_id,
+        run_id=spec.mlflow_run_id,
+        tags={"trainpipe.pipeline": config.pipeline, "trainpipe.run_id": spec.run_id, **spec.tags},
+    )
+    params = flatten("", config.model_dump(mode="json", by_alias=True), {})
+    # What this run trained with: the effective values, form overrides included.
+    params.update(flatten("training.hyperparameters", spec.hyperparameters.model_dump(mode="json"), {}))
+    params.update(flatten("deepspeed_config", ds_config, {}))
+    params.update(
+        {
+            "world_size": str(world_size),
+            "global_batch": str(global_batch),
+            "data_files": str(len(spec.data_files)),
+        }
+    )
+    tracker.log_params_once(params)
+    digest = spec.data_digest or content_digest(spec.data_files)
+    tracker.set_tags(
+        {
+            "trainpipe.data_digest": digest,
+            "trainpipe.world_size": str(world_size),
+            "trainpipe.resumed_from_step": str(resumed_from),
+            "trainpipe.config_hash": config.content_hash,
+            "trainpipe.code_version": __version__,
+            "trainpipe.transform_hash": transform_hash,
+            "trainpipe.hyperparameter_overrides": json.dumps(spec.overrides, sort_keys=True),
+            "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
+            **(lineage_tags(spec.manifest) if spec.manifest is not None else {}),
+        }
+    )
+    tracker.log_dict(json.loads(spec.to_json()), SPEC_ARTIFACT)
+    windowed = spec.manifest is not None and spec.manifest.window
+    source = resolve(config.data.uri) if windowed else spec.data_files[0].rsplit("/", 1)[0]
+    tracker.log_data_input(f"{config.pipeline}-snapshot", source, digest)
+    return tracker

@@ -12,7 +12,6 @@ checkpoints (checkpoint.py), seeds (seeding.py), time and recomputed steps (acco
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -22,17 +21,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from airflow_trainpipe import __version__
 from airflow_trainpipe.config.catalog import METRICS
-from airflow_trainpipe.contracts.artifacts import SPEC_ARTIFACT, library_versions
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.payloads import TrainResult
 from airflow_trainpipe.contracts.train_spec import TrainSpec
-from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
-from airflow_trainpipe.core.storage import join, resolve
-from airflow_trainpipe.data.sources import lineage_tags
+from airflow_trainpipe.core.storage import join
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData, prepare
@@ -65,7 +60,7 @@ from airflow_trainpipe.runtime.resume.preemption import (
 from airflow_trainpipe.runtime.resume.safe_load import enforce_weights_only
 from airflow_trainpipe.runtime.resume.seeding import restore_rng_state, rng_state, seed_everything
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
-from airflow_trainpipe.runtime.tracking import Tracker, flatten
+from airflow_trainpipe.runtime.tracking import Tracker, start_tracking
 
 log = logging.getLogger("airflow_trainpipe.train")
 
@@ -214,52 +209,14 @@ class Trainer:
         return state, state["step"], recomputed
 
     def _start_tracking(self, global_batch: int, resumed_from: int) -> Tracker:
-        """Rank 0's MLflow run: params (the effective hyperparameters), lineage tags, the data input."""
-        tags = {
-            "trainpipe.pipeline": self.config.pipeline,
-            "trainpipe.run_id": self.spec.run_id,
-            **self.spec.tags,
-        }
-        tracker = Tracker(
-            experiment=self.config.pipeline,
-            run_dir=self.run_dir,
-            run_name=self.spec.run_id,
-            run_id=self.spec.mlflow_run_id,
-            tags=tags,
+        return start_tracking(
+            self.spec,
+            self.ds_config,
+            world_size=self.world_size,
+            global_batch=global_batch,
+            resumed_from=resumed_from,
+            transform_hash=self.prepared.transform.hash,
         )
-        params = flatten("", self.config.model_dump(mode="json", by_alias=True), {})
-        # What this run trained with: the effective values, form overrides included.
-        params.update(flatten("training.hyperparameters", self.hp.model_dump(mode="json"), {}))
-        params.update(flatten("deepspeed_config", self.ds_config, {}))
-        params.update(
-            {
-                "world_size": str(self.world_size),
-                "global_batch": str(global_batch),
-                "data_files": str(len(self.spec.data_files)),
-            }
-        )
-        tracker.log_params_once(params)
-        digest = self.spec.data_digest or content_digest(self.spec.data_files)
-        tracker.set_tags(
-            {
-                "trainpipe.data_digest": digest,
-                "trainpipe.world_size": str(self.world_size),
-                "trainpipe.resumed_from_step": str(resumed_from),
-                "trainpipe.config_hash": self.config.content_hash,
-                "trainpipe.code_version": __version__,
-                "trainpipe.transform_hash": self.prepared.transform.hash,
-                "trainpipe.hyperparameter_overrides": json.dumps(self.spec.overrides, sort_keys=True),
-                "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
-                **(lineage_tags(self.spec.manifest) if self.spec.manifest is not None else {}),
-            }
-        )
-        # Everything this job was told (config, files and their manifest, effective
-        # hyperparameters): what `trainpipe reproduce` trains again from.
-        tracker.log_dict(json.loads(self.spec.to_json()), SPEC_ARTIFACT)
-        windowed = self.spec.manifest is not None and self.spec.manifest.window
-        source = resolve(self.config.data.uri) if windowed else self.spec.data_files[0].rsplit("/", 1)[0]
-        tracker.log_data_input(f"{self.config.pipeline}-snapshot", source, digest)
-        return tracker
 
     def _prepare(self) -> PreparedData:
         """Collective: rank 0 fits once for the run (or reuses the fit of an earlier attempt), and
