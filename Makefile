@@ -17,10 +17,19 @@ export TRAINPIPE_FEAST_PYTHON
 
 .PHONY: venv lint test test-fast demo up bench soak docs gx-catalog constraints constraints-feast check clean
 
+# DeepSpeed JIT-compiles its CPU communication op the first time a job starts (~45 s on 2 cores):
+# built here, once per venv, into the venv's own extensions dir, so neither the first demo job
+# nor the first test pays for it (a job that finds it missing still builds it).
+TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
+export TORCH_EXTENSIONS_DIR
+
 $(INSTALLED): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
+	PATH="$(CURDIR)/$(BIN):$$PATH" DS_ACCELERATOR=cpu $(BIN)/python -c \
+		'from airflow_trainpipe.runtime.extensions import load_comm_op; load_comm_op()' \
+		|| echo "DeepSpeed's CPU comm op was not prebuilt: the first training job builds it"
 	@touch $@
 
 # Its own pins (constraints-feast.txt), not constraints.txt's.

@@ -4,9 +4,11 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,8 +20,27 @@ EXAMPLE_CONFIGS = REPO_ROOT / "dags" / "configs"
 os.environ.setdefault("TRAINPIPE_FEAST_PYTHON", str(REPO_ROOT / ".venv-feast" / "bin" / "python"))
 
 
+# The session services a collected test needs start in the background before the first test (from
+# `_isolated_airflow_home`, once the environment is set), while the first tests, mostly
+# single-threaded, leave a core free; their fixtures then only wait for them. Each is a process
+# apart: an `airflow db migrate`, an `mlflow server`, a PostgreSQL cluster, a Spark Connect JVM.
+# They read os.environ as they start, in the first second of the session: a test that patches the
+# environment then cannot reach them (none of the first tests patches what they read).
+EARLY_SERVICES = ("migrated_airflow_db", "mlflow_server", "postgres_server", "spark_connect")
+_early: dict[str, Future[Any]] = {}
+_pools: list[ThreadPoolExecutor] = []
+
+
+def early_service(name: str, start: Callable[[], Any]) -> Any:
+    """The service `name`, started early by `_start_early_services` or now by `start`."""
+    future = _early.pop(name, None)
+    return future.result() if future is not None else start()
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _isolated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_airflow_home(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[None]:
     # Keep Airflow's state (airflow.cfg, SQLite DB, logs) out of the user's ~/airflow.
     home = tmp_path_factory.mktemp("airflow_home")
     os.environ.setdefault("AIRFLOW_HOME", str(home))
@@ -32,6 +53,10 @@ def _isolated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     # (pip's ninja) and the system's hash build commands differently, so jobs started with
     # and without the venv's bin first (pods, the local launcher) would rebuild it in turn.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # After the environment above: the services inherit it.
+    _start_early_services(request.session, tmp_path_factory)
+    yield
+    _stop_unused_early_services()
 
 
 @pytest.fixture(scope="session")
@@ -46,15 +71,20 @@ def job_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return write_day(tmp_path_factory.mktemp("data").as_uri(), date(2026, 1, 1), 1200, seed=5)
 
 
-@pytest.fixture(scope="session")
-def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An Airflow metadata DB (SQLite) after `airflow db migrate`, migrated once per session:
-    every `dag.test()` home starts from a copy (see `tests.helpers.airflow_dags.dag_test_env`)."""
-    home = tmp_path_factory.mktemp("airflow_migrated")
+def _migrate_airflow_db(home: Path) -> Path:
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Airflow metadata DB (SQLite) after `airflow db migrate`, migrated once per session:
+    every `dag.test()` home starts from a copy (see `tests.helpers.airflow_dags.dag_test_env`)."""
+    return early_service(
+        "migrated_airflow_db", lambda: _migrate_airflow_db(tmp_path_factory.mktemp("airflow_migrated"))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +138,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """A real `mlflow server` (basic auth, sqlite, local artifacts) on 127.0.0.1 for the session."""
     from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
 
-    server = start_mlflow_server(tmp_path_factory.mktemp("mlflow_server"))
+    server = early_service(
+        "mlflow_server", lambda: start_mlflow_server(tmp_path_factory.mktemp("mlflow_server"))
+    )
     yield server
     stop_mlflow_server(server.process)
 
@@ -118,8 +150,11 @@ def postgres_server():
     """A throwaway PostgreSQL cluster (Debian's postgresql) on 127.0.0.1 for the session."""
     from tests.helpers.postgres import PostgresServer
 
-    with PostgresServer(free_port()) as server:
+    server = early_service("postgres_server", lambda: PostgresServer(free_port()).__enter__())
+    try:
         yield server
+    finally:
+        server.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")
@@ -128,9 +163,12 @@ def spark_connect():
     session; its start time is printed (and recorded as `start_seconds`)."""
     from tests.helpers.spark_connect import SparkConnectServer
 
-    with SparkConnectServer(free_port()) as server:
+    server = early_service("spark_connect", lambda: SparkConnectServer(free_port()).__enter__())
+    try:
         print(f"\nSpark Connect server {server.url} ready in {server.start_seconds:.1f} s")
         yield server
+    finally:
+        server.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -197,3 +235,59 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} uses the {fixture} fixture: add {path} to SHARED_FIXTURE_FILES in "
                     "tests/conftest.py, so that pytest-xdist runs it on the worker that started it"
                 )
+
+
+def _start_early_services(session: pytest.Session, factory: pytest.TempPathFactory) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker runs a share of the items: it starts what its own tests ask for
+    needed = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    starts: dict[str, Callable[[], Any]] = {
+        "migrated_airflow_db": lambda: _migrate_airflow_db(factory.mktemp("airflow_migrated")),
+        "mlflow_server": lambda: _start_mlflow(factory),
+        "postgres_server": _start_postgres,
+        "spark_connect": _start_spark,
+    }
+    wanted = [name for name in EARLY_SERVICES if name in needed]
+    if wanted:
+        # The pool's threads live until the session ends: the Spark server dies with the thread
+        # that started it (PR_SET_PDEATHSIG is per thread), so its starter must not exit first.
+        pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="early-service")
+        _pools.append(pool)
+        for name in wanted:
+            _early[name] = pool.submit(starts[name])
+
+
+def _stop_unused_early_services() -> None:
+    """A service started early that no test asked for in the end (-x stopped the run first)."""
+    from tests.helpers.mlflow_server import stop_mlflow_server
+
+    for name, future in list(_early.items()):
+        _early.pop(name)
+        try:
+            service = future.result()
+        except Exception:  # it failed to start: nothing to stop
+            continue
+        if name == "mlflow_server":
+            stop_mlflow_server(service.process)
+        elif name in ("postgres_server", "spark_connect"):
+            service.__exit__(None, None, None)
+    for pool in _pools:
+        pool.shutdown(wait=True)
+
+
+def _start_mlflow(factory: pytest.TempPathFactory) -> Any:
+    from tests.helpers.mlflow_server import start_mlflow_server
+
+    return start_mlflow_server(factory.mktemp("mlflow_server"))
+
+
+def _start_postgres() -> Any:
+    from tests.helpers.postgres import PostgresServer
+
+    return PostgresServer(free_port()).__enter__()
+
+
+def _start_spark() -> Any:
+    from tests.helpers.spark_connect import SparkConnectServer
+
+    return SparkConnectServer(free_port()).__enter__()

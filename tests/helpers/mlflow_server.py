@@ -116,6 +116,9 @@ def _launch(server: MlflowServer) -> None:
         "MLFLOW_AUTH_CONFIG_PATH": str(root / "basic_auth.ini"),
         "MLFLOW_AUTH_ADMIN_PASSWORD": server.password,
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        # MLflow 3.17 starts a job runner beside the server (Huey consumers, each importing
+        # mlflow) that nothing here uses: without it a start takes 7.2 s instead of 12.9 s.
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
     }
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         env.pop(name, None)

@@ -26,7 +26,11 @@ STRIKE_BY = 100
 
 def test_runs_recover_from_faults_with_the_fault_free_weights(stack: Stack) -> None:
     faults = fault_schedule(len(KINDS), 19, EVERY_STEPS, STRIKE_BY, kinds=KINDS)
-    soak = Soak(stack, faults, scheduled=False, bucket=BUCKET, rows=ROWS)
+    # A 1 s retry delay still lets a corrupted checkpoint be corrupted before the retry reads it
+    # (the corruption follows the job's SIGKILL within milliseconds; a retry starts seconds later).
+    soak = Soak(
+        stack, faults, scheduled=False, bucket=BUCKET, rows=ROWS, retry_delay="1s", expectations=False
+    )
     records = soak.run()
     report = "\n".join(summarize(records, len(faults)).lines)
     reference = records[0]

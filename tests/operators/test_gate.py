@@ -265,7 +265,7 @@ def test_a_slice_regression_in_the_run_s_evaluation_blocks_the_candidate(gate_se
                     "map_index": -1,
                     "xcom_push": lambda self, key, value: pushed.update({key: value}),
                 },
-            )(),  # fmt: skip
+            )(),
             "task": type("Task", (), {"get_flat_relatives": lambda self, upstream: []})(),
         }
         assert gate.execute(context)["promote"] is False
