@@ -53,7 +53,7 @@ METRICS: dict[str, dict[str, Direction]] = {
 
 # A multiclass model's metrics also hold `recall_<class>` per class, named after the data's values.
 
-BUILTIN_MODELS: tuple[str, ...] = ("tabular_mlp",)
+BUILTIN_MODELS: tuple[str, ...] = ("tabular_mlp", "text_encoder")
 
 # Installed packages add models by declaring, in their pyproject.toml:
 #   [project.entry-points."airflow_trainpipe.models"]

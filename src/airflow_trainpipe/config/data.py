@@ -26,13 +26,21 @@ class FeatureColumns(Section):
     categorical: list[ColumnName] = []
     """Categorical feature columns (strings or integer codes)."""
 
+    text: list[ColumnName] = []
+    """Text columns (strings), tokenized as `features.text` declares: inputs of a text model
+    (`training.model: text_encoder`, or a plugin that reads text)."""
+
     @model_validator(mode="after")
     def _distinct(self) -> FeatureColumns:
-        if not self.numeric and not self.categorical:
-            raise ValueError("declare at least one feature column under `numeric` or `categorical`")
+        if not self.numeric and not self.categorical and not self.text:
+            raise ValueError("declare at least one feature column under `numeric`, `categorical` or `text`")
         problems: FieldProblems = []
         seen: set[str] = set()
-        for kind, names in (("numeric", self.numeric), ("categorical", self.categorical)):
+        for kind, names in (
+            ("numeric", self.numeric),
+            ("categorical", self.categorical),
+            ("text", self.text),
+        ):
             for i, name in enumerate(names):
                 if name in seen:
                     problems.append(((kind, i), f"column {name!r} is declared twice"))
@@ -42,7 +50,7 @@ class FeatureColumns(Section):
 
     @property
     def all(self) -> list[str]:
-        return [*self.numeric, *self.categorical]
+        return [*self.numeric, *self.categorical, *self.text]
 
 
 class HoldoutSection(Section):

@@ -3,7 +3,8 @@
 Only the transform names below exist; a config chooses and parameterises them, it never holds
 an expression or code. The runtime fits them on the training split and ships the fitted
 document inside the logged model, so training, evaluation and serving apply the same logic.
-Columns of `data.features` without an entry here get the default of their kind.
+Columns of `data.features` without an entry here get the default of their kind; text columns'
+tokenizers are `features.text` (config.text).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.text import TextTransform
 from airflow_trainpipe.config.types import ColumnName
 
 
@@ -129,8 +131,15 @@ class FeaturesSection(Section):
     categorical: dict[ColumnName, CategoricalTransform] = {}
     """Transforms of categorical columns, by column name (default: encode index)."""
 
+    text: dict[ColumnName, TextTransform] = {}
+    """Tokenizers of text columns, by column name (default: a WordPiece of 8000 tokens, lowercased,
+    NFKC, 128 tokens a row)."""
+
     def numeric_transform(self, column: str) -> NumericTransform:
         return self.numeric.get(column) or NumericTransform()
 
     def categorical_transform(self, column: str) -> CategoricalTransform:
         return self.categorical.get(column) or CategoricalTransform()
+
+    def text_transform(self, column: str) -> TextTransform:
+        return self.text.get(column) or TextTransform()

@@ -17,6 +17,7 @@ from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.sources import SnapshotsSection
 from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.text import text_problems
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
 from airflow_trainpipe.config.tuning import (
     MODEL_ARGS_PREFIX,
@@ -114,6 +115,7 @@ class PipelineConfig(Section):
             [
                 *self._gate_problems(),
                 *self._feature_problems(),
+                *self._text_problems(),
                 *self._data_problems(),
                 *self._evaluation_problems(),
                 *self._notify_problems(),
@@ -254,6 +256,13 @@ class PipelineConfig(Section):
                 problems.append(
                     ((*where, "bins"), f"categorical column {spec.column!r} is sliced by value, not bins")
                 )
+            elif spec.column in features.text and spec.bins is None:
+                problems.append(
+                    (
+                        (*where, "bins"),
+                        f"text column {spec.column!r} is sliced by its length: give bins (characters)",
+                    )
+                )
             elif spec.column not in features.all:
                 problems.append(
                     (
@@ -301,6 +310,35 @@ class PipelineConfig(Section):
                         (
                             ("validation", "drift", "feature_thresholds", name),
                             f"{name!r} is not a feature in data.features{did_you_mean(name, features)}",
+                        )
+                    )
+        return problems
+
+    def _text_problems(self) -> FieldProblems:
+        """`features.text` against the text columns, and the model against the text it is given."""
+        features, model = self.data.features, self.training.model
+        problems = text_problems(
+            features.text, [*features.numeric, *features.categorical], self.features.text
+        )
+        if model == "text_encoder" and not features.text:
+            problems.append((("training", "model"), "text_encoder reads text: declare data.features.text"))
+        if model == "tabular_mlp" and features.text:
+            problems.append(
+                (
+                    ("data", "features", "text"),
+                    "tabular_mlp reads no text: use training.model text_encoder, or a model plugin that reads text",
+                )
+            )
+        if model == "text_encoder":
+            positions = self.training.hyperparameters.model_args.get("max_position_embeddings", 512)
+            for name in features.text:
+                length = self.features.text_transform(name).max_length
+                if isinstance(positions, int) and length > positions:
+                    problems.append(
+                        (
+                            ("features", "text", name, "max_length"),
+                            f"{length} tokens is more than the encoder's {positions} positions "
+                            "(training.hyperparameters.model_args.max_position_embeddings)",
                         )
                     )
         return problems

@@ -12,8 +12,11 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.IGNORECASE)
-"""A mapping key (config field, environment variable name) that names a credential."""
+SECRET_KEY = re.compile(
+    r"(password|passwd|secret|token(?!iz)|api_?key|access_?key|credential)", re.IGNORECASE
+)
+"""A mapping key (config field, environment variable name) that names a credential (`tokenizer`,
+the text setting, does not: it names no token)."""
 
 # Shapes of credentials that are unambiguous in a value (no false positive on ordinary settings).
 _SECRET_VALUES = (

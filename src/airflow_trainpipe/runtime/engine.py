@@ -90,10 +90,17 @@ def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, A
     return engine
 
 
+def input_dtype(engine: Any, dtype: torch.dtype) -> torch.dtype:
+    """The dtype input rows are handed over in: float32 to a mapping model (`MappedInputs` keeps
+    codes and token ids exact and casts the dense block itself), the compute dtype otherwise."""
+    return torch.float32 if getattr(engine.module, "keeps_float32_inputs", False) else dtype
+
+
 def predict(engine: Any, x: np.ndarray, device: torch.device, dtype: torch.dtype) -> np.ndarray:
     """Raw network outputs; every rank runs the same batches (ZeRO-3 gathers parameters inside forward)."""
     engine.eval()
     outputs = []
+    dtype = input_dtype(engine, dtype)
     with torch.no_grad():
         for start in range(0, len(x), PREDICT_BATCH):
             chunk = torch.from_numpy(x[start : start + PREDICT_BATCH]).to(device, dtype)

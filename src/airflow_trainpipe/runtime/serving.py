@@ -123,7 +123,7 @@ def log_raw_row_model(
             artifacts={"transform": str(transform_path), "network": str(network_path)},
             signature=signature(transform),
             input_example=input_example,
-            pip_requirements=pip_requirements(),
+            pip_requirements=pip_requirements(text=bool(transform.text)),
         )
 
 
@@ -140,7 +140,7 @@ def signature(transform: FittedTransform) -> Any:
     Numeric columns accept any numeric dtype (MLflow would refuse an int64 column declared
     double, and an integer column declared long once a NaN makes pandas store it as float);
     the transform casts them and names a column that is not numeric. String categoricals are
-    strings (None allowed).
+    strings (None allowed), and so are text columns (the model tokenizes them itself).
     """
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
@@ -154,14 +154,17 @@ def signature(transform: FittedTransform) -> Any:
         )
         for fitted in transform.columns
     ]
+    inputs += [ColSpec("string", column) for text in transform.text for column in text["columns"]]
     outputs: list[Any] = [ColSpec("double", name) for name in transform.classes or []] or [ColSpec("double")]
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
-def pip_requirements() -> list[str]:
+def pip_requirements(text: bool = False) -> list[str]:
+    """What serving imports: with text, `tokenizers` too (the transform holds its JSON)."""
     from importlib.metadata import version
 
     return [
+        *([f"tokenizers=={version('tokenizers')}"] if text else []),
         f"airflow-trainpipe=={version('airflow-trainpipe')}",
         f"torch=={torch.__version__.split('+')[0]}",
         f"numpy=={np.__version__}",

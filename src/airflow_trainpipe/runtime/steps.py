@@ -23,6 +23,7 @@ from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.data.stream import BlockStream
+from airflow_trainpipe.runtime.engine import input_dtype
 from airflow_trainpipe.runtime.models.losses import loss_function
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.resume.faults import fault_point
@@ -42,7 +43,8 @@ class StepRunner:
         dtype: torch.dtype,
         ranking_loss: str = "listwise",
     ):
-        self.engine, self.stream, self.device, self.dtype = engine, stream, device, dtype
+        self.engine, self.stream, self.device = engine, stream, device
+        self.dtype = input_dtype(engine, dtype)
         self.loss_fn = loss_function(task, ranking_loss)
 
     def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> float:

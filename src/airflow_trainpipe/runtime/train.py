@@ -34,6 +34,7 @@ from airflow_trainpipe.runtime.data.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.data.reader import data_columns
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.data.stream import BlockStream
+from airflow_trainpipe.runtime.data.tokens import BlockEncoder
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     build_engine,
     compute_dtype,
@@ -45,6 +46,7 @@ from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout
 from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
 from airflow_trainpipe.runtime.finish import RunEnd
 from airflow_trainpipe.runtime.models import build_model
+from airflow_trainpipe.runtime.models.inputs import ModelInputs
 from airflow_trainpipe.runtime.resume.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -107,14 +109,7 @@ class Trainer:
         seed_everything(self.hp.seed)
         prepared = self._prepare()
         self.prepared = prepared
-        self.reader = BlockReader(
-            self.spec.data_files, prepared.identities, self.config.data, data_columns(self.config.data),
-            self.validation,
-        )  # fmt: skip
-        self.holdout = ShardedHoldout(
-            prepared, self.reader, self.task, self.rank, self.world_size, self.data_group,
-            threshold=self.config.evaluation.threshold, validation=self.validation is not None,
-        )  # fmt: skip
+        self._open_data(prepared)
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = (
             int(resume.marker["global_batch"])
@@ -157,11 +152,32 @@ class Trainer:
             )
         try:
             state = self._loop(sampler, state, total_steps, tracker, high_water)
+            if self.encoder.folder is not None:
+                log.info(
+                    "token ids: %d block(s) tokenized on this rank, the others read from %s",
+                    self.encoder.tokenized,
+                    self.encoder.folder,
+                )
             return self._run_end().run(state, tracker, resumed_from, recomputed)
         except BaseException:
             if tracker:
                 tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
             raise
+
+    def _open_data(self, prepared: PreparedData) -> None:
+        """The block reader, the encoder the stream and the holdout share, the holdout."""
+        self.reader = BlockReader(
+            self.spec.data_files, prepared.identities, self.config.data, data_columns(self.config.data),
+            self.validation,
+        )  # fmt: skip
+        # Token ids are cached per snapshot and fit (runtime.data.tokens): the stream and the
+        # holdout share one encoder, so each block is tokenized once on this node.
+        self.encoder = BlockEncoder(self.reader, prepared.transform, self.spec.data_digest or prepared.key)
+        self.holdout = ShardedHoldout(
+            prepared, self.reader, self.task, self.rank, self.world_size, self.data_group,
+            threshold=self.config.evaluation.threshold, validation=self.validation is not None,
+            encoder=self.encoder,
+        )  # fmt: skip
 
     def _resume(
         self,
@@ -248,11 +264,9 @@ class Trainer:
         transform = self.prepared.transform
         return build_model(
             self.training.model,
-            num_numeric=transform.num_dense,
-            cardinalities=transform.cardinalities,
+            inputs=ModelInputs.of(transform),
             task=self.task,
-            # Only multiclass passes it: single-output plugins written before it keep working.
-            **({"num_outputs": transform.num_outputs} if transform.num_outputs > 1 else {}),
+            num_outputs=transform.num_outputs,
             **self.hp.model_args,
         )
 
@@ -260,7 +274,7 @@ class Trainer:
         return BlockStream(
             self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
             self.rank, self.world_size, self.data_group, epochs=self.hp.epochs,
-            cache_bytes=self.config.data.encoded_cache_mib << 20,
+            cache_bytes=self.config.data.encoded_cache_mib << 20, encoder=self.encoder,
         )  # fmt: skip
 
     def _broadcast(self, value: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -149,8 +150,12 @@ class BlockReader:
     def parts(self, block: Block) -> tuple[pa.Table, pa.Table]:
         """(training rows, holdout rows) of one block."""
         table = self.read(block)
-        holdout, validation = self.split.sides_at(table, block.first_row)
+        holdout, validation = self.sides(block, table)
         return table.filter(pa.array(~holdout & ~validation)), table.filter(pa.array(holdout))
+
+    def sides(self, block: Block, table: pa.Table) -> tuple[Any, Any]:
+        """(holdout, validation) masks of a block's rows as read; the rest trains."""
+        return self.split.sides_at(table, block.first_row)
 
     def validation_part(self, block: Block) -> pa.Table:
         """A tuning trial's validation rows of one block."""

@@ -102,7 +102,8 @@ class TransformFitter:
             values = prepare_numeric(train.column(name), name, self.numeric[name].log1p)
             self.clipped_moments[name].update(np.clip(values[~np.isnan(values)], low, high))
 
-    def result(self) -> FittedTransform:
+    def result(self, text: list[dict[str, Any]] | None = None) -> FittedTransform:
+        """The fitted document; `text`: the fitted text inputs (runtime.data.text.TextFitter)."""
         columns = [self._numeric(name) for name in self.numeric] + [
             self._categorical(name) for name in self.categorical
         ]
@@ -119,7 +120,10 @@ class TransformFitter:
                 )
             order = (lambda c: (int(c), c)) if self.integer_classes else None
             label["classes"] = sorted(self.classes, key=order)
-        return FittedTransform({"format": FORMAT, "columns": columns, "label": label})
+        document: dict[str, Any] = {"format": FORMAT, "columns": columns, "label": label}
+        if text:
+            document["text"] = text
+        return FittedTransform(document)
 
     def _numeric(self, name: str) -> dict[str, Any]:
         transform = self.numeric[name]

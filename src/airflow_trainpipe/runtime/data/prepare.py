@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +22,14 @@ import pyarrow as pa
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.features import FeaturesSection
+from airflow_trainpipe.config.text import text_inputs
 from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import filesystem, join
 from airflow_trainpipe.runtime.data.blocks import Block, BlockReader, file_identity, scan_blocks
 from airflow_trainpipe.runtime.data.fitting import TransformFitter
 from airflow_trainpipe.runtime.data.reader import DataError, HoldoutSplit, check_label, data_columns
+from airflow_trainpipe.runtime.data.text import TextFitter
 from airflow_trainpipe.runtime.data.transform import FORMAT, FittedTransform
 
 log = logging.getLogger(__name__)
@@ -127,9 +130,9 @@ def fit(
             Block(file_index, group, position, train.num_rows, int(held.sum()), int(validating.sum()))
         )
         position += table.num_rows
+    reader = BlockReader(files, identities, data, columns, validation)
     if fitter.needs_second_pass:
         fitter.start_second_pass()
-        reader = BlockReader(files, identities, data, columns, validation)
         for block in blocks:
             fitter.update_clipped(reader.parts(block)[0])
     train_rows = sum(b.train_rows for b in blocks)
@@ -140,11 +143,26 @@ def fit(
         raise DataError(f"the tuning validation split left no rows of {train_rows} training rows")
     return PreparedData(
         key=prepared_key(files, data, features, task, manifest, validation),
-        transform=fitter.result(),
+        transform=fitter.result(_fit_text(data, features, reader, blocks)),
         blocks=blocks,
         identities=identities,
         fit_seconds=time.perf_counter() - started,
     )
+
+
+def _fit_text(
+    data: DataSection, features: FeaturesSection, reader: BlockReader, blocks: list[Block]
+) -> list[dict[str, Any]]:
+    """Each text input's tokenizer, trained on the training rows: one more pass per input (the
+    trainer consumes one stream of text)."""
+    fitted = []
+    for name, columns in text_inputs(data.features.text, features.text):
+
+        def tables(columns: list[str] = columns) -> Iterator[pa.Table]:
+            return (reader.parts(block)[0].select(columns) for block in blocks if block.train_rows)
+
+        fitted.append(TextFitter(name, columns, features.text_transform(name)).fit(tables))
+    return fitted
 
 
 def prepare(

@@ -48,6 +48,7 @@ import torch.distributed as dist
 
 from airflow_trainpipe.runtime.data.blocks import Block, BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData
+from airflow_trainpipe.runtime.data.tokens import BlockEncoder
 
 _ORDER_STREAM = 0x0B10C5  # separates the block-order draws from the per-chunk permutations
 
@@ -114,8 +115,11 @@ class BlockStream:
         group: Any = None,
         epochs: int | None = None,
         cache_bytes: int = 0,
+        encoder: BlockEncoder | None = None,
     ):
+        """`encoder`: reads and encodes blocks, caching token ids (default: one keyed by the fit)."""
         self.transform, self.reader = prepared.transform, reader
+        self.encoder = encoder or BlockEncoder(reader, prepared.transform, prepared.key)
         self.blocks = [b for b in prepared.blocks if b.train_rows]
         self.seed, self.buffer_rows = seed, buffer_rows
         self.rank, self.world_size, self.group = rank, world_size, group
@@ -233,10 +237,10 @@ class BlockStream:
         return [self._encode(block) for block in blocks[self.rank :: self.world_size]]
 
     def _encode(self, block: Block) -> np.ndarray:
-        train, _ = self.reader.parts(block)
+        train, features = self.encoder.side(block, "train")
         self.rows_read += train.num_rows
         rows = np.empty((train.num_rows, self.row_width), np.float32)
-        rows[:, : self.width] = self.transform.features(train)
+        rows[:, : self.width] = features
         rows[:, self.width] = self.transform.labels(train)
         if self.targets == 2:
             rows[:, -1] = self.transform.group_codes(train, bits=24)

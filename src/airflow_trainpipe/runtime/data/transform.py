@@ -6,7 +6,9 @@ document is versioned (`format`) and identified by the sha256 of its canonical J
 
 Model input layout: the dense block first (per numeric column its value and optional missing
 indicator; per one-hot column one input per kept value plus `other`; categorical missing
-indicators), then one embedding index per `index` / `hash` column (0 = unknown or missing).
+indicators), then one embedding index per `index` / `hash` column (0 = unknown or missing), then
+per text input `max_length` token ids, 0-padded (runtime.data.text). A transform without text
+has no `text` key, so its document and hash are those of the tabular format before text existed.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def class_indices(column: pa.ChunkedArray | pa.Array, classes: list[str]) -> np.
 class FittedTransform:
     document: dict[str, Any]
     _hash: str = field(init=False, repr=False, compare=False, default="")
+    _encoders: dict[str, Any] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.document.get("format") != FORMAT:
@@ -134,8 +137,21 @@ class FittedTransform:
 
     @property
     def width(self) -> int:
-        """Columns of `features()`: the dense inputs, then one code per embedded column."""
-        return self.num_dense + len(self.cardinalities)
+        """Columns of `features()`: the dense inputs, one code per embedded column, the token ids."""
+        return self.num_dense + len(self.cardinalities) + sum(t["max_length"] for t in self.text)
+
+    @property
+    def text(self) -> list[dict[str, Any]]:
+        """The fitted text inputs (runtime.data.text.fitted_input), in input order."""
+        return self.document.get("text", [])
+
+    def text_encoder(self, name: str) -> Any:
+        """The text input's tokenizer, loaded once per transform from its JSON."""
+        if name not in self._encoders:
+            from airflow_trainpipe.runtime.data.text import TextEncoder
+
+            self._encoders[name] = TextEncoder(next(t for t in self.text if t["name"] == name))
+        return self._encoders[name]
 
     @property
     def cardinalities(self) -> list[int]:
@@ -147,12 +163,36 @@ class FittedTransform:
 
     @property
     def input_names(self) -> list[str]:
-        return [s["name"] for s in self.columns]
+        """The raw columns a row to score holds: the tabular features, then the text columns."""
+        return [s["name"] for s in self.columns] + [c for t in self.text for c in t["columns"]]
 
     # -- applying ------------------------------------------------------------------------------
 
-    def features(self, table: pa.Table) -> np.ndarray:
-        """float32 (rows, width) model inputs of raw rows."""
+    def features(self, table: pa.Table, tokens: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """float32 (rows, width) model inputs of raw rows. `tokens`: each text input's ids of these
+        rows, already computed (runtime.data.tokens); else the text is tokenized here."""
+        tabular = self._tabular(table)
+        if not self.text:
+            return tabular
+        ids = [
+            tokens[t["name"]] if tokens is not None else self._token_ids(t["name"], table) for t in self.text
+        ]
+        return np.concatenate([tabular, *ids], axis=1).astype(np.float32, copy=False)
+
+    def _token_ids(self, name: str, table: pa.Table) -> np.ndarray:
+        encoder = self.text_encoder(name)
+        for column in encoder.columns:
+            if column not in table.column_names:
+                raise TransformError(
+                    f"required text column {column!r} is missing from the rows to transform "
+                    f"(they have: {', '.join(table.column_names) or 'no columns'})"
+                )
+        try:
+            return encoder.ids(table)  # type: ignore[no-any-return]
+        except TrainpipeError as exc:
+            raise TransformError(f"text input {name!r}: {exc}") from exc
+
+    def _tabular(self, table: pa.Table) -> np.ndarray:
         rows = table.num_rows
         dense: list[np.ndarray] = []
         codes: list[np.ndarray] = []

@@ -17,6 +17,7 @@ import torch
 
 from airflow_trainpipe.runtime.data.blocks import Block, BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData
+from airflow_trainpipe.runtime.data.tokens import BlockEncoder
 from airflow_trainpipe.runtime.engine import PREDICT_BATCH, predict
 from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 
@@ -50,9 +51,11 @@ class ShardedHoldout:
         group: Any = None,
         threshold: Any = 0.5,
         validation: bool = False,
+        encoder: BlockEncoder | None = None,
     ):
         """`validation`: score a tuning trial's validation rows instead of the holdout."""
         self.transform, self.reader, self.task = prepared.transform, reader, task
+        self.encoder = encoder or BlockEncoder(reader, prepared.transform, prepared.key)
         self.threshold = threshold  # config.evaluation.threshold: a number or a rule
         self.rank, self.world_size, self.group = rank, world_size, group
         self.validation = validation
@@ -72,8 +75,8 @@ class ShardedHoldout:
         """Collective: the holdout (or validation) metrics, the same on every rank."""
         outputs, labels, groups, forwards = [], [], [], 0
         for block in self.mine:
-            held = self.reader.validation_part(block) if self.validation else self.reader.parts(block)[1]
-            outputs.append(predict(engine, self.transform.features(held), device, dtype))
+            held, features = self.encoder.side(block, "validation" if self.validation else "holdout")
+            outputs.append(predict(engine, features, device, dtype))
             labels.append(self.transform.labels(held))
             if self.task == "ranking":
                 groups.append(self.transform.group_codes(held))

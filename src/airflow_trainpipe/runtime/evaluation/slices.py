@@ -25,7 +25,8 @@ MISSING = "(missing)"
 
 
 def slice_names(tables: Iterable[pa.Table], spec: Slice) -> np.ndarray:
-    """Each holdout row's slice within `spec` (`channel` -> `web`; `amount` with bins -> `[10, 100)`)."""
+    """Each holdout row's slice within `spec` (`channel` -> `web`; `amount` with bins -> `[10, 100)`;
+    a text column with bins, by its length in characters -> `[0, 200)`)."""
     parts = [_names(table.column(spec.column), spec.bins) for table in tables]
     return np.concatenate(parts) if parts else np.empty(0, dtype=object)
 
@@ -33,6 +34,8 @@ def slice_names(tables: Iterable[pa.Table], spec: Slice) -> np.ndarray:
 def _names(column: pa.ChunkedArray, bins: list[float] | None) -> np.ndarray:
     if bins is None:
         return np.asarray(pc.fill_null(pc.cast(column, pa.string()), MISSING).to_numpy(zero_copy_only=False))
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = pc.utf8_length(column)  # a text column is sliced by its length in characters
     values = np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     labels = np.array(
         [f"< {bins[0]:g}", *(f"[{a:g}, {b:g})" for a, b in pairwise(bins)), f">= {bins[-1]:g}"], dtype=object

@@ -1,0 +1,100 @@
+"""The model contract: what a builder is told about its inputs, and the adapter that hands a
+model its inputs as a mapping.
+
+Every training and scoring path moves one float32 row per example (runtime.data.transform: the
+dense block, the categorical codes, each text input's token ids): one tensor to stream, gather,
+cache and export. A builder that takes `inputs` gets a `ModelInputs` and returns a module whose
+forward takes the mapping
+
+    {"numeric": (B, D) float, "categorical": (B, C) int64,
+     "text": {name: {"input_ids": (B, L) int64, "attention_mask": (B, L) int64,
+                     "token_type_ids": (B, L) int64}}}
+
+`MappedInputs` cuts the row into it: ids, codes and masks as integers (never cast to bf16, which
+holds integers exactly only up to 256), the dense block in the model's dtype, and each text input
+cut to the batch's longest row (dynamic padding) when not exporting. A builder without `inputs`
+(`tabular_mlp`, plugins written before text) keeps the old call and the flat tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TextInput:
+    name: str
+    vocab_size: int
+    max_length: int
+    pad_id: int
+    sep_id: int
+    segments: int
+    """1, or 2 for a pair of columns (`[CLS] a [SEP] b [SEP]`, segment ids 0 then 1)."""
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    num_numeric: int
+    """Width of the dense block (numeric values, one-hot blocks, missing indicators)."""
+    cardinalities: list[int]
+    """Embedding table size of each categorical code (0: unknown or missing)."""
+    text: list[TextInput]
+
+    @classmethod
+    def of(cls, transform: Any) -> ModelInputs:
+        """The inputs a fitted transform produces (runtime.data.transform.FittedTransform)."""
+        return cls(
+            transform.num_dense,
+            list(transform.cardinalities),
+            [
+                TextInput(
+                    t["name"], t["vocab_size"], t["max_length"], t["pad_id"], t["sep_id"], len(t["columns"])
+                )
+                for t in transform.text
+            ],
+        )
+
+
+class MappedInputs(nn.Module):
+    """A mapping model behind the flat input row every path feeds."""
+
+    keeps_float32_inputs = True
+    """Callers hand it float32 rows (codes and ids exact), whatever the compute dtype."""
+
+    def __init__(self, model: nn.Module, inputs: ModelInputs):
+        super().__init__()
+        self.model, self.inputs = model, inputs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.mapping(x))  # type: ignore[no-any-return]
+
+    def mapping(self, x: torch.Tensor) -> dict[str, Any]:
+        numeric, codes = self.inputs.num_numeric, len(self.inputs.cardinalities)
+        dtype = next(self.model.parameters()).dtype
+        batch: dict[str, Any] = {
+            "numeric": x[:, :numeric].to(dtype),
+            "categorical": x[:, numeric : numeric + codes].long(),
+            "text": {},
+        }
+        at = numeric + codes
+        for text in self.inputs.text:
+            ids = x[:, at : at + text.max_length].long()
+            at += text.max_length
+            mask = ids != text.pad_id
+            if not torch.compiler.is_exporting():
+                # Dynamic padding: the batch's longest row, not max_length (a text is a prefix of
+                # non-pad ids: [CLS] ... [SEP]); an exported program serves any batch at full width.
+                longest = max(1, int(mask.sum(dim=1).max()))
+                ids, mask = ids[:, :longest], mask[:, :longest]
+            seps = (ids == text.sep_id).long()
+            after_first_sep = (torch.cumsum(seps, dim=1) - seps) >= 1
+            batch["text"][text.name] = {
+                "input_ids": ids,
+                "attention_mask": mask.long(),
+                "token_type_ids": (after_first_sep & mask).long(),
+            }
+        return batch

@@ -1,0 +1,128 @@
+"""A text pipeline's training job, for real (torchrun, 2 ranks, DeepSpeed on gloo): the
+support_tickets example's text encoder on a day of tickets, killed mid-epoch and resumed bit-exact
+from the token cache its first attempt wrote; then its registered model, in a fresh interpreter,
+scores raw rows with raw text exactly as the job scored them; and `trainpipe train` of the same
+config trains the same model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+
+from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.examples.synthetic import write_day
+from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
+from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.jobs import JobRun, run_job
+
+pytestmark = pytest.mark.slow
+
+MODEL_NAME = "ticket_router_test"
+
+
+def _config_text(checkpoints: Path) -> str:
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
+    config["training"]["checkpoint"].update(uri=checkpoints.as_uri(), every_steps=5)
+    # A tiny encoder and small batches: ~40 steps, what a resume needs; the bench trains the real size.
+    config["training"]["hyperparameters"].update(epochs=2, batch_size=16)
+    config["training"]["hyperparameters"]["model_args"].update(hidden_size=32, num_layers=1, num_heads=2)
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@pytest.fixture(scope="module")
+def tickets(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("text_job")
+    files = write_day(root.as_uri(), date(2026, 1, 1), 800, seed=5, kind="support_tickets")
+    text = _config_text(root / "checkpoints")
+    (root / "support_tickets.yaml").write_text(text)
+    return {"root": root, "files": files, "config": parse_config(text)}
+
+
+def _spec(tickets: dict[str, Any], run_id: str) -> TrainSpec:
+    return TrainSpec(config=tickets["config"], run_id=run_id, data_files=tickets["files"])
+
+
+@pytest.fixture(scope="module")
+def resumed(tickets: dict[str, Any]) -> tuple[JobRun, JobRun]:
+    """(the killed first attempt, its retry): the first attempt tokenizes every block and is
+    SIGKILLed at step 13, past its checkpoint of step 10."""
+    spec = _spec(tickets, "killed_and_resumed")
+    killed = run_job(spec, pause_at="step:13")
+    assert killed.code != 0 and killed.result is None, killed.text[-3000:]
+    return killed, run_job(spec)
+
+
+def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun]
+) -> None:
+    killed, retry = resumed
+    assert retry.code == 0, retry.text[-3000:]
+    assert retry.result is not None and retry.result["resumed_from_step"] == 10
+    # The first attempt tokenized its blocks; the retry read every one from the cache.
+    assert "token ids: 0 block(s) tokenized on this rank" not in killed.text
+    assert retry.text.count("token ids: 0 block(s) tokenized on this rank") == 2  # both ranks
+    uninterrupted = run_job(_spec(tickets, "uninterrupted"))
+    assert uninterrupted.code == 0, uninterrupted.text[-3000:]
+    assert retry.result["weights_sha256"] == uninterrupted.result["weights_sha256"]
+    for step, loss in retry.losses.items():
+        assert loss == uninterrupted.losses[step], f"step {step}"
+
+
+def test_the_registered_model_tokenizes_raw_text_as_the_job_did(
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun], trainpipe_home: Path, tmp_path: Path
+) -> None:
+    result = resumed[1].result
+    assert result is not None
+    mlflow.set_tracking_uri(f"sqlite:///{trainpipe_home / 'mlflow.db'}")
+    version = mlflow.register_model(result["model_uri"], MODEL_NAME).version
+    mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, "champion", version)
+    logged = mlflow.artifacts.load_dict(f"runs:/{result['mlflow_run_id']}/holdout_predictions.json")
+    data = tickets["config"].data
+    table = read_table(
+        tickets["files"], data.format, [*data.features.all, data.label, data.holdout.key_column]
+    )
+    holdout = table.filter(pa.array(HoldoutSplit(data).mask(table)))
+    rows = holdout.select(data.features.all).slice(0, logged["rows"])
+    assert rows.column("body").null_count == 0 and rows.num_rows == logged["rows"] > 50
+    rows.to_pandas().to_parquet(tmp_path / "raw.parquet")
+    code = (
+        "import json, mlflow, pandas as pd\n"
+        f"model = mlflow.pyfunc.load_model('models:/{MODEL_NAME}@champion')\n"
+        f"print(json.dumps(model.predict(pd.read_parquet({str(tmp_path / 'raw.parquet')!r})).values.tolist()))"
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{trainpipe_home / 'mlflow.db'}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
+    )
+    served = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
+    # (rows, classes) probabilities; the job cut each batch to its longest row, the exported
+    # program reads every row at max_length: masked positions weigh exactly 0, sums may differ by ulps.
+    np.testing.assert_allclose(served, np.array(logged["predictions"]), rtol=1e-5, atol=1e-6)
+    assert served.shape == (logged["rows"], 4)
+
+
+def test_trainpipe_train_of_the_example_trains_the_same_model(
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_trainpipe.cli import main
+
+    config = str(tickets["root"] / "support_tickets.yaml")
+    assert main(["train", config, "--run-id", "cli_day", "--data", *tickets["files"]]) == 0
+    result = json.loads(
+        Path(_spec(tickets, "cli_day").run_dir.removeprefix("file://"), "result.json").read_text()
+    )
+    assert resumed[1].result is not None
+    assert result["weights_sha256"] == resumed[1].result["weights_sha256"]
+    assert f"training finished at step {result['final_step']}" in capsys.readouterr().out
