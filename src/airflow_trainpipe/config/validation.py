@@ -137,6 +137,22 @@ class DriftRule(Section):
     """Compare with the previous validated snapshot, or with the one the champion trained on."""
 
 
+class TextRule(Section):
+    """Checks of every text column (`data.features.text`), beside the expectations written on them."""
+
+    max_empty_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
+    """Largest share of rows whose text is null or only whitespace."""
+
+    max_unknown_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+    """Largest share of a text's tokens the champion's tokenizer cannot read (`[UNK]`, WordPiece
+    only): vocabulary the champion never saw is drift a length profile cannot show. Checked on the
+    first 10,000 rows; skipped while there is no champion."""
+
+    max_chars: PositiveInt | None = None
+    """Longest text a row may hold, in characters; null: no limit (text past what `max_length`
+    tokens can hold is never read anyway)."""
+
+
 class ValidationSection(Section):
     """Checks run on each snapshot; a failure stops the run before training, without retries."""
 
@@ -151,7 +167,11 @@ class ValidationSection(Section):
     """Row-count rules."""
 
     drift: DriftRule | None = None
-    """Drift rule; leave out to skip drift checks."""
+    """Drift rule; leave out to skip drift checks. A text column drifts by its length in words
+    (`numeric_method`)."""
+
+    text: TextRule = TextRule()
+    """Checks of the text columns: empty rows, unknown tokens, length."""
 
     fail_on: Literal["error", "never"] = Field(default="error")
     """`error` stops the pipeline on a failed check; `never` only reports (for a burn-in period)."""

@@ -231,6 +231,33 @@ class MlflowHook(BaseHook):
         with self.activated():
             return champion_data_digest(self.get_conn(), model_name, alias)
 
+    def champion_transform(self, model_name: str, alias: str) -> tuple[str, dict[str, Any]] | None:
+        """The champion's version and the fitted transform its run logged (`transform.json`: its
+        tokenizers among it); None without a champion. A champion whose transform cannot be read is
+        a RegistryError naming the version (RegistryUnavailable when the server cannot be asked)."""
+        import json
+        import tempfile
+
+        from mlflow.exceptions import MlflowException
+
+        from airflow_trainpipe.contracts.artifacts import TRANSFORM_ARTIFACT
+        from airflow_trainpipe.core.registry_reads import RegistryError, current_champion
+
+        with self.activated(), tempfile.TemporaryDirectory(prefix="trainpipe-champion-") as directory:
+            found = current_champion(self.get_conn(), model_name, alias)
+            if found is None:
+                return None
+            version, run_id = found
+            try:
+                path = self.get_conn().download_artifacts(run_id, TRANSFORM_ARTIFACT, directory)
+                with open(path) as file:
+                    return version, json.load(file)
+            except (MlflowException, OSError, ValueError) as exc:
+                raise RegistryError(
+                    f"the fitted transform of {model_name} version {version} (run {run_id}, "
+                    f"{TRANSFORM_ARTIFACT}) cannot be read: {exc}"
+                ) from exc
+
     def finished_run(self, run_id: str) -> Any:
         """The candidate's MLflow run, which must exist and have FINISHED."""
         from airflow_trainpipe.core.registry_reads import RegistryError, RegistryUnavailable, get_run

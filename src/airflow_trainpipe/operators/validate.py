@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_trainpipe.contracts.manifest import Manifest
-    from airflow_trainpipe.contracts.payloads import ValidationSummary
+    from airflow_trainpipe.contracts.payloads import Check, ValidationSummary
     from airflow_trainpipe.data.validation.report import ValidationReport
 
 
@@ -248,6 +248,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             conn_id=self.conn_id,
             query=query,
         )
+        report.checks += self._vocabulary_checks(manifest, report)
         written = write_report(report, self.conn_id)
         self.log.info("report: %s", written["report"])
         if "data_docs" in written:
@@ -322,3 +323,36 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             )
         except RegistryUnavailable as exc:
             raise AirflowException(f"drift reference 'champion': {exc}") from exc
+
+    def _vocabulary_checks(self, manifest: Manifest, report: ValidationReport) -> list[Check]:
+        """The snapshot's text read by the champion's tokenizer (`validation.text`): its first
+        10,000 rows, whose tokens the champion cannot read. None while there is no champion or
+        when a text column is already reported broken; a registry that cannot be asked fails the
+        task (retried), a champion whose tokenizer cannot be read fails the check."""
+        from airflow_trainpipe.contracts.payloads import Check
+        from airflow_trainpipe.core.registry_reads import RegistryError, RegistryUnavailable
+        from airflow_trainpipe.data.validation.validate import first_rows
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
+
+        text = self.config.data.features.text
+        broken = {c.column for c in report.checks if c.kind == "schema" and not c.passed}
+        if not text or broken & set(text) or not set(text) <= set(manifest.columns):
+            return []
+        try:
+            champion = MlflowHook(self.mlflow_conn_id).champion_transform(
+                self.config.registered_model_name, self.config.registration.alias
+            )
+        except RegistryUnavailable:
+            raise
+        except RegistryError as exc:
+            return [
+                Check(
+                    "text", "unknown_tokens", text[0], False, "unreadable", "a readable tokenizer", str(exc)
+                )
+            ]
+        if champion is None:
+            return []
+        from airflow_trainpipe.runtime.data.text import unknown_token_checks
+
+        rows = first_rows(manifest, list(text), 10_000, self.conn_id)
+        return unknown_token_checks(champion, rows, self.config.validation.text.max_unknown_fraction)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
+from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT, TRANSFORM_ARTIFACT
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.payloads import TrainResult
 from airflow_trainpipe.contracts.train_spec import TrainSpec
@@ -144,7 +144,7 @@ class RunEnd:
         tracker.log_metrics(
             {**{f"{self.scored}_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True
         )
-        tracker.log_dict(self.prepared.transform.document, "transform.json")
+        tracker.log_dict(self.prepared.transform.document, TRANSFORM_ARTIFACT)
         if sample is not None:
             tracker.log_dict(
                 {"rows": len(sample), "predictions": sample.tolist()}, "holdout_predictions.json"

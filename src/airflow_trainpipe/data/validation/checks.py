@@ -7,6 +7,9 @@ from typing import Any
 from airflow_trainpipe.config.pipeline import PipelineConfig
 from airflow_trainpipe.contracts.payloads import Check
 
+TEXT_TYPES = ("string", "large_string")
+"""Arrow types a text column may have (`data.features.text`)."""
+
 
 def required_columns(config: PipelineConfig, reference: dict[str, Any] | None) -> dict[str, str | None]:
     """Column -> expected Arrow type (None: any). The contract when declared, else what the
@@ -33,31 +36,8 @@ def schema_checks(
     extra = [c for c in columns if allowed is not None and c not in allowed]
     checks: list[Check] = []
     for name, expected in required.items():
-        if name not in columns:
-            hint = f"; new column(s) {', '.join(map(repr, extra))}: renamed?" if extra else ""
-            checks.append(
-                Check(
-                    "schema",
-                    "column present",
-                    name,
-                    False,
-                    "missing",
-                    expected or "present",
-                    f"column {name!r} is missing{hint}",
-                )
-            )
-        elif expected is not None and columns[name] != expected:
-            checks.append(
-                Check(
-                    "schema",
-                    "column type",
-                    name,
-                    False,
-                    columns[name],
-                    expected,
-                    f"column {name!r} is {columns[name]}, expected {expected}",
-                )
-            )
+        if (problem := _column_problem(config, name, expected, columns, extra)) is not None:
+            checks.append(problem)
     if not config.validation.contract.allow_extra_columns:
         for name in extra:
             checks.append(
@@ -84,6 +64,29 @@ def schema_checks(
             )
         )
     return checks
+
+
+def _column_problem(
+    config: PipelineConfig, name: str, expected: str | None, columns: dict[str, str], extra: list[str]
+) -> Check | None:
+    """A required column that is missing, or of another type than expected (strings for text)."""
+    if name not in columns:
+        hint = f"; new column(s) {', '.join(map(repr, extra))}: renamed?" if extra else ""
+        return Check(
+            "schema", "column present", name, False, "missing", expected or "present",
+            f"column {name!r} is missing{hint}",
+        )  # fmt: skip
+    if name in config.data.features.text and columns[name] not in TEXT_TYPES:
+        return Check(
+            "schema", "column type", name, False, columns[name], "string",
+            f"text column {name!r} is {columns[name]}, expected strings",
+        )  # fmt: skip
+    if expected is not None and columns[name] != expected:
+        return Check(
+            "schema", "column type", name, False, columns[name], expected,
+            f"column {name!r} is {columns[name]}, expected {expected}",
+        )  # fmt: skip
+    return None
 
 
 def volume_checks(config: PipelineConfig, rows: int, previous: dict[str, Any] | None) -> list[Check]:

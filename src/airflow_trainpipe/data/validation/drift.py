@@ -80,6 +80,33 @@ class NumericAccumulator:
         return np.asarray(self.at_or_below / max(self.count, 1))
 
 
+class TextAccumulator(NumericAccumulator):
+    """A text column's profile: its length in words (drift is scored on it, as on a numeric
+    column), plus the rows that are null or blank and the longest text in characters."""
+
+    def __init__(self, total_rows: int, reference_edges: np.ndarray | None) -> None:
+        super().__init__(total_rows, reference_edges)
+        self.blank = 0
+        self.rows = 0
+        self.longest = 0
+
+    def add(self, column: pa.Array | pa.ChunkedArray) -> None:
+        text = pc.fill_null(column, "")
+        self.rows += len(text)
+        self.blank += int(pc.sum(pc.equal(pc.utf8_trim_whitespace(text), "")).as_py() or 0)
+        self.longest = max(self.longest, int(pc.max(pc.utf8_length(text)).as_py() or 0))
+        super().add(pc.list_value_length(pc.utf8_split_whitespace(text)))
+
+    def profile(self) -> dict[str, Any]:
+        return {
+            **super().profile(),
+            "kind": "text",
+            "blank": self.blank,
+            "rows": self.rows,
+            "longest": self.longest,
+        }
+
+
 class CategoricalAccumulator:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_trainpipe.config.pipeline import PipelineConfig
+from airflow_trainpipe.config.validation import TextRule
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.contracts.payloads import Check
 from airflow_trainpipe.core.storage import filesystem, is_local, join, local_path
@@ -26,6 +27,7 @@ from airflow_trainpipe.data.validation.checks import schema_checks, volume_check
 from airflow_trainpipe.data.validation.drift import (
     CategoricalAccumulator,
     NumericAccumulator,
+    TextAccumulator,
     categorical_score,
     numeric_score,
     reference_edges,
@@ -57,6 +59,23 @@ def _tables(manifest: Manifest, columns: list[str], conn_id: str | None) -> Iter
                 options = pcsv.ConvertOptions(include_columns=columns)
                 for batch in pcsv.open_csv(handle, convert_options=options):
                     yield pa.Table.from_batches([batch])
+
+
+def first_rows(manifest: Manifest, columns: list[str], rows: int, conn_id: str | None = None) -> Any:
+    """The snapshot's first `rows` rows of `columns` (a pyarrow Table), read a row group at a time."""
+    import pyarrow as pa
+
+    tables, read = [], 0
+    for table in _tables(manifest, columns, conn_id):
+        tables.append(table)
+        read += table.num_rows
+        if read >= rows:
+            break
+    return (
+        pa.concat_tables(tables).slice(0, rows)
+        if tables
+        else pa.table({c: pa.array([], pa.string()) for c in columns})
+    )
 
 
 def _row_groups(handle: Any, columns: list[str]) -> Iterator[Any]:
@@ -114,20 +133,58 @@ def validate_snapshot(
             )
     profiles = (reference or {}).get("profiles", {})
     accumulators = _accumulators(config, manifest, broken, profiles)
+    # Text profiles are read from the snapshot's files whatever the engine (the frozen export is
+    # Parquet too): with `stream` in its one pass, otherwise in a pass of the text columns alone.
+    text = {n: a for n, a in accumulators.items() if isinstance(a, TextAccumulator)}
+    tabular = {n: a for n, a in accumulators.items() if n not in text}
     if config.validation.engine == "sql" and query is not None:
         from airflow_trainpipe.data.validation.sql_engine import checks_in_database
 
-        report.checks += checks_in_database(config, manifest, runnable, query, report, accumulators)
+        report.checks += checks_in_database(config, manifest, runnable, query, report, tabular)
+        _stream(config, manifest, text, None, conn_id)
     elif config.validation.engine == "spark":
         from airflow_trainpipe.data.validation.spark_engine import checks_in_spark
 
-        report.checks += checks_in_spark(config, manifest, runnable, report, accumulators)
+        report.checks += checks_in_spark(config, manifest, runnable, report, tabular)
+        _stream(config, manifest, text, None, conn_id)
     else:
         report.checks += _in_files(config, manifest, runnable, report, accumulators, conn_id)
     report.profiles = {name: acc.profile() for name, acc in accumulators.items()}
+    report.checks += text_checks(config.validation.text, text)
     if config.validation.drift is not None and report.reference is not None:
         report.checks += _drift_checks(config.validation.drift, accumulators, profiles, report)
     return report
+
+
+def text_checks(rule: TextRule, accumulators: dict[str, TextAccumulator]) -> list[Check]:
+    """Blank rows and the longest text of each text column."""
+    checks = []
+    for name, text in accumulators.items():
+        blank = text.blank / max(text.rows, 1)
+        checks.append(
+            Check(
+                "text",
+                "blank_fraction",
+                name,
+                blank <= rule.max_empty_fraction,
+                round(blank, 6),
+                f"<= {rule.max_empty_fraction}",
+                f"{name}: {text.blank} of {text.rows} row(s) hold no text (null or blank)",
+            )
+        )
+        if rule.max_chars is not None:
+            checks.append(
+                Check(
+                    "text",
+                    "max_chars",
+                    name,
+                    text.longest <= rule.max_chars,
+                    text.longest,
+                    f"<= {rule.max_chars}",
+                    f"{name}: the longest text holds {text.longest} character(s)",
+                )
+            )
+    return checks
 
 
 def _in_files(
@@ -192,6 +249,14 @@ def _accumulators(
             accumulators[name] = NumericAccumulator(manifest.rows, counted)
         elif name in features.categorical:
             accumulators[name] = CategoricalAccumulator()
+        elif name in features.text:
+            ref = profiles.get(name)
+            counted = (
+                reference_edges(drift.numeric_method, ref)
+                if drift is not None and ref and ref.get("kind") == "text" and ref["edges"]
+                else None
+            )
+            accumulators[name] = TextAccumulator(manifest.rows, counted)
     return accumulators
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_trainpipe.config.text import MAX_CHARS_PER_TOKEN, TextTransform
+from airflow_trainpipe.contracts.payloads import Check
 from airflow_trainpipe.runtime.data.reader import DataError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -210,3 +211,36 @@ class TextEncoder:
         specials = [self.fitted["pad_id"], self.fitted["cls_id"], self.fitted["sep_id"]]
         real = ids[~np.isin(ids, specials)]  # the text's own tokens
         return float((real == unk).sum() / max(1, real.size))
+
+
+def unknown_token_checks(champion: tuple[str, dict[str, Any]], rows: pa.Table, most: float) -> list[Check]:
+    """The share of each text input's tokens the champion's tokenizer reads as `[UNK]`, on `rows`:
+    a vocabulary the champion cannot read is drift. A tokenizer that cannot be read fails the
+    check naming the version and the cause (the candidate could not be compared with it)."""
+    version, document = champion
+    checks = []
+    for fitted in document.get("text", []):
+        columns = fitted["columns"]
+        try:
+            encoder = TextEncoder(fitted)
+            rate = encoder.unknown_rate(rows.select(columns))
+        except Exception as exc:  # any failure to read or apply it: the champion's, named
+            message = (
+                f"the tokenizer of champion version {version} cannot be read: {type(exc).__name__}: {exc}"
+            )
+            checks.append(
+                Check("text", "unknown_tokens", columns[0], False, "unreadable", f"<= {most}", message)
+            )
+            continue
+        checks.append(
+            Check(
+                "text",
+                "unknown_tokens",
+                columns[0],
+                rate <= most,
+                round(rate, 6),
+                f"<= {most}",
+                f"{' + '.join(columns)}: {rate:.2%} of the tokens are unknown to champion version {version}'s tokenizer",
+            )
+        )
+    return checks
