@@ -263,6 +263,37 @@ def test_cpu_job_sets_the_cpu_accelerator_and_no_gpu_limit() -> None:
     assert pod_manifest["spec"]["terminationGracePeriodSeconds"] == 40
 
 
+def test_a_text_pipeline_renders_validates_and_downloads_nothing(tmp_path: Path) -> None:
+    # The support_tickets text encoder on the house_prices example's cluster settings, one node.
+    text = (EXAMPLE_CONFIGS / "support_tickets.yaml").read_text()
+    training = _single_node_config().split("\ntraining:\n", 1)[1].split("\n\ngate:", 1)[0]
+    cluster = training[training.index("  deepspeed:") :]
+    text = text.replace("uri: data/support_tickets", "uri: s3://ml-data/support-tickets")
+    text = text.replace(
+        "  resources:\n    gpus_per_node: 0\n    processes_per_node: 2\n  checkpoint:\n    uri: checkpoints\n    every_steps: 100\n",
+        cluster + "\n",
+    )
+    config = parse_config(text)
+    assert config.training.launcher == "kubernetes" and config.data.features.text == ["subject", "body"]
+    (pod,) = _render(text)
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    cli = Path(sys.executable).with_name("kubernetes-validate")
+    done = subprocess.run(
+        [str(cli), "--strict", "-k", "1.33.0", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert (
+        env["HF_HUB_OFFLINE"] == "1"
+    )  # the encoder is built from its config, the tokenizer fitted in the job
+    spec = TrainSpec.from_json(env["TRAINPIPE_SPEC"].replace("$$", "$"))
+    assert (
+        spec.config.features.text["subject"].vocab_size == 800
+        and spec.config.training.model == "text_encoder"
+    )
+
+
 def test_render_cli_prints_the_manifests(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(EXAMPLE_CONFIGS / "house_prices.yaml"), "--ds", "2026-01-05"]) == 0
     out = capsys.readouterr().out

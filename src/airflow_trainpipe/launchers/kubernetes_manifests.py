@@ -113,6 +113,9 @@ def _env(spec: TrainSpec, labels: RunLabels, multi_node: bool) -> list[dict]:
         {"name": "HOME", "value": SCRATCH},
         {"name": "TMPDIR", "value": SCRATCH},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
+        # Models are built from a config and tokenizers trained from the data: nothing is ever
+        # fetched from a model hub, and a pod must not try (it would wait on the network).
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
     if config.training.resources.gpus_per_node == 0:
         env.append({"name": "DS_ACCELERATOR", "value": "cpu"})

@@ -39,6 +39,7 @@ class LocalLauncher:
         if spec.config.training.resources.gpus_per_node == 0:
             self.env.setdefault("DS_ACCELERATOR", "cpu")
         self.env.setdefault("PYTHONUNBUFFERED", "1")
+        self.env.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched from a model hub, ever
         self.process: subprocess.Popen[str] | None = None
         self._spec_dir: tempfile.TemporaryDirectory[str] | None = None
 
