@@ -104,6 +104,7 @@ SECTIONS = (
     "tuning",
     "checkpoint",
     "preemption",
+    "text",
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
 KEPT = ("soak",)
@@ -117,6 +118,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from scale_bench import bench_scale
     from sources_bench import bench_sources
     from step_bench import bench_step
+    from text_bench import bench_text
     from train_bench import bench_training
     from tune_bench import bench_tuning
     from validation_bench import bench_validation
@@ -135,6 +137,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "tuning": bench_tuning,
         "checkpoint": bench_checkpoint,
         "preemption": bench_preemption,
+        "text": bench_text,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
