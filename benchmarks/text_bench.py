@@ -24,6 +24,7 @@ from datetime import date
 from pathlib import Path
 
 import yaml
+from train_bench import _ours  # benchmarks/ is on sys.path when run as a script; the same 2 ranks
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
@@ -192,27 +193,12 @@ def _tokenization(tmp: Path) -> dict[str, float]:
 # -- whole jobs -------------------------------------------------------------------------------
 
 
-def _job(spec: TrainSpec) -> dict:
-    from airflow_trainpipe.launchers.local import LocalLauncher
-
-    launcher = LocalLauncher(spec, NPROC)
-    launcher.start()
-    result, tail = None, []
-    for line in launcher.lines():
-        tail = [*tail[-40:], line.text]
-        if line.event and line.event["event"] == "result":
-            result = line.event
-    if launcher.wait() != 0 or result is None:
-        raise RuntimeError("training job failed:\n" + "\n".join(tail))
-    return result
-
-
 def _memory(tmp: Path) -> dict[int, dict]:
     found = {}
     for rows in MEMORY_ROWS:
         files = _days(tmp / f"memory_{rows}", rows)
         started = time.perf_counter()
-        result = _job(_spec(tmp, files, f"memory_{rows}", batch_size=64).limited_to(50))
+        result = _ours(_spec(tmp, files, f"memory_{rows}", batch_size=64).limited_to(50))
         found[rows] = {"peak": max(result["peak_rss_mib"]), "seconds": time.perf_counter() - started}
     return found
 
@@ -221,7 +207,7 @@ def _quality(tmp: Path) -> dict[str, float]:
     files = _days(tmp / "quality_data", QUALITY_ROWS)
     scores = {}
     for name, text in (("text", True), ("tabular", False)):
-        result = _job(_spec(tmp, files, f"quality_{name}", text=text))
+        result = _ours(_spec(tmp, files, f"quality_{name}", text=text))
         scores[name] = result["evaluation"]["candidate"]["macro_f1"]
     return scores
 
