@@ -56,7 +56,7 @@ def test_classification_and_regression_share_no_metric() -> None:
 
 def test_builtin_models_are_available_and_marked_built_in() -> None:
     models = available_models()
-    assert BUILTIN_MODELS == ("tabular_mlp",)
+    assert BUILTIN_MODELS == ("tabular_mlp", "text_encoder")
     assert list(models)[: len(BUILTIN_MODELS)] == list(BUILTIN_MODELS)
     assert models["tabular_mlp"] == "built-in"
 

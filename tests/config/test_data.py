@@ -33,7 +33,7 @@ def test_features_list_numeric_before_categorical() -> None:
 
 def test_a_model_needs_at_least_one_feature() -> None:
     assert _rejected(FeatureColumns, {"numeric": [], "categorical": []}) == [
-        ((), "declare at least one feature column under `numeric` or `categorical`")
+        ((), "declare at least one feature column under `numeric`, `categorical` or `text`")
     ]
 
 
