@@ -93,7 +93,8 @@ def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, A
 def input_dtype(engine: Any, dtype: torch.dtype) -> torch.dtype:
     """The dtype input rows are handed over in: float32 to a mapping model (`MappedInputs` keeps
     codes and token ids exact and casts the dense block itself), the compute dtype otherwise."""
-    return torch.float32 if getattr(engine.module, "keeps_float32_inputs", False) else dtype
+    module = getattr(engine, "module", engine)  # a DeepSpeed engine wraps the model; a bare module is it
+    return torch.float32 if getattr(module, "keeps_float32_inputs", False) else dtype
 
 
 def predict(engine: Any, x: np.ndarray, device: torch.device, dtype: torch.dtype) -> np.ndarray:
