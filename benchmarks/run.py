@@ -107,7 +107,8 @@ SECTIONS = (
     "text",
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
-KEPT = ("soak",)
+# `gpu`: benchmarks/gpu_bench.py on a GPU machine (the device tool), never on the CPU machine.
+KEPT = ("soak", "gpu")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
@@ -212,6 +213,8 @@ def _section_name(heading: str) -> str:
         ("checkpoint", "checkpoint compression"),
         ("preemption", "preemption:"),
         ("soak", "chaos soak"),
+        ("text", "text models"),
+        ("gpu", "gpu:"),
     ):
         if marker in lowered:
             return name

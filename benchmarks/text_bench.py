@@ -23,6 +23,7 @@ import tempfile
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import yaml
 from train_bench import _ours  # benchmarks/ is on sys.path when run as a script; the same 2 ranks
@@ -69,7 +70,11 @@ def _days(folder: Path, rows: int) -> list[str]:
 # -- step -------------------------------------------------------------------------------------
 
 
-def _worker(spec_file: str) -> None:
+def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS) -> None:
+    """One side-by-side step run; on a GPU when the spec asks for one (nccl, the compute dtype the
+    job would pick, the host collectives on gloo as in the Trainer), else on CPU ranks (gloo)."""
+    import os
+
     import deepspeed
     import numpy as np
     import torch
@@ -82,74 +87,164 @@ def _worker(spec_file: str) -> None:
     from airflow_trainpipe.runtime.data.sampler import ResumableSampler
     from airflow_trainpipe.runtime.data.stream import BlockStream
     from airflow_trainpipe.runtime.data.tokens import BlockEncoder
-    from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config
+    from airflow_trainpipe.runtime.engine import build_engine, compute_dtype, deepspeed_config, input_dtype
     from airflow_trainpipe.runtime.models import build_model
     from airflow_trainpipe.runtime.models.inputs import ModelInputs
     from airflow_trainpipe.runtime.steps import StepRunner
 
     spec = TrainSpec.from_json(Path(spec_file).read_text())
     hp, data = spec.hyperparameters, spec.config.data
-    deepspeed.init_distributed(dist_backend="gloo")
+    on_gpu = torch.cuda.is_available() and spec.config.training.resources.gpus_per_node > 0
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
+    data_group = dist.new_group(backend="gloo") if on_gpu else None
     torch.manual_seed(hp.seed)
     prepared = fit(spec.data_files, data, spec.config.features, spec.config.training.task)
     transform = prepared.transform
     model = build_model("text_encoder", inputs=ModelInputs.of(transform), task="multiclass_classification",
                         num_outputs=transform.num_outputs, **hp.model_args)  # fmt: skip
     global_batch = hp.batch_size * world
-    engine = build_engine(
-        model, spec, deepspeed_config(spec, global_batch, world, universal=False, on_gpu=False)
-    )
+    ds_config = deepspeed_config(spec, global_batch, world, universal=False, on_gpu=on_gpu)
+    engine = build_engine(model, spec, ds_config)
+    dtype = compute_dtype(ds_config)
     reader = BlockReader(spec.data_files, prepared.identities, data, data_columns(data))
     encoder = BlockEncoder(reader, transform, prepared.key)
     # The bare side: every training row encoded (the cache filled on the way) and held in memory.
     trains = [encoder.side(block, "train") for block in prepared.blocks]
-    x = torch.from_numpy(np.concatenate([f for _, f in trains]))
-    y = torch.from_numpy(np.concatenate([transform.labels(t) for t, _ in trains])).long()
-    stream = BlockStream(prepared, reader, hp.seed, data.shuffle_buffer_rows, rank, world,
+    x = torch.from_numpy(np.concatenate([f for _, f in trains])).to(device, input_dtype(engine, dtype))
+    y = torch.from_numpy(np.concatenate([transform.labels(t) for t, _ in trains])).long().to(device)
+    stream = BlockStream(prepared, reader, hp.seed, data.shuffle_buffer_rows, rank, world, data_group,
                          epochs=1 << 30, cache_bytes=data.encoded_cache_mib << 20, encoder=encoder)  # fmt: skip
     sampler = ResumableSampler(prepared.train_rows, global_batch, 1, world, rank, hp.seed)
-    ours = StepRunner(engine, stream, "multiclass_classification", torch.device("cpu"), torch.float32)
+    ours = StepRunner(engine, stream, "multiclass_classification", device, dtype)
     timing = Timing(first_step=0, earlier_compute_s=0.0, world_size=world, earlier_device_s=0.0)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(hp.seed))
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(hp.seed)).to(device)
     loss_fn = torch.nn.CrossEntropyLoss()
     bare_step = 0
 
-    def run_ours() -> None:
-        for _ in range(BLOCK_STEPS):
+    def run_ours(steps: int = block_steps) -> None:
+        for _ in range(steps):
             ours.run(sampler, 0, timing)
             if sampler.epoch_done():
                 sampler.next_epoch()
         if stream._prefetched is not None:  # its reading is ours: finish it inside our block
             stream._prefetched[1].result()
 
-    def run_bare() -> None:
+    def run_bare(steps: int = block_steps) -> None:
         nonlocal bare_step
-        for _ in range(BLOCK_STEPS):
+        for _ in range(steps):
             start = (bare_step * global_batch) % (len(y) - global_batch) + rank * hp.batch_size
             index = order[start : start + hp.batch_size]
             engine.backward(loss_fn(engine(x[index]), y[index]))
             engine.step()
             bare_step += 1
 
+    # The padded width each side's batches got (dynamic padding: the batch's longest row), so
+    # that both sides are seen to do the same work per sample.
+    widths: dict[str, list[int]] = {"ours": [], "bare": []}
+    side = ["ours"]
+    mapping = engine.module.mapping
+
+    def recorded(rows: Any) -> Any:
+        batch = mapping(rows)
+        widths[side[0]] += [t["input_ids"].shape[1] for t in batch["text"].values()]
+        return batch
+
+    engine.module.mapping = recorded
     engine.train()
     run_ours()  # warm-up: first chunk, allocator, DeepSpeed's first steps
     run_bare()
     times: dict[str, list[float]] = {"ours": [], "bare": []}
     waited = timing.data_wait_s
-    for block in range(BLOCKS):
+    for block in range(blocks):
         name, body = ("ours", run_ours) if block % 2 == 0 else ("bare", run_bare)
+        side[0] = name
+        _synchronize(device)
         dist.barrier()
         started = time.perf_counter()
         body()
+        _synchronize(device)  # a block ends when its kernels do, not when they are queued
         dist.barrier()
-        times[name].append((time.perf_counter() - started) / BLOCK_STEPS)
-    wait_share = (timing.data_wait_s - waited) / (sum(times["ours"]) * BLOCK_STEPS)
+        times[name].append((time.perf_counter() - started) / block_steps)
+    wait_share = (timing.data_wait_s - waited) / (sum(times["ours"]) * block_steps)
     if rank == 0:
         summary = {k: statistics.median(v) for k, v in times.items()}
-        print("STEP " + json.dumps({**summary, "wait_share": wait_share}), flush=True)
+        params = sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters())  # ZeRO-3: whole
+        width = {f"width_{k}": statistics.mean(v) for k, v in widths.items()}
+        print(
+            "STEP " + json.dumps({**summary, **width, "wait_share": wait_share, "parameters": params}),
+            flush=True,
+        )
+    if os.environ.get("TRAINPIPE_BENCH_PROFILE") and rank == 0:
+        print("PROFILE " + json.dumps(_profile(device, {"ours": run_ours, "bare": run_bare})), flush=True)
+    if block_steps != BLOCK_STEPS:  # asked for by gpu_bench, which reports MFU
+        flops = _flops_per_sample(engine, loss_fn, x, y, order, hp.batch_size)
+        name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if on_gpu else 0.0
+        if rank == 0:
+            print(
+                "FLOPS "
+                + json.dumps({"per_sample": flops, "device": name, "peak_gib": peak, "dtype": str(dtype)}),
+                flush=True,
+            )
     stream.close()
     dist.destroy_process_group()
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _profile(device: Any, sides: dict[str, Any], steps: int = 5) -> dict[str, Any]:
+    """Where a step's time goes, per side: wall vs time the device was busy (kernels and copies),
+    and the largest device and host consumers. Run after the timings (the profiler slows steps)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    found = {}
+    for name, body in sides.items():
+        _synchronize(device)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            started = time.perf_counter()
+            body(steps)
+            _synchronize(device)
+            wall = time.perf_counter() - started
+        events = prof.key_averages()
+        # Busy time from the device's own events (kernels, copies) alone: an operator's device
+        # time is its kernels' again, so summing every row would count it twice.
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+        by_device = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)
+        by_host = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+        found[name] = {
+            "wall_ms_per_step": 1000 * wall / steps,
+            "device_busy_ms_per_step": sum(e.self_device_time_total for e in kernels) / 1000 / steps,
+            "kernels_per_step": sum(e.count for e in kernels) / steps,
+            "device_top": [[e.key[:70], round(e.self_device_time_total / 1000 / steps, 2), e.count] for e in by_device[:15]],
+            "host_top": [[e.key[:70], round(e.self_cpu_time_total / 1000 / steps, 2), e.count] for e in by_host[:15]],
+        }  # fmt: skip
+    return found
+
+
+def _flops_per_sample(engine: Any, loss_fn: Any, x: Any, y: Any, order: Any, batch: int) -> float:
+    """Forward and backward FLOPs per sample, counted by torch's FlopCounterMode over batches of
+    the bare side's rows (each padded to its own longest row, as in training); no optimizer step,
+    so it runs after the timings. The optimizer's elementwise work is not counted (as in MFU)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counted, samples = 0, 0
+    for k in range(8):
+        index = order[k * batch : (k + 1) * batch]
+        with FlopCounterMode(display=False) as counter:
+            engine.backward(loss_fn(engine(x[index]), y[index]))
+        counted += counter.get_total_flops()
+        samples += len(index)
+    return counted / samples
 
 
 def _step(tmp: Path) -> dict[str, float]:
@@ -254,7 +349,7 @@ def bench_text() -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], *map(int, sys.argv[3:]))
     else:
         print("\n".join(bench_text()))
