@@ -26,7 +26,7 @@ export TORCH_EXTENSIONS_DIR
 $(INSTALLED): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark,openlineage]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" DS_ACCELERATOR=cpu $(BIN)/python -c \
 		'from airflow_trainpipe.runtime.extensions import load_comm_op; load_comm_op()' \
 		|| echo "DeepSpeed's CPU comm op was not prebuilt: the first training job builds it"
@@ -101,7 +101,7 @@ gx-catalog: $(INSTALLED)
 constraints:
 	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
 	echo "torch==2.13.0" > .venv-pin/torch.txt
-	PIP_CONSTRAINT=$(CURDIR)/.venv-pin/torch.txt .venv-pin/bin/pip install --quiet -e '.[test,spark]'
+	PIP_CONSTRAINT=$(CURDIR)/.venv-pin/torch.txt .venv-pin/bin/pip install --quiet -e '.[test,spark,openlineage]'
 	{ sed -n '1,3p' constraints.txt; .venv-pin/bin/pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-pin
 

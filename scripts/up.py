@@ -92,7 +92,35 @@ def airflow_env(
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
         }
     )
+    env.update(openlineage_env(env, trainpipe_home))
     return env
+
+
+OPENLINEAGE_SETTINGS = (
+    "AIRFLOW__OPENLINEAGE__TRANSPORT",
+    "AIRFLOW__OPENLINEAGE__CONFIG_PATH",
+    "OPENLINEAGE_URL",
+    "OPENLINEAGE_CONFIG",
+)
+
+
+def openlineage_env(env: dict[str, str], trainpipe_home: Path) -> dict[str, str]:
+    """With the OpenLineage provider installed (the `[openlineage]` extra) and no transport of the
+    user's: every task's events appended to TRAINPIPE_HOME/openlineage/events.jsonl (docs/lineage.md)."""
+    import importlib.util
+
+    if importlib.util.find_spec("airflow.providers.openlineage") is None or any(
+        k in env for k in OPENLINEAGE_SETTINGS
+    ):
+        return {}
+    events = trainpipe_home / "openlineage" / "events.jsonl"
+    events.parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(events), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": env.get("AIRFLOW__OPENLINEAGE__NAMESPACE", "trainpipe"),
+    }
 
 
 def start_airflow(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:

@@ -22,6 +22,7 @@ HEAVY = (
     "pyiceberg",
     "pyspark",
     "feast",
+    "openlineage",  # the client: only the provider's listener imports it, inside a task
 )
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from datetime import date, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -22,6 +23,7 @@ import yaml
 from tests.helpers import warehouse
 from tests.helpers.airflow_dags import FACTORY_TASKS, dag_test_env, run_factory_pipeline
 from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
+from tests.helpers.openlineage import facets_of, read_events, schema_errors, task_events, transport_env
 from tests.helpers.source_configs import assert_reproduces
 
 
@@ -66,8 +68,22 @@ def test_a_30_day_window_from_postgresql_trains_registers_and_reproduces_after_t
     server.wait_healthy()
     env.update(AIRFLOW_CONN_MLFLOW_DEFAULT=server.connection_json())
     config = yaml.safe_load(warehouse.sql_config(tmp_path, partitions=30).read_text())
+    events = tmp_path / "openlineage.jsonl"
+    env.update(transport_env(events))
     run, output = run_factory_pipeline(env, {**config, "pipeline": "fraud_from_sql"}, "2026-01-31")
     assert run["tasks"] == dict.fromkeys(FACTORY_TASKS, "success"), output[-8000:]
+    # OpenLineage: the table the window's query read, by the database's name for it, and the
+    # snapshot it was frozen into, which train then reads.
+    (validated,) = task_events(read_events(events), "fraud_from_sql", "validate_data", "COMPLETE")
+    assert schema_errors(validated) == []
+    (table,) = validated["inputs"]
+    database = urlsplit(url)
+    assert (table["namespace"], table["name"]) == (
+        f"postgres://{database.hostname}:{database.port}",
+        "pipeline_from_sql.public.card_transactions",
+    )
+    (snapshot,) = validated["outputs"]
+    assert facets_of(snapshot)["trainpipe_snapshot"]["origin"].startswith("warehouse")
     # The sensor counts the run's own day; the window is 30 days ending with it: 2026-01-02 ..
     # 2026-01-31, the 15th absent at the source.
     assert "the query on 'warehouse' returns 300 row(s)" in output

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import RESULT_MARK
+from tests.helpers.openlineage import facets_of, read_events, schema_errors, task_events, transport_env
 
 # (pipeline, make-data kind, gate metric, sliced columns)
 CASES = [
@@ -105,9 +106,10 @@ def test_each_task_type_trains_gates_and_registers_through_dag_test(airflow_env:
     dags = Path(airflow_env["AIRFLOW__CORE__DAGS_FOLDER"])
     _write_configs(dags / "configs")
     (dags / "task_types.py").write_text(DAG_FILE)
+    events = home / "openlineage.jsonl"
     done = subprocess.run(
         [sys.executable, str(dags / "task_types.py")],
-        env=airflow_env,
+        env={**airflow_env, **transport_env(events)},
         capture_output=True,
         text=True,
         timeout=840,
@@ -145,3 +147,51 @@ def test_each_task_type_trains_gates_and_registers_through_dag_test(airflow_env:
         assert "gate/report.html" in {a.path for a in client.list_artifacts(run.info.run_id, "gate")}
         champion = str(client.get_registered_model(pipeline).aliases["champion"])
         assert champion == ("2" if compared["promote"] else "1")
+    _assert_lineage(read_events(events), airflow_home, home)
+
+
+def _assert_lineage(events: list[dict], airflow_home: Path, home: Path) -> None:
+    """The text pipeline's OpenLineage events: partition -> snapshot -> the run's model -> the
+    registered version, each event valid against the spec."""
+    assert {e["job"]["name"]: schema_errors(e) for e in events if schema_errors(e)} == {}
+    dag = "support_tickets"
+    for day, summary, trained, decision in zip(
+        ("2026-01-01", "2026-01-02"),
+        _xcoms(airflow_home, dag, "validate_data"),
+        _xcoms(airflow_home, dag, "train"),
+        _xcoms(airflow_home, dag, "gate"),
+        strict=True,
+    ):
+        (validated,) = [
+            e for e in task_events(events, dag, "validate_data", "COMPLETE") if day in e["inputs"][0]["name"]
+        ]
+        (partition,) = validated["inputs"]
+        assert (partition["namespace"], partition["name"]) == ("file", str(home / "data" / dag / f"ds={day}"))
+        assert {f["name"] for f in facets_of(partition)["schema"]["fields"]} >= {"subject", "body", "team"}
+        assertions = facets_of(partition)["dataQualityAssertions"]["assertions"]
+        assert assertions and all(a["success"] for a in assertions)
+        (snapshot,) = validated["outputs"]
+        assert facets_of(snapshot)["trainpipe_snapshot"]["digest"] == summary["manifest"]["digest"]
+        (train,) = [
+            e
+            for e in task_events(events, dag, "train", "COMPLETE")
+            if e["outputs"] and e["outputs"][0]["name"] == f"runs/{trained['mlflow_run_id']}/model"
+        ]
+        assert [(d["namespace"], d["name"]) for d in train["inputs"]] == [
+            (snapshot["namespace"], snapshot["name"])
+        ]
+        (model,) = train["outputs"]
+        assert model["facets"]["trainpipe_model"]["dataDigest"] == summary["manifest"]["digest"]
+        (gate,) = [
+            e for e in task_events(events, dag, "gate", "COMPLETE") if e["inputs"][0]["name"] == model["name"]
+        ]
+        assert gate["run"]["facets"]["trainpipe_gate"]["promote"] == decision["promote"]
+    # Day 1's version: the run's model and the snapshot in, version 1 at the champion alias out.
+    register = task_events(events, dag, "register", "COMPLETE")[0]
+    (version,) = register["outputs"]
+    assert version["name"] == f"models/{dag}/versions/1" and version["namespace"] == model["namespace"]
+    assert (
+        version["facets"]["trainpipe_model"]["alias"],
+        version["facets"]["trainpipe_model"]["promoted"],
+    ) == ("champion", True)
+    assert len(register["inputs"]) == 2 and register["inputs"][1]["name"].endswith(".json")

@@ -1,6 +1,7 @@
 """validate_data on a text pipeline in dag.test(): clean tickets pass; blank text, a vocabulary the
 champion's tokenizer cannot read and a champion whose tokenizer is unreadable each stop the run
-before training, at once (no retry), naming the column and the cause."""
+before training, at once (no retry), naming the column and the cause, and each failure is an
+OpenLineage FAIL event carrying the failed checks as assertions."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from airflow_trainpipe.examples.synthetic import Problem, write_day
 from airflow_trainpipe.runtime.data.text import TextFitter
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import run_dag_file_for_dates
+from tests.helpers.openlineage import facets_of, read_events, schema_errors, task_events, transport_env
 from tests.operators.test_validate import DAG_SOURCE
 
 pytestmark = pytest.mark.slow
@@ -83,8 +85,9 @@ def test_bad_text_stops_before_training_and_names_the_column_and_the_cause(
             versions.append(_champion(home, _tickets_transform(data)))
 
     source = DAG_SOURCE.format(dag_id="validate_text", config=str(config), callbacks="")
+    events = tmp_path / "openlineage.jsonl"
     clean, unknown, unreadable, blank = run_dag_file_for_dates(
-        airflow_env, "validate_text", source, DAYS, before_run=before_run
+        {**airflow_env, **transport_env(events)}, "validate_text", source, DAYS, before_run=before_run
     )
     assert (clean.state, clean.tasks) == ("success", {"validate_data": "success", "train": "success"}), (
         clean.output[-5000:]
@@ -105,6 +108,31 @@ def test_bad_text_stops_before_training_and_names_the_column_and_the_cause(
     assert blank_check["observed"] > 0.35 and "hold no text (null or blank)" in blank_check["message"]
     assert (drift["kind"], drift["name"], drift["column"]) == ("drift", "psi", "body")
     assert "failed validation (text: body; drift: body)" in blank.output
+    _assert_fail_events(read_events(events), data)
+
+
+def _assert_fail_events(events: list[dict], data: Path) -> None:
+    """One COMPLETE (the clean day), then one FAIL per failed day, each valid against the spec,
+    reading the day's partition and carrying its failed checks."""
+    assert [e for e in events if schema_errors(e)] == []
+    (complete,) = task_events(events, "validate_text", "validate_data", "COMPLETE")
+    assert all(a["success"] for a in facets_of(complete["inputs"][0])["dataQualityAssertions"]["assertions"])
+    fails = task_events(events, "validate_text", "validate_data", "FAIL")
+    assert [e["inputs"][0]["name"] for e in fails] == [str(data / f"ds={day}") for day in DAYS[1:]]
+    failed = [
+        {
+            (a["assertion"], a.get("column"))
+            for a in facets_of(e["inputs"][0])["dataQualityAssertions"]["assertions"]
+            if not a["success"]
+        }
+        for e in fails
+    ]
+    assert failed == [
+        {("unknown_tokens", "subject")},
+        {("unknown_tokens", "subject")},
+        {("blank_fraction", "body"), ("psi", "body")},
+    ]
+    assert "failed validation" in fails[-1]["run"]["facets"]["errorMessage"]["message"]
 
 
 def _tickets_transform(data: Path) -> dict:

@@ -44,6 +44,17 @@ def local_path(uri: str) -> Path:
     return Path(unquote(urlsplit(uri).path)) if uri.startswith("file:") else Path(uri)
 
 
+def dataset_name(uri: str) -> tuple[str, str]:
+    """(namespace, name) of a stored path in OpenLineage's naming: `file` and the absolute path for
+    local files, `s3://bucket` and the key for S3, `scheme://authority` and the path otherwise."""
+    parts = urlsplit(resolve(uri))
+    if parts.scheme == "file":
+        return "file", unquote(parts.path)
+    if parts.scheme in ("s3", "s3a", "s3n"):
+        return f"s3://{parts.netloc}", parts.path.lstrip("/")
+    return f"{parts.scheme}://{parts.netloc}", parts.path
+
+
 def node_local_dir(uri: str, purpose: str) -> Path:
     """This node's own directory for a URI: the URI's path when local, else a stable spot under
     TRAINPIPE_HOME (staged checkpoints, the step high-water mark of an s3:// run)."""

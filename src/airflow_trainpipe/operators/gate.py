@@ -26,6 +26,7 @@ from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.contracts.payloads import GateDecision
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink
+from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -48,7 +49,7 @@ def as_bool(value: Any, name: str) -> bool:
     raise AirflowFailException(f"{name} must be true or false, got {value!r}")
 
 
-class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
+class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, BaseOperator, SkipMixin):
     """Decide whether the candidate replaces the champion; skip registration when it does not.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -81,6 +82,9 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
         self.train_task_id = train_task_id
         self.force = force
         self.mlflow_conn_id = mlflow_conn_id
+        # What OpenLineage is told (openlineage/lineage.gate): the decision and what it compared.
+        self._lineage_decision: GateDecision | None = None
+        self._lineage_tracking_uri = ""
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
@@ -90,6 +94,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
         hook = MlflowHook(self.mlflow_conn_id)
         run_id, evaluation, logged = self._evaluation(context, hook)
         decision = self._decide(hook, run_id, evaluation, force)
+        self._lineage_decision, self._lineage_tracking_uri = decision, hook.tracking_uri
         figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
         try:
             curves = (logged() or {}).get("curves")
@@ -112,6 +117,11 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, BaseOperator, SkipMixin):
         if downstream:
             self.skip(ti=ti, tasks=downstream)
         return result
+
+    def _openlineage(self) -> Any:
+        from airflow_trainpipe.openlineage import lineage
+
+        return lineage.gate(self.config, self._lineage_decision, self._lineage_tracking_uri)
 
     def _evaluation(
         self, context: Context, hook: Any

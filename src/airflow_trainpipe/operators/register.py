@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
+from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,7 +53,7 @@ LINEAGE_RUN_TAGS = (
 )
 
 
-class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
+class RegisterModelOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, BaseOperator):
     """Register the candidate run's model, tag its lineage, and make it the champion.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -84,6 +85,14 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.gate_decision = gate_decision
         self.gate_task_id = gate_task_id
         self.mlflow_conn_id = mlflow_conn_id
+        # What OpenLineage is told (openlineage/lineage.registration): the version and its alias.
+        self._lineage_registered: dict[str, Any] | None = None
+        self._lineage_tracking_uri = ""
+
+    def _openlineage(self) -> Any:
+        from airflow_trainpipe.openlineage import lineage
+
+        return lineage.registration(self.config, self._lineage_registered, self._lineage_tracking_uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
@@ -112,7 +121,9 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             "airflow.dag_id": self.dag_id,
             "airflow.dag_run_id": str(dag_run.run_id) if dag_run is not None else "",
         }
+        self._lineage_tracking_uri = hook.tracking_uri
         result = register_candidate(hook, self.config, run_id, decision, lineage, log=self.log)
+        self._lineage_registered = result
         MlflowModelVersionLink.persist(context, result["model_version_url"])
         return result
 
@@ -138,6 +149,7 @@ def register_candidate(
         "created": created,
         "model_uri": f"models:/{name}/{version}",
         "mlflow_run_id": run_id,
+        "data_digest": run.data.tags.get("trainpipe.data_digest"),
         "gate_reason": decision.reason,
         "model_version_url": hook.model_version_url(name, version),
     }

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowRunLink
+from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
 
 if TYPE_CHECKING:
     from airflow.sdk import Context, XComArg
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.tuning.outcomes import TuningSummary
 
 
-class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
+class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, BaseOperator):
     """Train the pipeline's model; returns the job's TrainResult (contracts/payloads.py) as XCom.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -100,6 +101,10 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.nproc = nproc
         self.env = env or {}
         self.mlflow_conn_id = mlflow_conn_id
+        # What OpenLineage is told (openlineage/lineage.training): the snapshot in, the model out.
+        self._lineage_manifest: Manifest | None = None
+        self._lineage_result: TrainResult | None = None
+        self._lineage_tracking_uri = ""
         self._launcher: LocalLauncher | None = None
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
 
@@ -114,6 +119,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 "snapshot %s: %d file(s), %d rows", manifest.digest, len(manifest.files), manifest.rows
             )
         files = manifest.file_uris if manifest is not None else self._given_files()
+        self._lineage_manifest = manifest
         return TrainSpec(
             config=self.config,
             run_id=self.run_id,
@@ -221,6 +227,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         )  # fmt: skip
         hook = MlflowHook(self.mlflow_conn_id)
         MlflowRunLink.persist(context, hook.run_url(result.mlflow_experiment_id, result.mlflow_run_id))
+        self._lineage_result, self._lineage_tracking_uri = result, hook.tracking_uri
         return result.to_xcom()
 
     # -- running it -----------------------------------------------------------------------------
@@ -245,12 +252,21 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             )
         watcher = JobWatcher(store)
         hook = MlflowHook(self.mlflow_conn_id)
+        self._lineage_tracking_uri = hook.tracking_uri
         if self.config.training.launcher == "kubernetes":
             result = self._run_on_kubernetes(context, spec, watcher, try_number)
         else:
             result = self._run_locally(spec, watcher, hook, try_number)
+        self._lineage_result = result
         MlflowRunLink.persist(context, hook.run_url(result.mlflow_experiment_id, result.mlflow_run_id))
         return result.model_copy(update={"run_dir": spec.run_dir}).to_xcom()
+
+    def _openlineage(self) -> Any:
+        from airflow_trainpipe.openlineage import lineage
+
+        return lineage.training(
+            self.config, self._lineage_manifest, self._lineage_result, self._lineage_tracking_uri
+        )
 
     def _run_locally(self, spec: TrainSpec, watcher: JobWatcher, hook: Any, try_number: int) -> TrainResult:
         from airflow_trainpipe.config.secrets import redact_uri

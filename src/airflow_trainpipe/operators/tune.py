@@ -134,6 +134,7 @@ class TuningTrialOperator(DistributedTrainOperator):
         base = self._spec(None, context)
         study = open_study(self.config, ref.study_name, _storage_url(self.config))
         hook = MlflowHook(self.mlflow_conn_id)
+        self._lineage_tracking_uri = hook.tracking_uri
 
         def launch(spec: TrainSpec) -> TrainResult:
             return self._launch(context, spec, hook, ti.try_number)
@@ -158,6 +159,7 @@ class TuningTrialOperator(DistributedTrainOperator):
             result = self._run_on_kubernetes(context, spec, watcher, try_number)
         else:
             result = self._run_locally(spec, watcher, hook, try_number)
+        self._lineage_result = result  # the trial's last rung: a model only at the full budget
         return result.model_copy(update={"run_dir": spec.run_dir})
 
 

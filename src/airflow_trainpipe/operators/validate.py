@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
+from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -24,7 +25,7 @@ class DataValidationFailed(AirflowFailException):
     """The data failed its checks: final (another try reads the same bytes), and its own alert."""
 
 
-class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
+class DataValidateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, BaseOperator):
     """Freeze the run's partition into a snapshot and run the config's checks on it.
 
     Checks: the schema contract, volume against the previous validated snapshot, the Great
@@ -60,6 +61,9 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
         self.config = as_config(config)
         self.partition = partition if partition is not None else self.config.data.partition
         self.conn_id = conn_id
+        # What OpenLineage is told (openlineage/lineage.validation): the snapshot and its checks.
+        self._lineage_manifest: Manifest | None = None
+        self._lineage_checks: list[Check] = []
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.data.sources import source_kind
@@ -96,7 +100,13 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             summary = summary.model_copy(update={"manifest": spanned})
         if data.freeze is True:
             summary = summary.model_copy(update={"manifest": self._frozen(summary.manifest)})
+        self._lineage_manifest = summary.manifest
         return summary.to_xcom()
+
+    def _openlineage(self) -> Any:
+        from airflow_trainpipe.openlineage import lineage
+
+        return lineage.validation(self.config, self._lineage_manifest, self._lineage_checks)
 
     def _frozen(self, manifest: Manifest) -> Manifest:
         """`data.freeze`: the validated files copied into the snapshot store, checked byte for byte
@@ -249,6 +259,7 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, BaseOperator):
             query=query,
         )
         report.checks += self._vocabulary_checks(manifest, report)
+        self._lineage_manifest, self._lineage_checks = manifest, report.checks
         written = write_report(report, self.conn_id)
         self.log.info("report: %s", written["report"])
         if "data_docs" in written:

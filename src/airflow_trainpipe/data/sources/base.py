@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -78,6 +79,24 @@ class SourceKind(ABC):
     def origin(self, lineage: SourceLineage) -> str:
         """What the rows were read from, for logs."""
         return str(lineage.conn_id)
+
+    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+        """The datasets a snapshot's rows were read from, named as OpenLineage names them (the
+        `openlineage` room turns them into events): by default the partitions its files lie in."""
+        from airflow_trainpipe.core.storage import dataset_name
+
+        partitions = dict.fromkeys(f.uri.split("?")[0].rsplit("/", 1)[0] for f in manifest.files)
+        return [SourceDataset(*dataset_name(uri)) for uri in partitions]
+
+
+@dataclass(frozen=True)
+class SourceDataset:
+    """A dataset a snapshot was read from: OpenLineage's namespace and name, and the version the
+    rows were read at where the source has versions (a Delta table version, an Iceberg snapshot)."""
+
+    namespace: str
+    name: str
+    version: str | None = None
 
 
 def window_tag(lineage: SourceLineage) -> dict[str, str]:

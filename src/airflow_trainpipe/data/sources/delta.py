@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_trainpipe.core.storage import is_local, local_path, resolve
-from airflow_trainpipe.data.sources.base import window_tag
+from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
 from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.config.data import DataSection
     from airflow_trainpipe.config.sources import DeltaSource, TableSource
-    from airflow_trainpipe.contracts.manifest import SourceLineage
+    from airflow_trainpipe.contracts.manifest import Manifest, SourceLineage
 
 # delta-rs colours its error chains for a terminal.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -304,6 +304,15 @@ class DeltaKind(TableKind):
 
     def origin(self, lineage: SourceLineage) -> str:
         return f"{lineage.table} at version {lineage.version}"
+
+    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+        """The table by its location (as Spark's OpenLineage integration names Delta tables), at
+        the version read."""
+        from airflow_trainpipe.core.storage import dataset_name
+
+        lineage = manifest.source
+        assert lineage is not None and lineage.table is not None
+        return [SourceDataset(*dataset_name(lineage.table), version=str(lineage.version))]
 
 
 KIND = DeltaKind()

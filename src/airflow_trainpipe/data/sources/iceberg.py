@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.data.sources.base import window_tag
+from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
 from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.config.data import DataSection
     from airflow_trainpipe.config.sources import IcebergSource, TableSource
-    from airflow_trainpipe.contracts.manifest import SourceLineage
+    from airflow_trainpipe.contracts.manifest import Manifest, SourceLineage
 
 # Errors (by class name, any class of the exception's MRO) that another try may not meet: the
 # catalog or the storage could not be reached, or answered that it cannot serve now.
@@ -335,6 +335,14 @@ class IcebergKind(TableKind):
 
     def origin(self, lineage: SourceLineage) -> str:
         return f"{lineage.table} of catalog {lineage.conn_id} at snapshot {lineage.snapshot_id}"
+
+    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+        """The table by its identifier in the catalog (the spec names no Iceberg catalog; ours is
+        `iceberg://<catalog connection>`), at the snapshot read."""
+        lineage = manifest.source
+        assert lineage is not None and lineage.table is not None
+        version = str(lineage.snapshot_id) if lineage.snapshot_id is not None else None
+        return [SourceDataset(f"iceberg://{lineage.conn_id}", lineage.table, version=version)]
 
 
 KIND = IcebergKind()

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from airflow_trainpipe.data.sources.base import QUERY_REMEDY, Render, SourceKind, freeze_export, window_tag
+from airflow_trainpipe.data.sources.base import (
+    QUERY_REMEDY,
+    Render,
+    SourceDataset,
+    SourceKind,
+    freeze_export,
+    window_tag,
+)
 from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile, ParquetExport
 from airflow_trainpipe.data.window import TimeWindow, run_time_window
@@ -269,6 +276,29 @@ class SqlKind(SourceKind):
             "trainpipe.data_query_sha256": hashlib.sha256((lineage.query or "").encode()).hexdigest(),
         }
 
+    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+        """The tables the window's query read, as OpenLineage names them: `postgres://host:port`
+        and `database.schema.table`; `sqlite://<file>` and the table (the spec names no SQLite).
+        The tables come from the OpenLineage provider's SQL parser (`openlineage-sql`)."""
+        from airflow.providers.openlineage.sqlparser import SQLParser
+
+        lineage = manifest.source
+        assert lineage is not None and lineage.conn_id is not None and lineage.query is not None
+        conn = airflow_connection(lineage.conn_id)
+        kind = (conn.conn_type or "").lower()
+        if kind in SQLITE_TYPES:
+            namespace, database, schema, dialect = f"sqlite://{sqlite_path(conn)}", None, None, "sqlite"
+        else:
+            scheme = "postgres" if kind in POSTGRES_TYPES else kind
+            namespace = f"{scheme}://{conn.host or 'localhost'}:{conn.port or DEFAULT_PORTS.get(kind, '')}"
+            database, schema, dialect = conn.schema, "public" if kind in POSTGRES_TYPES else None, scheme
+        parsed = SQLParser(dialect=dialect, default_schema=schema).parse(lineage.query)
+        tables = parsed.in_tables if parsed is not None else []
+        return [
+            SourceDataset(namespace, ".".join(p for p in (database, table.schema or schema, table.name) if p))
+            for table in tables
+        ]
+
 
 def _source(data: DataSection) -> SqlSource:
     """`data.source`, which the kind's lookup guarantees is a `sql` one."""
@@ -278,5 +308,7 @@ def _source(data: DataSection) -> SqlSource:
     assert isinstance(source, SqlSource)
     return source
 
+
+DEFAULT_PORTS = {"postgres": 5432, "postgresql": 5432, "mysql": 3306}
 
 KIND = SqlKind()
