@@ -97,6 +97,21 @@ def test_a_binary_report_draws_both_models_curves_the_interval_and_the_slices() 
     ]
 
 
+def test_a_slice_guardrail_that_no_slice_reached_says_not_held_rather_than_nothing() -> None:
+    evaluation = Evaluation(
+        candidate={"roc_auc": 0.81},
+        champion={"roc_auc": 0.8},
+        slices=[
+            SliceScore(slice="channel=atm", rows=50, candidate={"roc_auc": 0.5}, champion={"roc_auc": 0.9})
+        ],
+    )
+    decision = _decision(slice_checks=[])
+    guarded = gate_report_html(decision, evaluation, "binary_classification", slice_guardrail=True)
+    assert _rows(guarded, "Slices")[1:] == [["channel=atm", "50", "0.5", "0.9", "not held (too few rows)"]]
+    unguarded = gate_report_html(decision, evaluation, "binary_classification")
+    assert _rows(unguarded, "Slices")[1:] == [["channel=atm", "50", "0.5", "0.9", "-"]]
+
+
 def test_a_multiclass_report_shows_recall_per_class() -> None:
     evaluation = Evaluation(
         candidate={"macro_f1": 0.7, "recall_billing": 0.8, "recall_shipping": 0.6},

@@ -98,7 +98,14 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
         figure = comparison_chart(decision, evaluation.candidate, evaluation.champion)
         try:
             curves = (logged() or {}).get("curves")
-            report = gate_report_html(decision, evaluation, self.config.training.task, curves, figure)
+            report = gate_report_html(
+                decision,
+                evaluation,
+                self.config.training.task,
+                curves,
+                figure,
+                slice_guardrail=self.config.gate.slice_guardrail is not None,
+            )
             GateReportLink.persist(context, hook.record_gate_decision(run_id, decision, figure, report))
         finally:
             import matplotlib.pyplot as plt

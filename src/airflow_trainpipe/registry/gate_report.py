@@ -41,9 +41,11 @@ def gate_report_html(
     task: str,
     curves: dict[str, Any] | None = None,
     comparison: Any = None,
+    slice_guardrail: bool = False,
 ) -> str:
     """The page. `curves`: evaluation.json's ROC/PR points (binary); `comparison`: the gate's
-    per-metric bar figure, embedded as it was logged."""
+    per-metric bar figure, embedded as it was logged; `slice_guardrail`: whether the config holds
+    slices to one (a slice it did not check then had too few rows, even when none reached them)."""
     verdict = (
         ("PROMOTE" + (" (forced)" if decision.forced else "")) if decision.promote else "KEEP THE CHAMPION"
     )
@@ -72,7 +74,7 @@ def gate_report_html(
             f'<div class="charts">{_svg(comparison, close=False)}</div>',
         ]
     if evaluation.slices:
-        sections += ["<h2>Slices</h2>", _slice_table(decision, evaluation)]
+        sections += ["<h2>Slices</h2>", _slice_table(decision, evaluation, slice_guardrail)]
     return (
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_text(title)}</title>'
         f"<style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>"
@@ -160,7 +162,7 @@ def _guardrail_table(decision: GateDecision) -> str:
     return _table(("guardrail", "candidate", "champion", "worsening", "allowed", "check"), rows)
 
 
-def _slice_table(decision: GateDecision, evaluation: Evaluation) -> str:
+def _slice_table(decision: GateDecision, evaluation: Evaluation, guarded: bool) -> str:
     checks = {c.slice: c for c in decision.slice_checks}
     metric = decision.slice_checks[0].metric if decision.slice_checks else decision.metric
     rows = []
@@ -173,7 +175,11 @@ def _slice_table(decision: GateDecision, evaluation: Evaluation) -> str:
                 _number(scored.rows),
                 _number(scored.candidate.get(metric)),
                 _number((scored.champion or {}).get(metric)),
-                outcome if check is not None else "not held (too few rows)" if decision.slice_checks else "-",
+                outcome
+                if check is not None
+                else "not held (too few rows)"
+                if guarded or decision.slice_checks
+                else "-",
             )
         )
     return _table(("slice", "rows", f"candidate {metric}", f"champion {metric}", "check"), rows)
