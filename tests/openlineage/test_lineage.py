@@ -67,7 +67,7 @@ def _event(operator_lineage: Any, state: RunState = RunState.COMPLETE) -> dict[s
 def test_validation_names_the_partitions_read_and_the_snapshot_by_its_digest(
     config: Any, tmp_path: Path
 ) -> None:
-    data = tmp_path / "data"
+    data = tmp_path / config.data.uri
     manifest = _manifest(data, days=("2026-01-01", "2026-01-02"), window=["ds=2026-01-01", "ds=2026-01-02"])
     checks = [
         Check("volume", "min_rows", None, True, 100, {"min": 10}, ""),
@@ -101,6 +101,19 @@ def test_validation_names_the_partitions_read_and_the_snapshot_by_its_digest(
         "fileCount": 2,
         "size": 20,
     }
+
+
+def test_a_snapshot_frozen_or_joined_elsewhere_still_names_the_partition_it_was_read_from(
+    config: Any, tmp_path: Path
+) -> None:
+    # data.freeze, or a feature-store join: the files lie in the snapshot store, not the partition.
+    manifest = _manifest(
+        tmp_path / "store", partition_uri=(tmp_path / config.data.uri / "ds=2026-01-02").as_uri()
+    )
+    event = _event(lineage.validation(config, manifest, []))
+    assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
+        ("file", str(tmp_path / config.data.uri / "ds=2026-01-02"))
+    ]
 
 
 def test_nothing_is_reported_before_a_snapshot_exists(config: Any) -> None:

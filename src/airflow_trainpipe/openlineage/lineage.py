@@ -73,7 +73,7 @@ def validation(config: PipelineConfig, manifest: Manifest | None, checks: list[C
                 ),
             },
         )
-        for source in source_kind(config.data.source.kind).lineage_datasets(manifest)
+        for source in source_kind(config.data.source.kind).lineage_datasets(config.data, manifest)
     ]
     if manifest.features is not None:
         project = manifest.features.project

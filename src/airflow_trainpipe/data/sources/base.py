@@ -80,13 +80,15 @@ class SourceKind(ABC):
         """What the rows were read from, for logs."""
         return str(lineage.conn_id)
 
-    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+    def lineage_datasets(self, data: DataSection, manifest: Manifest) -> list[SourceDataset]:
         """The datasets a snapshot's rows were read from, named as OpenLineage names them (the
-        `openlineage` room turns them into events): by default the partitions its files lie in."""
+        `openlineage` room turns them into events): by default the partitions it was read from,
+        the window's that existed, or the run's own (wherever its files were frozen or joined to)."""
         from airflow_trainpipe.core.storage import dataset_name
+        from airflow_trainpipe.data.snapshots.partitions import partition_uri
 
-        partitions = dict.fromkeys(f.uri.split("?")[0].rsplit("/", 1)[0] for f in manifest.files)
-        return [SourceDataset(*dataset_name(uri)) for uri in partitions]
+        uris = [partition_uri(data, p) for p in manifest.window] or [manifest.partition_uri]
+        return [SourceDataset(*dataset_name(uri)) for uri in uris]
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,7 @@ class DeltaKind(TableKind):
     def origin(self, lineage: SourceLineage) -> str:
         return f"{lineage.table} at version {lineage.version}"
 
-    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+    def lineage_datasets(self, data: DataSection, manifest: Manifest) -> list[SourceDataset]:
         """The table by its location (as Spark's OpenLineage integration names Delta tables), at
         the version read."""
         from airflow_trainpipe.core.storage import dataset_name

@@ -336,7 +336,7 @@ class IcebergKind(TableKind):
     def origin(self, lineage: SourceLineage) -> str:
         return f"{lineage.table} of catalog {lineage.conn_id} at snapshot {lineage.snapshot_id}"
 
-    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+    def lineage_datasets(self, data: DataSection, manifest: Manifest) -> list[SourceDataset]:
         """The table by its identifier in the catalog (the spec names no Iceberg catalog; ours is
         `iceberg://<catalog connection>`), at the snapshot read."""
         lineage = manifest.source

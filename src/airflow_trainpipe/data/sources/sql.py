@@ -276,7 +276,7 @@ class SqlKind(SourceKind):
             "trainpipe.data_query_sha256": hashlib.sha256((lineage.query or "").encode()).hexdigest(),
         }
 
-    def lineage_datasets(self, manifest: Manifest) -> list[SourceDataset]:
+    def lineage_datasets(self, data: DataSection, manifest: Manifest) -> list[SourceDataset]:
         """The tables the window's query read, as OpenLineage names them: `postgres://host:port`
         and `database.schema.table`; `sqlite://<file>` and the table (the spec names no SQLite).
         The tables come from the OpenLineage provider's SQL parser (`openlineage-sql`)."""
