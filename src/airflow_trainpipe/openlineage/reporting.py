@@ -27,3 +27,16 @@ class OpenLineageReporting:
 
     def _openlineage(self) -> Any:
         raise NotImplementedError
+
+
+class ModelVersionReporting(OpenLineageReporting):
+    """register and promote: the model version they left, from what their execute() returned."""
+
+    _lineage_registered: dict[str, Any] | None = None
+    _lineage_tracking_uri = ""
+    config: Any
+
+    def _openlineage(self) -> Any:
+        from airflow_trainpipe.openlineage import lineage
+
+        return lineage.registration(self.config, self._lineage_registered, self._lineage_tracking_uri)

@@ -16,13 +16,13 @@ from airflow.sdk import BaseOperator
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
-from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
+from airflow_trainpipe.openlineage.reporting import ModelVersionReporting
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PromoteModelOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, BaseOperator):
+class PromoteModelOperator(TrainpipeRetryPolicyMixin, ModelVersionReporting, BaseOperator):
     """Move `register.alias` to the approved version; the one it replaces gets `previous_alias`.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -52,14 +52,6 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
         self.approval_task_id = approval_task_id
         self.gate_task_id = gate_task_id
         self.mlflow_conn_id = mlflow_conn_id
-        # What OpenLineage is told (openlineage/lineage.registration): the version and its alias.
-        self._lineage_registered: dict[str, Any] | None = None
-        self._lineage_tracking_uri = ""
-
-    def _openlineage(self) -> Any:
-        from airflow_trainpipe.openlineage import lineage
-
-        return lineage.registration(self.config, self._lineage_registered, self._lineage_tracking_uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowModelVersionLink
-from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
+from airflow_trainpipe.openlineage.reporting import ModelVersionReporting
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,7 +53,7 @@ LINEAGE_RUN_TAGS = (
 )
 
 
-class RegisterModelOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, BaseOperator):
+class RegisterModelOperator(TrainpipeRetryPolicyMixin, ModelVersionReporting, BaseOperator):
     """Register the candidate run's model, tag its lineage, and make it the champion.
 
     :param config: the parsed pipeline config, or the path of its YAML file.
@@ -85,14 +85,6 @@ class RegisterModelOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Bas
         self.gate_decision = gate_decision
         self.gate_task_id = gate_task_id
         self.mlflow_conn_id = mlflow_conn_id
-        # What OpenLineage is told (openlineage/lineage.registration): the version and its alias.
-        self._lineage_registered: dict[str, Any] | None = None
-        self._lineage_tracking_uri = ""
-
-    def _openlineage(self) -> Any:
-        from airflow_trainpipe.openlineage import lineage
-
-        return lineage.registration(self.config, self._lineage_registered, self._lineage_tracking_uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
