@@ -91,9 +91,17 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
     from airflow_trainpipe.runtime.data.sampler import ResumableSampler
     from airflow_trainpipe.runtime.data.stream import BlockStream
     from airflow_trainpipe.runtime.data.tokens import BlockEncoder
-    from airflow_trainpipe.runtime.engine import build_engine, compute_dtype, deepspeed_config, input_dtype
+    from airflow_trainpipe.core.storage import local_path
+    from airflow_trainpipe.runtime.engine import (
+        build_engine,
+        compute_dtype,
+        deepspeed_config,
+        input_dtype,
+        model_construction,
+    )
     from airflow_trainpipe.runtime.models import build_model
     from airflow_trainpipe.runtime.models.inputs import ModelInputs
+    from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
     from airflow_trainpipe.runtime.steps import StepRunner
 
     spec = TrainSpec.from_json(Path(spec_file).read_text())
@@ -106,12 +114,18 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
         torch.cuda.set_device(device)
     data_group = dist.new_group(backend="gloo") if on_gpu else None
     torch.manual_seed(hp.seed)
-    prepared = fit(spec.data_files, data, spec.config.features, spec.config.training.task)
+    # A fine-tune (pretrained_bench): the directory's tokenizer, its encoder built as the job
+    # builds it (ZeRO-3: partitioned, loaded a layer at a time).
+    pretrained = spec.config.training.pretrained
+    directory = PretrainedDirectory(local_path(pretrained), pretrained) if pretrained else None
+    prepared = fit(spec.data_files, data, spec.config.features, spec.config.training.task, pretrained=directory)
     transform = prepared.transform
-    model = build_model("text_encoder", inputs=ModelInputs.of(transform), task="multiclass_classification",
-                        num_outputs=transform.num_outputs, **hp.model_args)  # fmt: skip
     global_batch = hp.batch_size * world
     ds_config = deepspeed_config(spec, global_batch, world, universal=False, on_gpu=on_gpu)
+    with model_construction(ds_config):
+        model = build_model("text_encoder", inputs=ModelInputs.of(transform), task="multiclass_classification",
+                            num_outputs=transform.num_outputs, pretrained=pretrained and str(directory.path),
+                            **hp.model_args)  # fmt: skip
     engine = build_engine(model, spec, ds_config)
     dtype = compute_dtype(ds_config)
     reader = BlockReader(spec.data_files, prepared.identities, data, data_columns(data))

@@ -17,7 +17,13 @@ from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
 from airflow_trainpipe.config.sources import SnapshotsSection
 from airflow_trainpipe.config.suggest import did_you_mean
-from airflow_trainpipe.config.text import text_problems
+from airflow_trainpipe.config.text import (
+    ENCODER_SHAPE_ARGS,
+    TOKENIZER_FIELDS,
+    TextTransform,
+    text_inputs,
+    text_problems,
+)
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
 from airflow_trainpipe.config.tuning import (
     MODEL_ARGS_PREFIX,
@@ -329,6 +335,8 @@ class PipelineConfig(Section):
                     "tabular_mlp reads no text: use training.model text_encoder, or a model plugin that reads text",
                 )
             )
+        if self.training.pretrained is not None:
+            return problems + self._pretrained_problems()
         if model == "text_encoder":
             positions = self.training.hyperparameters.model_args.get("max_position_embeddings", 512)
             for name in features.text:
@@ -339,6 +347,52 @@ class PipelineConfig(Section):
                             ("features", "text", name, "max_length"),
                             f"{length} tokens is more than the encoder's {positions} positions "
                             "(training.hyperparameters.model_args.max_position_embeddings)",
+                        )
+                    )
+        return problems
+
+    def _pretrained_problems(self) -> FieldProblems:
+        """A pretrained directory brings the encoder's shape and the tokenizer: the config sets
+        neither, and the model reads it through one text input."""
+        where, model = ("training", "pretrained"), self.training.model
+        if model != "text_encoder":
+            return [
+                (
+                    where,
+                    f"a pretrained directory is read by model text_encoder; {model!r} builds its own weights",
+                )
+            ]
+        inputs = text_inputs(self.data.features.text, self.features.text)
+        if len(inputs) != 1:
+            names = ", ".join(name for name, _ in inputs)
+            return [
+                (
+                    where,
+                    f"a pretrained encoder reads one text input (a column, or two joined with pair_with); "
+                    f"data.features.text gives {len(inputs)}: {names}",
+                )
+            ]
+        problems: FieldProblems = []
+        for key in sorted(set(self.training.hyperparameters.model_args) & set(ENCODER_SHAPE_ARGS)):
+            problems.append(
+                (
+                    ("training", "hyperparameters", "model_args", key),
+                    f"comes from the pretrained directory's config.json ({self.training.pretrained}); remove it",
+                )
+            )
+        for name, transform in self.features.text.items():
+            for field in TOKENIZER_FIELDS:
+                # Against the defaults, not the fields a file set: a config dumped whole (the
+                # train spec) must read back alike.
+                if (
+                    field != "max_length"
+                    and getattr(transform, field) != TextTransform.model_fields[field].default
+                ):
+                    problems.append(
+                        (
+                            ("features", "text", name, field),
+                            f"the pretrained directory's tokenizer applies ({self.training.pretrained}); "
+                            "remove it (max_length and pair_with still apply)",
                         )
                     )
         return problems

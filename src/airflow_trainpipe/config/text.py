@@ -21,6 +21,15 @@ from airflow_trainpipe.config.types import ColumnName
 TOKENIZER_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "lowercase", "normalization", "max_length")
 """What a paired column takes from the column it pairs with."""
 
+ENCODER_SHAPE_ARGS = (
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+"""`text_encoder` arguments that a pretrained directory's config.json decides."""
+
 MAX_CHARS_PER_TOKEN = 128
 """Text past `max_length x 128` characters is never read: no token of it could fit (a WordPiece
 word longer than 100 characters is one unknown token), and a 1 MB row costs what a short one does."""

@@ -23,7 +23,7 @@ from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.catalog import BUILTIN_MODELS, Task, available_models
 from airflow_trainpipe.config.kubernetes import KubernetesSection
 from airflow_trainpipe.config.suggest import did_you_mean
-from airflow_trainpipe.config.types import Quantity, StorageUri
+from airflow_trainpipe.config.types import PretrainedUri, Quantity, StorageUri
 
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -251,6 +251,14 @@ class TrainingSection(Section):
     hyperparameters: Hyperparameters = Hyperparameters()
     """Optimisation settings."""
 
+    pretrained: PretrainedUri | None = None
+    """A Hugging Face format directory the model starts from (config.json, model.safetensors,
+    the tokenizer's tokenizer.json): `s3://...`, `file:///...`, a path relative to TRAINPIPE_HOME,
+    or a registered version, `models:/NAME/VERSION` or `models:/NAME@ALIAS` (fine-tune from
+    yesterday's champion: its encoder, tokenizer and head). Read offline and as safetensors
+    only; its tokenizer replaces a fitted one; its sha256 is recorded on the run and the version.
+    `text_encoder` with one text input (docs/pretrained.md)."""
+
     deepspeed: DeepSpeedSection = DeepSpeedSection()
     """DeepSpeed engine settings."""
 
@@ -304,6 +312,8 @@ class TrainingSection(Section):
             problems.append((("image",), "launcher kubernetes needs `image`, the trainer container image"))
         if self.launcher == "kubernetes":
             problems.extend(pod_storage_problems(self.checkpoint.uri, self.kubernetes, ("checkpoint", "uri")))
+            if self.pretrained and not self.pretrained.startswith("models:"):
+                problems.extend(pod_storage_problems(self.pretrained, self.kubernetes, ("pretrained",)))
         min_nodes = self.kubernetes.min_nodes
         if min_nodes is not None and min_nodes > self.resources.nodes:
             problems.append(

@@ -111,6 +111,45 @@ StorageUri = Annotated[
     Field(json_schema_extra={"examples": ["s3://bucket/prefix", "file:///data/prefix", "data/prefix"]}),
 ]
 
+_REGISTERED_VERSION = re.compile(
+    r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[0-9]+)|@(?P<alias>[A-Za-z0-9_-]+))$"
+)
+
+
+def registered_version(value: str) -> tuple[str, str | None, str | None] | None:
+    """`models:/NAME/VERSION` -> (name, version, None), `models:/NAME@ALIAS` -> (name, None,
+    alias); None for anything else."""
+    match = _REGISTERED_VERSION.match(value)
+    return (match["name"], match["version"], match["alias"]) if match else None
+
+
+def _pretrained_uri(value: str) -> str:
+    if value.startswith("models:"):
+        if registered_version(value) is None:
+            raise ValueError(
+                f"expected models:/NAME/VERSION or models:/NAME@ALIAS (a registered model version), got {value!r}"
+            )
+        return value
+    try:
+        return _storage_uri(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; or models:/NAME/VERSION, models:/NAME@ALIAS") from None
+
+
+PretrainedUri = Annotated[
+    str,
+    AfterValidator(_pretrained_uri),
+    Field(
+        json_schema_extra={
+            "examples": [
+                "s3://bucket/encoders/base",
+                "file:///models/encoder",
+                "models:/ticket_router@champion",
+            ]
+        }
+    ),
+]
+
 # A column name as it appears in the data files.
 ColumnName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s].*$")]
 

@@ -20,6 +20,22 @@ from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import join, resolve
 
 
+class PretrainedPin(BaseModel):
+    """The exact bytes of a run's pretrained directory (`training.pretrained`): what every attempt,
+    every node and a reproduction read (runtime.pretrained.source)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    """As configured."""
+    source: str
+    """Where the bytes are read: a directory URI, or `models:/NAME/VERSION` (never an alias)."""
+    sha256: str
+    """Of the directory's files, their names and contents."""
+    files: dict[str, str] = {}
+    """Each file's sha256, by its name in the directory."""
+
+
 class TrialRung(BaseModel):
     """One rung of a tuning trial: trained on the training rows minus `validation`, scored on it."""
 
@@ -65,6 +81,10 @@ class TrainSpec(BaseModel):
 
     trial: TrialRung | None = None
     """Set when the job is a rung of a tuning trial."""
+
+    pretrained: PretrainedPin | None = None
+    """Read exactly these pretrained bytes (`trainpipe reproduce`); None: pin what
+    `training.pretrained` names when the run first reads it."""
 
     @model_validator(mode="before")
     @classmethod

@@ -9,10 +9,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
@@ -56,6 +59,11 @@ def deepspeed_config(
         "steps_per_print": 1 << 62,
         "checkpoint": {"load_universal": universal},
     }
+    if ds.offload_optimizer != "none" and not on_gpu:
+        # CPU ranks: the optimizer runs on this CPU either way, so torch's AdamW steps the
+        # offloaded partitions (DeepSpeedCPUAdam, the GPU nodes' choice, is a C++ op built on
+        # first use: minutes on 2 cores, for no gain here).
+        config["zero_force_ds_cpu_optimizer"] = False
     return _merge(config, ds.overrides)
 
 
@@ -79,7 +87,17 @@ def compute_dtype(ds_config: dict[str, Any]) -> torch.dtype:
 def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any]) -> Any:
     """AdamW with linear warm-up, under DeepSpeed (ZeRO, precision, offload from `ds_config`)."""
     hp = spec.hyperparameters
-    optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
+    offloaded = "offload_optimizer" in ds_config["zero_optimization"]
+    if offloaded and ds_config.get("zero_force_ds_cpu_optimizer", True):
+        # ZeRO-Offload on GPU nodes: the optimizer steps in host memory, where DeepSpeed's
+        # vectorised CPU Adam (AdamW mode) is what DeepSpeed accepts and what makes it fast.
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        optimizer: torch.optim.Optimizer = DeepSpeedCPUAdam(
+            model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay, adamw_mode=True
+        )
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
     warmup = hp.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
@@ -110,13 +128,57 @@ def predict(engine: Any, x: np.ndarray, device: torch.device, dtype: torch.dtype
     return torch.cat(outputs).numpy().astype(np.float64)
 
 
+@contextmanager
+def model_construction(ds_config: dict[str, Any]) -> Iterator[None]:
+    """Where the model is built. Under ZeRO-3, partitioned as it is built (`deepspeed.zero.Init`):
+    each module's parameters are cut into this rank's shard as soon as that module exists, so no
+    rank ever holds the whole model, and a pretrained encoder is loaded a layer at a time into its
+    shards (transformers' DeepSpeed integration, which `from_pretrained` reads while the
+    HfDeepSpeedConfig lives). Other stages build the whole model as before."""
+    if ds_config["zero_optimization"]["stage"] != 3:
+        yield
+        return
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    # zero.Init patches torch.Tensor.__new__ while it is active; torch._dynamo, which transformers
+    # imports lazily (a @torch.compiler.disable at module level), refuses to load under the patch.
+    import torch._dynamo  # noqa: F401
+
+    integration = HfDeepSpeedConfig(ds_config)  # read through a weak reference: kept alive here
+    try:
+        with deepspeed.zero.Init(config_dict_or_path=ds_config):
+            yield
+    finally:
+        # Later builds (the rank-0 copy the run logs) are whole models again.
+        unset_hf_deepspeed_config()
+        del integration
+
+
 def full_state_dict(engine: Any, zero_stage: int) -> dict[str, torch.Tensor]:
-    """The whole model's fp32 weights on every rank (ZeRO-3 gathers its shards first)."""
+    """Collective: the whole model's fp32 weights on rank 0 (the other ranks get {}). ZeRO-3
+    gathers one parameter at a time, so no device ever holds more than the largest one beside
+    its shard; rank 0's host memory gets the consolidated copy."""
     module = engine.module
-    if zero_stage == 3:
-        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-            return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
-    return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
+    if zero_stage != 3:
+        if dist.get_rank() != 0:
+            return {}
+        return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
+    weights: dict[str, torch.Tensor] = {}
+    for name, parameter in module.named_parameters():
+        with deepspeed.zero.GatheredParameters([parameter], modifier_rank=None):
+            if dist.get_rank() == 0:
+                weights[name] = parameter.detach().float().cpu().clone()
+    if dist.get_rank() != 0:
+        return {}
+    # Buffers are not partitioned; the state dict's order and names are the module's.
+    buffers = {k: v.detach().float().cpu().clone() for k, v in module.named_buffers()}
+    return {k: weights[k] if k in weights else buffers[k] for k in _state_keys(module)}
+
+
+def _state_keys(module: torch.nn.Module) -> list[str]:
+    # state_dict() of a ZeRO-3 module holds empty placeholders: only its keys are read.
+    return list(module.state_dict().keys())
 
 
 def weights_sha256(weights: dict[str, torch.Tensor]) -> str:

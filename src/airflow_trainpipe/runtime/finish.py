@@ -10,8 +10,10 @@ is collective (every rank predicts, gathers weights and memory figures); from th
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +29,8 @@ from airflow_trainpipe.runtime.data.prepare import PreparedData
 from airflow_trainpipe.runtime.engine import full_state_dict, predict, weights_sha256
 from airflow_trainpipe.runtime.evaluation.final import evaluate_final
 from airflow_trainpipe.runtime.evaluation.holdout import first_holdout_rows, holdout_tables
+from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
+from airflow_trainpipe.runtime.pretrained.export import save_hf_directory
 from airflow_trainpipe.runtime.tracking import Tracker
 
 PREDICTION_SAMPLE = 1000  # holdout rows whose predictions the job logs for the serving check
@@ -47,6 +51,9 @@ class RunEnd:
     """What the metrics are named after: `holdout`, or `validation` in a tuning trial."""
     build_model: Callable[[], torch.nn.Module]
     evaluate: Callable[[], dict[str, float]]
+    pretrained: PretrainedDirectory | None = None
+    """The directory the model was fine-tuned from: the model is logged as a Hugging Face
+    directory too, with its tokenizer files."""
 
     def run(
         self,
@@ -131,10 +138,17 @@ class RunEnd:
                 tracker,
                 step,
             ),
-            "model_uri": tracker.log_model(
-                model, transform, first_rows.select(transform.input_names).slice(0, 5).to_pandas()
-            ),
+            "model_uri": self._log_model(model, tracker, first_rows),
         }
+
+    def _log_model(self, model: torch.nn.Module, tracker: Tracker, first_rows: Any) -> str:
+        transform = self.prepared.transform
+        example = first_rows.select(transform.input_names).slice(0, 5).to_pandas()
+        if self.pretrained is None:
+            return tracker.log_model(model, transform, example)
+        with tempfile.TemporaryDirectory(prefix="trainpipe-hf-") as tmp:
+            directory = save_hf_directory(model, self.pretrained, transform, Path(tmp, "hf"))
+            return tracker.log_model(model, transform, example, hf_directory=directory)
 
     def _log_final(
         self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any

@@ -95,32 +95,41 @@ def load_registered(model_uri: str, directory: str | Path) -> tuple[TransformedN
     repository = ModelsArtifactRepository(model_uri)
     model = Model.load(repository.download_artifacts("MLmodel", dst_path=str(directory)))
     artifacts = (model.flavors.get("python_function") or {}).get("artifacts") or {}
-    if set(artifacts) != {"transform", "network"}:
+    if not {"transform", "network"} <= set(artifacts):
         raise ValueError(
             f"its model takes encoded tensors, not raw rows ({model_uri} has no fitted transform and network "
             f"program among its artifacts: {sorted(artifacts) or 'none'}; logged before raw-row models)"
         )
     files = {
-        name: repository.download_artifacts(artifact["path"], dst_path=str(directory))
-        for name, artifact in artifacts.items()
+        name: repository.download_artifacts(artifacts[name]["path"], dst_path=str(directory))
+        for name in ("transform", "network")  # not the Hugging Face copy: the program scores
     }
     return TransformedNetwork.from_artifacts(files["transform"], files["network"]), model.get_input_schema()
 
 
 def log_raw_row_model(
-    model: torch.nn.Module, transform: FittedTransform, input_example: Any, name: str = "model"
+    model: torch.nn.Module,
+    transform: FittedTransform,
+    input_example: Any,
+    name: str = "model",
+    hf_directory: Path | None = None,
 ) -> Any:
-    """Log `model` behind `transform` as a pyfunc into the active MLflow run; returns the ModelInfo."""
+    """Log `model` behind `transform` as a pyfunc into the active MLflow run; returns the ModelInfo.
+    `hf_directory`: the same model as a Hugging Face directory, the `hf` artifact (what
+    `transformers` loads, and what `training.pretrained: models:/...` fine-tunes from)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as tmp:
         transform_path, network_path = Path(tmp, "transform.json"), Path(tmp, "network.pt2")
         transform_path.write_text(transform.to_json())
         export_network(model, transform.width, network_path)
+        artifacts = {"transform": str(transform_path), "network": str(network_path)}
+        if hf_directory is not None:
+            artifacts["hf"] = str(hf_directory)
         return mlflow.pyfunc.log_model(
             name=name,
             python_model=TransformedNetwork(),
-            artifacts={"transform": str(transform_path), "network": str(network_path)},
+            artifacts=artifacts,
             signature=signature(transform),
             input_example=input_example,
             pip_requirements=pip_requirements(text=bool(transform.text)),

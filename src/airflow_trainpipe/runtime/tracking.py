@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow_trainpipe import __version__
 from airflow_trainpipe.contracts.artifacts import SPEC_ARTIFACT, library_versions
-from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.storage import filesystem, join, resolve
 from airflow_trainpipe.core.tracking_store import artifact_location, default_tracking_uri
@@ -142,18 +142,19 @@ class Tracker:
             self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])]
         )
 
-    def log_model(self, model: Any, transform: Any, input_example: Any) -> str:
+    def log_model(self, model: Any, transform: Any, input_example: Any, hf_directory: Any = None) -> str:
         """Log the final model as a pyfunc that takes raw rows; called once, at the end.
 
-        `transform` is the run's FittedTransform, `input_example` a few raw rows (a DataFrame).
-        Leaving the fluent run context ends the run.
+        `transform` is the run's FittedTransform, `input_example` a few raw rows (a DataFrame),
+        `hf_directory` the model as a Hugging Face directory (a pretrained pipeline's), logged
+        among the model's artifacts. Leaving the fluent run context ends the run.
         """
         import mlflow
 
         from airflow_trainpipe.runtime.serving import log_raw_row_model
 
         with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
-            info = log_raw_row_model(model, transform, input_example)
+            info = log_raw_row_model(model, transform, input_example, hf_directory=hf_directory)
         return info.model_uri
 
     def log_dict(self, payload: dict[str, Any], artifact_file: str) -> None:
@@ -181,6 +182,7 @@ def start_tracking(
     global_batch: int,
     resumed_from: int,
     transform_hash: str,
+    pretrained: PretrainedPin | None = None,
 ) -> Tracker:
     """Rank 0's MLflow run of a job: params (the effective hyperparameters and DeepSpeed config),
     lineage tags, the spec it ran (what `trainpipe reproduce` trains again from), the data input."""
@@ -216,9 +218,20 @@ def start_tracking(
             "trainpipe.hyperparameter_overrides": json.dumps(spec.overrides, sort_keys=True),
             "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
             **(lineage_tags(spec.manifest) if spec.manifest is not None else {}),
+            **(
+                {
+                    "trainpipe.pretrained_uri": pretrained.uri,
+                    "trainpipe.pretrained_source": pretrained.source,
+                    "trainpipe.pretrained_sha256": pretrained.sha256,
+                }
+                if pretrained is not None
+                else {}
+            ),
         }
     )
-    tracker.log_dict(json.loads(spec.to_json()), SPEC_ARTIFACT)
+    # With the pin: `trainpipe reproduce` reads the very bytes, even after an alias moved.
+    logged = spec.model_copy(update={"pretrained": pretrained}) if pretrained is not None else spec
+    tracker.log_dict(json.loads(logged.to_json()), SPEC_ARTIFACT)
     windowed = spec.manifest is not None and spec.manifest.window
     source = resolve(config.data.uri) if windowed else spec.data_files[0].rsplit("/", 1)[0]
     tracker.log_data_input(f"{config.pipeline}-snapshot", source, digest)

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.payloads import TrainResult
-from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.core.storage import join
@@ -40,6 +40,7 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     compute_dtype,
     deepspeed,
     deepspeed_config,
+    model_construction,
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
 from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout
@@ -47,6 +48,8 @@ from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_c
 from airflow_trainpipe.runtime.finish import RunEnd
 from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.models.inputs import ModelInputs
+from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
+from airflow_trainpipe.runtime.pretrained.source import fetch, node_directory, pinned_directory
 from airflow_trainpipe.runtime.resume.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -107,6 +110,7 @@ class Trainer:
     def run(self) -> TrainResult | None:
         """Train to the end; rank 0 returns the result, the other ranks None."""
         seed_everything(self.hp.seed)
+        self.pretrained = self._pretrained()
         prepared = self._prepare()
         self.prepared = prepared
         self._open_data(prepared)
@@ -123,7 +127,11 @@ class Trainer:
             self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu
         )
         self.dtype = compute_dtype(self.ds_config)
-        self.engine = build_engine(self._build_model(), self.spec, self.ds_config)
+        with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built
+            model = self._build_model()
+        if self.rank == 0:
+            log.info("model built: %s", _held(model))
+        self.engine = build_engine(model, self.spec, self.ds_config)
         sampler = ResumableSampler(
             prepared.train_rows,
             global_batch,
@@ -232,7 +240,40 @@ class Trainer:
             global_batch=global_batch,
             resumed_from=resumed_from,
             transform_hash=self.prepared.transform.hash,
+            pretrained=self.pinned if self.pretrained is not None else None,
         )
+
+    def _pretrained(self) -> PretrainedDirectory | None:
+        """Collective: the run's pretrained directory on this node, checked, or None. Rank 0 pins
+        it (an earlier attempt's pin, or the spec's when reproducing) and checks it; every other
+        node's first rank fetches the pinned bytes; an error stops every rank before any step."""
+        uri = self.training.pretrained
+        if uri is None:
+            return None
+        box: list[Any] = [None]
+        if self.rank == 0:
+            try:
+                path, pin = pinned_directory(uri, self.run_dir, self.spec.pretrained)
+                directory = PretrainedDirectory(path, pin.source, pin.sha256)
+                directory.check(
+                    max(
+                        self.config.features.text_transform(n).max_length
+                        for n in self.config.data.features.text
+                    )
+                )
+                box = [pin.model_dump(mode="json")]
+            except Exception as exc:
+                box = [exc]
+                dist.broadcast_object_list(box, src=0, group=self.data_group)
+                raise
+        dist.broadcast_object_list(box, src=0, group=self.data_group)
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        self.pinned = PretrainedPin.model_validate(box[0])
+        if self.local_rank == 0 and self.rank != 0:
+            fetch(self.pinned)  # another node: its own copy, checked against the pin
+        dist.barrier(group=self.data_group)  # every node's copy is in place
+        return PretrainedDirectory(node_directory(self.pinned.source), self.pinned.source, self.pinned.sha256)
 
     def _prepare(self) -> PreparedData:
         """Collective: rank 0 fits once for the run (or reuses the fit of an earlier attempt), and
@@ -249,6 +290,7 @@ class Trainer:
                         self.spec.manifest,
                         self.run_dir,
                         self.validation,
+                        self.pretrained,
                     ).to_json()
                 ]
             except TrainpipeError as exc:
@@ -267,6 +309,7 @@ class Trainer:
             inputs=ModelInputs.of(transform),
             task=self.task,
             num_outputs=transform.num_outputs,
+            pretrained=str(self.pretrained.path) if self.pretrained is not None else None,
             **self.hp.model_args,
         )
 
@@ -458,7 +501,18 @@ class Trainer:
             scored=self.scored,
             build_model=self._build_model,
             evaluate=self._evaluate,
+            pretrained=self.pretrained,
         )
+
+
+def _held(model: torch.nn.Module) -> str:
+    """How much of the model this rank holds (ZeRO-3 builds it partitioned)."""
+    parameters = list(model.parameters())
+    total = sum(getattr(p, "ds_numel", p.numel()) for p in parameters)
+    held = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in parameters)
+    if held == total:
+        return f"{total:,} parameters, whole on every rank"
+    return f"{total:,} parameters, partitioned as built: this rank holds {held:,}"
 
 
 def main(argv: list[str] | None = None) -> int:

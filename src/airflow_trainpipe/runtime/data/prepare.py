@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -35,6 +35,15 @@ from airflow_trainpipe.runtime.data.transform import FORMAT, FittedTransform
 log = logging.getLogger(__name__)
 
 PREPARED_FILE = "prepared.json"
+
+
+class PretrainedText(Protocol):
+    """A pretrained directory as the fit sees it (runtime.pretrained.directory.PretrainedDirectory):
+    its tokenizer is the text input's, and its bytes are part of what the fit depends on."""
+
+    sha256: str
+
+    def text_input(self, name: str, columns: list[str], max_length: int) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ def prepared_key(
     task: str,
     manifest: Manifest | None,
     validation: ValidationSplit | None = None,
+    pretrained: PretrainedText | None = None,
 ) -> str:
     document: dict[str, Any] = {
         "files": files,
@@ -101,6 +111,7 @@ def prepared_key(
         "transform_format": FORMAT,
         # Only a tuning trial's fit depends on it: the keys of every other run stay as they were.
         **({"validation": validation.model_dump(mode="json")} if validation is not None else {}),
+        **({"pretrained": pretrained.sha256} if pretrained is not None else {}),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
@@ -112,6 +123,7 @@ def fit(
     task: str,
     manifest: Manifest | None = None,
     validation: ValidationSplit | None = None,
+    pretrained: PretrainedText | None = None,
 ) -> PreparedData:
     """Fit on the training rows only: each block's holdout (and validation) rows are dropped first."""
     started = time.perf_counter()
@@ -142,8 +154,8 @@ def fit(
     if validation is not None and not sum(b.validation_rows for b in blocks):
         raise DataError(f"the tuning validation split left no rows of {train_rows} training rows")
     return PreparedData(
-        key=prepared_key(files, data, features, task, manifest, validation),
-        transform=fitter.result(_fit_text(data, features, reader, blocks)),
+        key=prepared_key(files, data, features, task, manifest, validation, pretrained),
+        transform=fitter.result(_fit_text(data, features, reader, blocks, pretrained)),
         blocks=blocks,
         identities=identities,
         fit_seconds=time.perf_counter() - started,
@@ -151,12 +163,19 @@ def fit(
 
 
 def _fit_text(
-    data: DataSection, features: FeaturesSection, reader: BlockReader, blocks: list[Block]
+    data: DataSection,
+    features: FeaturesSection,
+    reader: BlockReader,
+    blocks: list[Block],
+    pretrained: PretrainedText | None = None,
 ) -> list[dict[str, Any]]:
     """Each text input's tokenizer, trained on the training rows: one more pass per input (the
-    trainer consumes one stream of text)."""
+    trainer consumes one stream of text). A pretrained directory's tokenizer is its own."""
     fitted = []
     for name, columns in text_inputs(data.features.text, features.text):
+        if pretrained is not None:
+            fitted.append(pretrained.text_input(name, columns, features.text_transform(name).max_length))
+            continue
 
         def tables(columns: list[str] = columns) -> Iterator[pa.Table]:
             return (reader.parts(block)[0].select(columns) for block in blocks if block.train_rows)
@@ -173,10 +192,12 @@ def prepare(
     manifest: Manifest | None,
     run_dir: str,
     validation: ValidationSplit | None = None,
+    pretrained: PretrainedText | None = None,
 ) -> PreparedData:
-    """The run's fit: the one an earlier attempt saved when it still holds, else a new one (saved)."""
+    """The run's fit: the one an earlier attempt saved when it still holds, else a new one (saved).
+    `pretrained`: the directory whose tokenizer the text input uses (runtime.pretrained)."""
     fs, path = filesystem(join(run_dir, PREPARED_FILE))
-    key = prepared_key(files, data, features, task, manifest, validation)
+    key = prepared_key(files, data, features, task, manifest, validation, pretrained)
     if fs.exists(path):
         try:
             saved = PreparedData.from_json(fs.cat_file(path).decode())
@@ -187,7 +208,7 @@ def prepare(
                 log.info("reusing the fit of an earlier attempt (%s)", path)
                 return saved
             log.warning("refitting: %s was fitted on other data or config", path)
-    prepared = fit(files, data, features, task, manifest, validation)
+    prepared = fit(files, data, features, task, manifest, validation, pretrained)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     # Written whole to a temporary name, then renamed: an attempt killed mid-write leaves no
     # half file for the next one to trust (object stores publish a PUT whole anyway).

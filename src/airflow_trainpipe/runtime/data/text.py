@@ -8,7 +8,8 @@ same document. Its post-processor adds `[CLS] a [SEP]` (`[CLS] a [SEP] b [SEP]` 
 ids 0 then 1) and truncation keeps `max_length` tokens (the longer segment of a pair is cut first).
 
 Token ids travel as float32 columns of the model's input row (exact below 2^24: a vocabulary is at
-most 1M tokens), padded with 0, the id of `[PAD]`; the attention mask and the segment ids follow
+most 1M tokens), padded with the id of `[PAD]` (0 in a fitted tokenizer, the model's own in a
+pretrained one); the attention mask and the segment ids follow
 from the ids (`MappedInputs`), so the row stays one flat array for the stream, the all-gather and
 the export.
 """
@@ -180,7 +181,8 @@ def fitted_input(name: str, columns: list[str], transform: TextTransform, tokeni
 
 
 class TextEncoder:
-    """Applies one fitted text input: raw rows to (rows, max_length) float32 token ids, 0-padded."""
+    """Applies one fitted text input: raw rows to (rows, max_length) float32 token ids, padded
+    with the input's pad id."""
 
     def __init__(self, fitted: dict[str, Any]):
         from tokenizers import Tokenizer
@@ -196,7 +198,7 @@ class TextEncoder:
             encodings = self.tokenizer.encode_batch_fast(list(zip(first, second, strict=True)))
         else:
             encodings = self.tokenizer.encode_batch_fast(first)
-        out = np.zeros((len(encodings), self.max_length), np.float32)
+        out = np.full((len(encodings), self.max_length), self.fitted["pad_id"], np.float32)
         for row, encoding in enumerate(encodings):
             ids = encoding.ids
             out[row, : len(ids)] = ids

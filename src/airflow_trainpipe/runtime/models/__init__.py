@@ -42,12 +42,21 @@ def takes_inputs(builder: Callable[..., Any]) -> bool:
     return "inputs" in inspect.signature(builder).parameters
 
 
-def build_model(name: str, *, inputs: ModelInputs | None = None, **kwargs: Any) -> torch.nn.Module:
+def build_model(
+    name: str, *, inputs: ModelInputs | None = None, pretrained: str | None = None, **kwargs: Any
+) -> torch.nn.Module:
     """The model `name`, taking the flat input row. With `inputs` (what the training job passes),
     a mapping builder gets them and its model is wrapped in `MappedInputs`; a builder of the first
     contract gets `num_numeric` and `cardinalities` from them. Without, `kwargs` are the first
-    contract's, passed as they are."""
+    contract's, passed as they are. `pretrained`: a checked local directory (runtime.pretrained),
+    for a builder with a `pretrained` parameter."""
     builder = _builder(name)
+    if pretrained is not None:
+        if "pretrained" not in inspect.signature(builder).parameters:
+            raise TrainpipeError(
+                f"model {name!r} takes no pretrained weights (its builder has no `pretrained` parameter)"
+            )
+        kwargs = {**kwargs, "pretrained": pretrained}
     if inputs is None:
         return _called(name, builder, kwargs)
     if takes_inputs(builder):

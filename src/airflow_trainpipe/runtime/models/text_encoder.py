@@ -4,16 +4,30 @@ config: no download), the [CLS] states joined with the tabular features in an ML
 Its size is `training.hyperparameters.model_args` (`hidden_size`, `num_layers`, `num_heads`,
 `intermediate_size`, `max_position_embeddings`, `dropout`, `head_hidden_sizes`), tunable like
 any hyperparameter. One output, or one logit per class (multiclass).
+
+With `training.pretrained` the one text input's encoder is the directory's instead (any
+architecture `transformers`' AutoModel loads: BERT, RoBERTa, DistilBERT, ...), read offline as
+safetensors in float32 (DeepSpeed casts for bf16); a directory this package registered also
+holds the head (`trainpipe_head.safetensors`), which is loaded when the features and classes are
+the same, so a fine-tune from the champion starts from the whole champion. Under ZeRO-3 the
+Trainer builds this inside transformers' DeepSpeed integration: every module is partitioned as it
+is built and the weights are loaded a layer at a time (runtime.engine.model_construction).
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from airflow_trainpipe.runtime.models.inputs import ModelInputs
+
+log = logging.getLogger(__name__)
+HEAD_FILE = "trainpipe_head.safetensors"  # runtime.pretrained.directory.HEAD
 
 
 class TextEncoder(nn.Module):
@@ -28,13 +42,17 @@ class TextEncoder(nn.Module):
         max_position_embeddings: int,
         dropout: float,
         head_hidden_sizes: list[int],
+        pretrained: str | None = None,
     ):
         from transformers import BertConfig, BertModel
 
         super().__init__()
+        self.pretrained = pretrained
         self.encoders = nn.ModuleDict(
             {
-                text.name: BertModel(
+                text.name: _pretrained_encoder(pretrained)
+                if pretrained is not None
+                else BertModel(
                     BertConfig(
                         vocab_size=text.vocab_size,
                         hidden_size=hidden_size,
@@ -52,6 +70,19 @@ class TextEncoder(nn.Module):
                 for text in inputs.text
             }
         )
+        if pretrained is not None:
+            hidden_size = next(iter(self.encoders.values())).config.hidden_size
+        # What each encoder's forward takes: DistilBERT has no segment ids, and a RoBERTa's one
+        # segment embedding would be indexed out of range by the second segment's ids.
+        self.encoder_arguments = {
+            name: {
+                key
+                for key in ("input_ids", "attention_mask", "token_type_ids")
+                if key in inspect.signature(encoder.forward).parameters
+                and (key != "token_type_ids" or getattr(encoder.config, "type_vocab_size", 2) > 1)
+            }
+            for name, encoder in self.encoders.items()
+        }
         dims = [min(16, (c + 1) // 2 + 1) for c in inputs.cardinalities]
         self.embeddings = nn.ModuleList(
             nn.Embedding(c, d) for c, d in zip(inputs.cardinalities, dims, strict=True)
@@ -65,15 +96,79 @@ class TextEncoder(nn.Module):
             width = size
         layers.append(nn.Linear(width, num_outputs))
         self.head = nn.Sequential(*layers)
+        if pretrained is not None and (Path(pretrained) / HEAD_FILE).is_file():
+            self._load_head(Path(pretrained) / HEAD_FILE)
+
+    def own_state_dict(self) -> dict[str, torch.Tensor]:
+        """The layers beside the encoders: the categorical embeddings and the head."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("encoders.")}
+
+    def _load_head(self, path: Path) -> None:
+        """A registered model's head, when it fits this one (same features, same classes)."""
+        from safetensors import safe_open
+
+        own = {k: v for k, v in self.named_parameters() if not k.startswith("encoders.")}
+        with safe_open(str(path), framework="pt") as handle:
+            shapes = {k: list(handle.get_slice(k).get_shape()) for k in handle.keys()}  # noqa: SIM118
+            fits = shapes == {k: list(getattr(v, "ds_shape", v.shape)) for k, v in own.items()}
+            if not fits:
+                log.warning(
+                    "%s does not fit this model's head (other features or classes): the head starts fresh",
+                    path,
+                )
+                return
+            with _gathered(list(own.values())) as writes:
+                if writes:
+                    with torch.no_grad():
+                        for key, parameter in own.items():
+                            parameter.copy_(handle.get_tensor(key).to(parameter.dtype))
 
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
         parts = [batch["numeric"]]
         codes = batch["categorical"]
         parts += [embedding(codes[:, i]) for i, embedding in enumerate(self.embeddings)]
         for name, encoder in self.encoders.items():
-            states = encoder(**batch["text"][name]).last_hidden_state
+            arguments = self.encoder_arguments[name]
+            text = {k: v for k, v in batch["text"][name].items() if k in arguments}
+            states = encoder(**text).last_hidden_state
             parts.append(states[:, 0])  # the [CLS] token's state
         return self.head(torch.cat(parts, dim=1))  # type: ignore[no-any-return]
+
+
+def _pretrained_encoder(path: str) -> nn.Module:
+    """The directory's encoder (checked before: runtime.pretrained.directory), without its pooler:
+    the head reads the [CLS] state itself, and a layer no loss reaches would hold no gradients."""
+    from transformers import AutoModel
+
+    encoder = AutoModel.from_pretrained(
+        path, local_files_only=True, use_safetensors=True, dtype=torch.float32
+    )
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None
+    return encoder  # type: ignore[no-any-return]
+
+
+class _gathered:
+    """ZeRO-3 parameters whole for a write on rank 0 (then partitioned again); plain ones as they
+    are. Yields whether this process writes."""
+
+    def __init__(self, parameters: list[nn.Parameter]):
+        self.parameters = parameters
+        self.partitioned = any(hasattr(p, "ds_id") for p in parameters)
+
+    def __enter__(self) -> bool:
+        if not self.partitioned:
+            return True
+        import deepspeed
+        import torch.distributed as dist
+
+        self.context = deepspeed.zero.GatheredParameters(self.parameters, modifier_rank=0)
+        self.context.__enter__()
+        return dist.get_rank() == 0
+
+    def __exit__(self, *exc: object) -> None:
+        if self.partitioned:
+            self.context.__exit__(*exc)
 
 
 def build_text_encoder(
@@ -81,6 +176,7 @@ def build_text_encoder(
     inputs: ModelInputs,
     task: str,
     num_outputs: int = 1,
+    pretrained: str | None = None,
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 2,
@@ -92,7 +188,9 @@ def build_text_encoder(
     del task  # in num_outputs already, as for tabular_mlp
     if not inputs.text:
         raise ValueError("text_encoder needs at least one text input (data.features.text)")
-    if hidden_size % num_heads:
+    if pretrained is not None and len(inputs.text) != 1:
+        raise ValueError(f"a pretrained encoder reads one text input, got {len(inputs.text)}")
+    if pretrained is None and hidden_size % num_heads:
         raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}")
     return TextEncoder(
         inputs,
@@ -104,4 +202,5 @@ def build_text_encoder(
         int(max_position_embeddings),
         float(dropout),
         [int(h) for h in head_hidden_sizes],
+        pretrained,
     )

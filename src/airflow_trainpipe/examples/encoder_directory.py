@@ -1,0 +1,74 @@
+"""A small Hugging Face format encoder directory made from a config, to try `training.pretrained`
+without a model hub (nothing is downloaded): a WordPiece tokenizer trained on the given texts and
+a randomly initialised encoder, both saved with `save_pretrained` (safetensors). The tests and the
+benchmarks fine-tune from it; `trainpipe make-encoder` writes one from a day of data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def save_encoder_directory(
+    path: Path,
+    texts: Iterable[str],
+    *,
+    vocab_size: int = 400,
+    hidden_size: int = 32,
+    layers: int = 1,
+    heads: int = 2,
+    positions: int = 128,
+    intermediate_size: int | None = None,
+    seed: int = 0,
+    architecture: str = "bert",
+    dropout: float = 0.0,
+) -> Path:
+    """A `bert` (or `distilbert`) encoder and its WordPiece tokenizer, saved with save_pretrained.
+    No dropout by default: its masks depend on the rank layout, which a resume on another world
+    size changes."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import AutoModel, BertConfig, DistilBertConfig, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(
+        list(texts),
+        trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False),
+    )
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(path))
+    config: Any
+    if architecture == "distilbert":
+        config = DistilBertConfig(
+            vocab_size=tokenizer.get_vocab_size(), dim=hidden_size, n_layers=layers, n_heads=heads,
+            hidden_dim=intermediate_size or 2 * hidden_size, max_position_embeddings=positions, pad_token_id=0,
+            dropout=dropout, attention_dropout=dropout,
+        )  # fmt: skip
+    else:
+        config = BertConfig(
+            vocab_size=tokenizer.get_vocab_size(), hidden_size=hidden_size, num_hidden_layers=layers,
+            num_attention_heads=heads, intermediate_size=intermediate_size or 2 * hidden_size, max_position_embeddings=positions,
+            pad_token_id=0, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+        )  # fmt: skip
+    torch.manual_seed(seed)
+    AutoModel.from_config(config).save_pretrained(str(path))
+    return path

@@ -1,0 +1,253 @@
+"""Fine-tuning a pretrained Hugging Face directory for real: torchrun, 2 ranks, DeepSpeed ZeRO-3
+on gloo, the encoder built partitioned (transformers' DeepSpeed integration) and loaded a layer
+at a time. The job must start from the directory's weights, not a fresh init; its registered
+model is one Hugging Face directory `transformers` loads directly, and the MLflow pyfunc scores
+raw text with it; the next pipeline fine-tunes from that champion (`models:/NAME@champion`),
+head included; a killed job resumes bit-exact from its pin; an S3 directory is fetched once per
+node and checked against the pin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.examples.synthetic import write_day
+from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory, directory_sha256
+from airflow_trainpipe.runtime.pretrained.source import node_directory
+from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.jobs import JobRun, run_job
+from tests.helpers.pretrained import save_encoder_directory
+
+pytestmark = pytest.mark.slow
+
+MODEL_NAME = "pretrained_router_test"
+
+
+def _config(root: Path, pretrained: str, **hyperparameters: Any) -> Any:
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
+    config["features"]["text"]["subject"] = {"max_length": 64}  # the directory's tokenizer applies
+    training = config["training"]
+    training["pretrained"] = pretrained
+    training["deepspeed"] = {"zero_stage": 3}
+    training["checkpoint"].update(uri=(root / "checkpoints").as_uri(), every_steps=5)
+    training["hyperparameters"].update(
+        epochs=1, batch_size=16, model_args={"dropout": 0.0, "head_hidden_sizes": [16]}, **hyperparameters
+    )
+    return parse_config(yaml.safe_dump(config, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def tickets(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path) -> dict[str, Any]:
+    mlflow.set_tracking_uri(f"sqlite:///{trainpipe_home / 'mlflow.db'}")  # the jobs' store
+    root = tmp_path_factory.mktemp("pretrained_job")
+    files = write_day(root.as_uri(), date(2026, 1, 1), 600, seed=5, kind="support_tickets")
+    table = pq.read_table(files[0].removeprefix("file://"))
+    texts = [f"{s} {b}" for s, b in zip(table["subject"].to_pylist(), table["body"].to_pylist(), strict=True)]
+    encoder = save_encoder_directory(root / "encoder", texts, vocab_size=300, hidden_size=32, seed=3)
+    return {"root": root, "files": files, "encoder": encoder}
+
+
+def _spec(tickets: dict[str, Any], run_id: str, pretrained: str, **hyperparameters: Any) -> TrainSpec:
+    return TrainSpec(
+        config=_config(tickets["root"], pretrained, **hyperparameters),
+        run_id=run_id,
+        data_files=tickets["files"],
+    )
+
+
+def _hf_directory(result: dict[str, Any], into: Path) -> Path:
+    """The logged model's Hugging Face directory, where its MLmodel says it is."""
+    local = Path(mlflow.artifacts.download_artifacts(result["model_uri"], dst_path=str(into)))
+    model = mlflow.models.Model.load(str(local / "MLmodel"))
+    return local / model.flavors["python_function"]["artifacts"]["hf"]["path"]
+
+
+@pytest.fixture(scope="module")
+def nearly_frozen(tickets: dict[str, Any]) -> JobRun:
+    """Two steps at a learning rate of 1e-9: what it registers is what it started from."""
+    run = run_job(
+        _spec(tickets, "nearly_frozen", tickets["encoder"].as_uri(), learning_rate=1e-9, max_steps=2)
+    )
+    assert run.code == 0, run.text[-4000:]
+    return run
+
+
+def test_the_job_starts_from_the_pretrained_weights_and_registers_a_directory_transformers_loads(
+    tickets: dict[str, Any], nearly_frozen: JobRun, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    assert nearly_frozen.result is not None
+    exported = _hf_directory(nearly_frozen.result, tmp_path)
+    pretrained = load_file(str(tickets["encoder"] / "model.safetensors"))
+    fine_tuned = load_file(str(exported / "model.safetensors"))
+    torch.manual_seed(0)
+    fresh = AutoModel.from_config(AutoConfig.from_pretrained(str(tickets["encoder"]))).state_dict()
+    compared = [k for k in pretrained if not k.startswith("pooler.")]
+    assert compared and all(k in fine_tuned for k in compared)
+    for key in compared:
+        # AdamW moves a weight by about the learning rate per step: 2e-9 from where it started.
+        np.testing.assert_allclose(fine_tuned[key], pretrained[key], atol=1e-7, rtol=0, err_msg=key)
+    assert any(not torch.allclose(fresh[k], pretrained[k], atol=1e-3) for k in compared if "weight" in k)
+    # transformers reads the directory directly: the encoder and the tokenizer it was trained with.
+    encoder = AutoModel.from_pretrained(str(exported), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(exported), local_files_only=True)
+    encoded = tokenizer(["my package never arrived"], return_tensors="pt")
+    assert encoder(**encoded).last_hidden_state.shape[-1] == 32
+    # The pin is lineage: the run's tags name the bytes.
+    run = mlflow.get_run(nearly_frozen.result["mlflow_run_id"])
+    digests = PretrainedDirectory(tickets["encoder"], "x").file_digests()
+    assert run.data.tags["trainpipe.pretrained_sha256"] == directory_sha256(digests)
+    assert run.data.tags["trainpipe.pretrained_source"] == tickets["encoder"].as_uri()
+    spec = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/spec.json")
+    assert spec["pretrained"]["sha256"] == directory_sha256(digests)
+
+
+def test_zero3_builds_the_encoder_partitioned(nearly_frozen: JobRun) -> None:
+    line = next(line for line in nearly_frozen.output if "model built:" in line)
+    assert "partitioned as built: this rank holds" in line, line
+
+
+def test_the_registered_model_serves_raw_text_as_the_job_scored_it(
+    tickets: dict[str, Any], nearly_frozen: JobRun, trainpipe_home: Path, tmp_path: Path
+) -> None:
+    result = nearly_frozen.result
+    assert result is not None
+    version = mlflow.register_model(result["model_uri"], MODEL_NAME).version
+    mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, "champion", version)
+    logged = mlflow.artifacts.load_dict(f"runs:/{result['mlflow_run_id']}/holdout_predictions.json")
+    rows = _holdout_rows(tickets, logged["rows"])
+    rows.to_pandas().to_parquet(tmp_path / "raw.parquet")
+    code = (
+        "import json, mlflow, pandas as pd\n"
+        f"model = mlflow.pyfunc.load_model('models:/{MODEL_NAME}@champion')\n"
+        f"print(json.dumps(model.predict(pd.read_parquet({str(tmp_path / 'raw.parquet')!r})).values.tolist()))"
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{trainpipe_home / 'mlflow.db'}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
+    )
+    served = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(served, np.array(logged["predictions"]), rtol=1e-5, atol=1e-6)
+
+
+def _holdout_rows(tickets: dict[str, Any], count: int) -> Any:
+    import pyarrow as pa
+
+    from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
+
+    data = _config(tickets["root"], "x").data
+    table = read_table(
+        tickets["files"], data.format, [*data.features.all, data.label, data.holdout.key_column]
+    )
+    return table.filter(pa.array(HoldoutSplit(data).mask(table))).select(data.features.all).slice(0, count)
+
+
+def test_fine_tuning_from_the_champion_starts_from_the_whole_champion(
+    tickets: dict[str, Any], nearly_frozen: JobRun
+) -> None:
+    champion = mlflow.MlflowClient().get_model_version_by_alias(MODEL_NAME, "champion")  # the test above's
+    run = run_job(
+        _spec(tickets, "from_champion", f"models:/{MODEL_NAME}@champion", learning_rate=1e-9, max_steps=2)
+    )
+    assert run.code == 0, run.text[-4000:]
+    assert run.result is not None and nearly_frozen.result is not None
+    tags = mlflow.get_run(run.result["mlflow_run_id"]).data.tags
+    assert (
+        tags["trainpipe.pretrained_source"] == f"models:/{MODEL_NAME}/{champion.version}"
+    )  # the alias, pinned
+    assert tags["trainpipe.pretrained_uri"] == f"models:/{MODEL_NAME}@champion"
+    # Encoder and head are the champion's: the holdout scores are the champion's (to 1e-9 steps).
+    for name, value in nearly_frozen.result["holdout_metrics"].items():
+        assert run.result["holdout_metrics"][name] == pytest.approx(value, abs=1e-6), name
+    first = mlflow.artifacts.load_dict(
+        f"runs:/{nearly_frozen.result['mlflow_run_id']}/holdout_predictions.json"
+    )
+    second = mlflow.artifacts.load_dict(f"runs:/{run.result['mlflow_run_id']}/holdout_predictions.json")
+    np.testing.assert_allclose(second["predictions"], first["predictions"], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def s3_encoder(tickets: dict[str, Any], s3_endpoint: str) -> str:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    for file in tickets["encoder"].iterdir():
+        client.upload_file(str(file), "trainpipe", f"encoders/small/{file.name}")
+    return "s3://trainpipe/encoders/small"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tickets: dict[str, Any]) -> JobRun:
+    run = run_job(_spec(tickets, "uninterrupted", tickets["encoder"].as_uri()))
+    assert run.code == 0, run.text[-4000:]
+    return run
+
+
+def test_a_killed_job_on_an_s3_directory_resumes_bit_exact_from_its_pin(
+    tickets: dict[str, Any], s3_encoder: str, uninterrupted: JobRun, trainpipe_home: Path
+) -> None:
+    spec = _spec(tickets, "s3_resumed", s3_encoder)
+    killed = run_job(spec, pause_at="step:8")
+    assert killed.code != 0 and killed.result is None
+    pin = json.loads(Path(spec.run_dir.removeprefix("file://"), "pretrained.json").read_text())
+    assert pin["source"] == s3_encoder and pin["sha256"]
+    copy = node_directory(s3_encoder)
+    fetched_at = (copy / "model.safetensors").stat().st_mtime_ns
+    retry = run_job(spec)
+    assert retry.code == 0, retry.text[-4000:]
+    assert retry.result is not None and retry.result["resumed_from_step"] == 5
+    # The same bytes from S3 as from the local directory: the same model, bit for bit.
+    assert uninterrupted.result is not None
+    assert retry.result["weights_sha256"] == uninterrupted.result["weights_sha256"]
+    # The retry read this node's copy again, checked against the pin, without downloading it.
+    assert (copy / "model.safetensors").stat().st_mtime_ns == fetched_at
+
+
+def test_a_zero3_checkpoint_of_a_fine_tune_resumes_on_another_world_size(
+    tickets: dict[str, Any], uninterrupted: JobRun
+) -> None:
+    spec = _spec(tickets, "one_rank_resume", tickets["encoder"].as_uri())
+    assert run_job(spec, pause_at="step:8").code != 0
+    resumed = run_job(spec, nproc=1)
+    assert resumed.code == 0, resumed.text[-4000:]
+    assert resumed.result is not None and resumed.result["world_size"] == 1
+    assert resumed.result["resumed_from_step"] == 5
+    for step, loss in resumed.losses.items():
+        assert loss == pytest.approx(uninterrupted.losses[step], abs=1e-5), f"step {step}"
+
+
+def test_a_pickled_directory_fails_the_job_before_any_step_and_says_not_to_retry(
+    tickets: dict[str, Any], tmp_path: Path
+) -> None:
+    import shutil
+
+    bad = Path(shutil.copytree(tickets["encoder"], tmp_path / "pickled"))
+    (bad / "pytorch_model.bin").write_bytes(b"\x80\x04never unpickled")
+    run = run_job(_spec(tickets, "pickled", bad.as_uri()))
+    assert run.code != 0 and run.start is None and not run.losses
+    errors = [
+        json.loads(line.split("TRAINPIPE ", 1)[1])
+        for line in run.output
+        if 'TRAINPIPE {"event": "error"' in line
+    ]
+    assert errors and all(e["retryable"] is False for e in errors), errors
+    assert (
+        f"pretrained directory {bad.as_uri()}: holds pickled weights (pytorch_model.bin)"
+        in errors[0]["error"]
+    )
