@@ -105,6 +105,7 @@ SECTIONS = (
     "checkpoint",
     "preemption",
     "text",
+    "pretrained",
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
 # `gpu`: benchmarks/gpu_bench.py on a GPU machine (the device tool), never on the CPU machine.
@@ -116,6 +117,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from dag_parsing_bench import bench_dag_parsing
     from feature_store_bench import bench_feature_store
     from preemption_bench import bench_preemption
+    from pretrained_bench import bench_pretrained
     from scale_bench import bench_scale
     from sources_bench import bench_sources
     from step_bench import bench_step
@@ -139,6 +141,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "checkpoint": bench_checkpoint,
         "preemption": bench_preemption,
         "text": bench_text,
+        "pretrained": bench_pretrained,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
@@ -214,6 +217,7 @@ def _section_name(heading: str) -> str:
         ("preemption", "preemption:"),
         ("soak", "chaos soak"),
         ("text", "text models"),
+        ("pretrained", "pretrained encoders"),
         ("gpu", "gpu:"),
     ):
         if marker in lowered:

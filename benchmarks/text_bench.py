@@ -84,6 +84,7 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
     import torch
     import torch.distributed as dist
 
+    from airflow_trainpipe.core.storage import local_path
     from airflow_trainpipe.runtime.accounting import Timing
     from airflow_trainpipe.runtime.data.blocks import BlockReader
     from airflow_trainpipe.runtime.data.prepare import fit
@@ -91,7 +92,6 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
     from airflow_trainpipe.runtime.data.sampler import ResumableSampler
     from airflow_trainpipe.runtime.data.stream import BlockStream
     from airflow_trainpipe.runtime.data.tokens import BlockEncoder
-    from airflow_trainpipe.core.storage import local_path
     from airflow_trainpipe.runtime.engine import (
         build_engine,
         compute_dtype,
@@ -118,7 +118,9 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
     # builds it (ZeRO-3: partitioned, loaded a layer at a time).
     pretrained = spec.config.training.pretrained
     directory = PretrainedDirectory(local_path(pretrained), pretrained) if pretrained else None
-    prepared = fit(spec.data_files, data, spec.config.features, spec.config.training.task, pretrained=directory)
+    prepared = fit(
+        spec.data_files, data, spec.config.features, spec.config.training.task, pretrained=directory
+    )
     transform = prepared.transform
     global_batch = hp.batch_size * world
     ds_config = deepspeed_config(spec, global_batch, world, universal=False, on_gpu=on_gpu)

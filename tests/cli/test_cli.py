@@ -20,7 +20,7 @@ from tests.conftest import EXAMPLE_CONFIGS
 
 def test_check_example_configs_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(EXAMPLE_CONFIGS)]) == 0
-    assert "9 config(s) ok" in capsys.readouterr().err
+    assert "10 config(s) ok" in capsys.readouterr().err
 
 
 def test_check_reports_duplicate_pipeline_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -178,3 +178,52 @@ def test_check_cli_reports_every_hostile_file_located(
     reported = {line[len(str(tmp_path)) + 1 :].split(":", 1)[0] for line in out}
     missing = {*HOSTILE, *generated} - reported
     assert not missing, f"not reported: {sorted(missing)}"
+
+
+def test_make_encoder_writes_a_directory_training_pretrained_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
+
+    data = tmp_path / "tickets"
+    assert (
+        main(
+            [
+                "make-data",
+                "--kind",
+                "support_tickets",
+                "--out",
+                str(data),
+                "--start",
+                "2026-01-01",
+                "--rows",
+                "400",
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "encoder"
+    assert (
+        main(
+            [
+                "make-encoder",
+                "--data",
+                str(data),
+                "--columns",
+                "subject",
+                "body",
+                "--out",
+                str(out),
+                "--vocab-size",
+                "300",
+            ]
+        )
+        == 0
+    )
+    assert f"{out}: a 2-layer encoder (hidden 64)" in capsys.readouterr().out
+    PretrainedDirectory(out, str(out)).check(max_length=128)
+    assert (
+        main(["make-encoder", "--data", str(tmp_path / "nothing"), "--columns", "body", "--out", str(out)])
+        == 2
+    )
+    assert "trainpipe make-encoder: no Parquet files under" in capsys.readouterr().err

@@ -246,16 +246,16 @@ def test_a_kubernetes_job_on_a_mounted_volume_is_fine() -> None:
 
 
 def test_launcher_rules_are_reported_together() -> None:
-    data = _training(resources={"nodes": 2}, kubernetes={"min_nodes": 3}, deepspeed={"precision": "bf16"})
+    data = _training(resources={"nodes": 2}, kubernetes={"min_nodes": 3}, deepspeed={"precision": "fp16"})
     assert _located(TrainingSection, data) == {
         "kubernetes.min_nodes": "3 exceeds resources.nodes 2",
         "resources.nodes": "launcher local runs on one node, got 2; use launcher kubernetes for several nodes",
-        "deepspeed.precision": "bf16 needs GPUs (resources.gpus_per_node > 0); use fp32 or auto on CPU",
+        "deepspeed.precision": "fp16 needs GPUs (resources.gpus_per_node > 0); use fp32, bf16 or auto on CPU",
     }
 
 
-@pytest.mark.parametrize("precision", ["auto", "fp32"])
-def test_cpu_training_takes_auto_or_fp32(precision: str) -> None:
+@pytest.mark.parametrize("precision", ["auto", "fp32", "bf16"])
+def test_cpu_training_takes_auto_fp32_or_bf16(precision: str) -> None:
     assert (
         TrainingSection.model_validate(_training(deepspeed={"precision": precision})).deepspeed.precision
         == precision
@@ -309,3 +309,40 @@ def test_the_launchers_wait_longer_than_the_ranks_preemption_grace(
 def test_the_preemption_grace_is_a_positive_number_of_seconds(grace: object) -> None:
     with pytest.raises(ValidationError, match="preemption_grace"):
         CheckpointSection.model_validate({"preemption_grace": grace})
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "encoders/base",
+        "file:///models/base",
+        "s3://models/base",
+        "models:/router/3",
+        "models:/router@champion",
+    ],
+)
+def test_pretrained_takes_a_directory_uri_or_a_registered_version(uri: str) -> None:
+    assert TrainingSection.model_validate(_training(pretrained=uri)).pretrained == uri
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("models:/router", "expected models:/NAME/VERSION or models:/NAME@ALIAS"),
+        ("models:/router/latest", "expected models:/NAME/VERSION or models:/NAME@ALIAS"),
+        ("/models/base", "write an absolute local path as a URI: file:///models/base"),
+        ("hf://bert-base-uncased", "unsupported scheme hf://"),
+    ],
+)
+def test_a_pretrained_uri_that_is_neither_is_refused(uri: str, message: str) -> None:
+    assert message in _located(TrainingSection, _training(pretrained=uri))["pretrained"]
+
+
+def test_pods_read_a_pretrained_directory_from_s3_a_volume_or_the_registry() -> None:
+    pods = {"launcher": "kubernetes", "image": "registry/trainer:1", "checkpoint": {"uri": "s3://b/ckpt"}}
+    assert (
+        "TRAINPIPE_HOME, which pods do not see"
+        in _located(TrainingSection, _training(**pods, pretrained="encoders/base"))["pretrained"]
+    )
+    for uri in ("s3://models/base", "models:/router@champion"):
+        assert TrainingSection.model_validate(_training(**pods, pretrained=uri)).pretrained == uri

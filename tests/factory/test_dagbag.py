@@ -56,7 +56,7 @@ def test_the_repository_dags_folder_parses_without_heavy_imports(tmp_path: Path)
     assert sorted(parsed["dags"]) == [
         "fraud_detector", "fraud_detector_delta", "fraud_detector_features", "fraud_detector_iceberg", "fraud_detector_sql",
         "fraud_detector_tuned",
-        "house_prices", "search_ranking", "support_tickets",
+        "house_prices", "search_ranking", "support_tickets", "support_tickets_finetune",
     ]  # fmt: skip
     assert _heavy(parsed["modules"]) == []
     # The probe can see a heavy import: a loader file that pulls pandas in is caught.

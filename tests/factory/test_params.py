@@ -33,6 +33,7 @@ def dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
         "house_prices",
         "search_ranking",
         "support_tickets",
+        "support_tickets_finetune",
     }
     return dags
 

@@ -43,7 +43,7 @@ def test_example_configs_become_the_five_task_pipeline() -> None:
     assert sorted(dags) == [
         "fraud_detector", "fraud_detector_delta", "fraud_detector_features", "fraud_detector_iceberg", "fraud_detector_sql",
         "fraud_detector_tuned",
-        "house_prices", "search_ranking", "support_tickets",
+        "house_prices", "search_ranking", "support_tickets", "support_tickets_finetune",
     ]  # fmt: skip
     dag = dags["fraud_detector"]
     order = ["wait_for_data", "validate_data", "train", "gate", "register"]

@@ -103,7 +103,9 @@ class DeepSpeedSection(Section):
     """ZeRO stage 0-3: 1 shards optimizer state, 2 also gradients, 3 also parameters."""
 
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    """`auto` is bf16 on GPUs that support it, else fp16 on GPU, fp32 on CPU."""
+    """`auto` is bf16 on GPUs that support it, else fp16 on GPU, fp32 on CPU. `bf16` also runs on
+    CPU ranks (DeepSpeed's CPU accelerator; faster than fp32 where the cores have bf16 instructions,
+    BENCHMARKS.md); fp16 needs GPUs."""
 
     offload_optimizer: Literal["none", "cpu", "nvme"] = "none"
     """Keep optimizer state in CPU memory or on NVMe (ZeRO stage >= 1)."""
@@ -251,6 +253,11 @@ class TrainingSection(Section):
     hyperparameters: Hyperparameters = Hyperparameters()
     """Optimisation settings."""
 
+    activation_checkpointing: bool = False
+    """Recompute each encoder layer's activations in the backward pass instead of keeping them
+    (`text_encoder`, or a model whose builder takes `activation_checkpointing`): less memory per
+    rank for about one more forward of the encoder per step."""
+
     pretrained: PretrainedUri | None = None
     """A Hugging Face format directory the model starts from (config.json, model.safetensors,
     the tokenizer's tokenizer.json): `s3://...`, `file:///...`, a path relative to TRAINPIPE_HOME,
@@ -327,12 +334,11 @@ class TrainingSection(Section):
                     "use launcher kubernetes for several nodes",
                 )
             )
-        if self.resources.gpus_per_node == 0 and self.deepspeed.precision in ("bf16", "fp16"):
+        if self.resources.gpus_per_node == 0 and self.deepspeed.precision == "fp16":
             problems.append(
                 (
                     ("deepspeed", "precision"),
-                    f"{self.deepspeed.precision} needs GPUs "
-                    "(resources.gpus_per_node > 0); use fp32 or auto on CPU",
+                    "fp16 needs GPUs (resources.gpus_per_node > 0); use fp32, bf16 or auto on CPU",
                 )
             )
         field_problems(problems)

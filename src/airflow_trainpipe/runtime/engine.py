@@ -138,12 +138,11 @@ def model_construction(ds_config: dict[str, Any]) -> Iterator[None]:
     if ds_config["zero_optimization"]["stage"] != 3:
         yield
         return
-    from transformers.integrations import HfDeepSpeedConfig
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
     # zero.Init patches torch.Tensor.__new__ while it is active; torch._dynamo, which transformers
     # imports lazily (a @torch.compiler.disable at module level), refuses to load under the patch.
     import torch._dynamo  # noqa: F401
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
     integration = HfDeepSpeedConfig(ds_config)  # read through a weak reference: kept alive here
     try:

@@ -127,11 +127,7 @@ class Trainer:
             self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu
         )
         self.dtype = compute_dtype(self.ds_config)
-        with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built
-            model = self._build_model()
-        if self.rank == 0:
-            log.info("model built: %s", _held(model))
-        self.engine = build_engine(model, self.spec, self.ds_config)
+        self.engine = self._build_engine()
         sampler = ResumableSampler(
             prepared.train_rows,
             global_batch,
@@ -171,6 +167,13 @@ class Trainer:
             if tracker:
                 tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
             raise
+
+    def _build_engine(self) -> Any:
+        with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built
+            model = self._build_model()
+        if self.rank == 0:
+            log.info("model built: %s", _held(model))
+        return build_engine(model, self.spec, self.ds_config)
 
     def _open_data(self, prepared: PreparedData) -> None:
         """The block reader, the encoder the stream and the holdout share, the holdout."""
@@ -310,6 +313,7 @@ class Trainer:
             task=self.task,
             num_outputs=transform.num_outputs,
             pretrained=str(self.pretrained.path) if self.pretrained is not None else None,
+            activation_checkpointing=self.training.activation_checkpointing,
             **self.hp.model_args,
         )
 

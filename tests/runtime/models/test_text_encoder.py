@@ -111,3 +111,29 @@ def test_a_text_encoder_that_cannot_be_built_says_why() -> None:
     with pytest.raises(TrainpipeError, match=r"hidden_size 30 is not a multiple of num_heads 4"):
         build_model("text_encoder", inputs=INPUTS, task="binary_classification", num_outputs=1,
                     hidden_size=30, num_heads=4)  # fmt: skip
+
+
+def test_activation_checkpointing_recomputes_the_encoder_and_changes_no_gradient() -> None:
+    x = _rows([16, 9, 12])
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = build_model(
+            "text_encoder", inputs=INPUTS, task="regression", hidden_size=32, num_layers=2, num_heads=2,
+            dropout=0.0, activation_checkpointing=checkpointing,
+        )  # fmt: skip
+        model.train()
+        model(x).sum().backward()
+        encoder = model.model.encoders["ticket"]
+        assert encoder.is_gradient_checkpointing is checkpointing
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for key in grads[0]:
+        torch.testing.assert_close(grads[1][key], grads[0][key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_a_model_that_cannot_recompute_activations_says_so() -> None:
+    with pytest.raises(TrainpipeError, match="'tabular_mlp' cannot recompute activations"):
+        build_model(
+            "tabular_mlp", inputs=ModelInputs(3, [], []), task="regression", activation_checkpointing=True
+        )

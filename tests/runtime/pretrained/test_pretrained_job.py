@@ -37,12 +37,14 @@ pytestmark = pytest.mark.slow
 MODEL_NAME = "pretrained_router_test"
 
 
-def _config(root: Path, pretrained: str, **hyperparameters: Any) -> Any:
+def _config(
+    root: Path, pretrained: str, deepspeed: dict[str, Any] | None = None, **hyperparameters: Any
+) -> Any:
     config = yaml.safe_load((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
     config["features"]["text"]["subject"] = {"max_length": 64}  # the directory's tokenizer applies
     training = config["training"]
     training["pretrained"] = pretrained
-    training["deepspeed"] = {"zero_stage": 3}
+    training["deepspeed"] = {"zero_stage": 3, **(deepspeed or {})}
     training["checkpoint"].update(uri=(root / "checkpoints").as_uri(), every_steps=5)
     training["hyperparameters"].update(
         epochs=1, batch_size=16, model_args={"dropout": 0.0, "head_hidden_sizes": [16]}, **hyperparameters
@@ -61,9 +63,15 @@ def tickets(tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path) -> d
     return {"root": root, "files": files, "encoder": encoder}
 
 
-def _spec(tickets: dict[str, Any], run_id: str, pretrained: str, **hyperparameters: Any) -> TrainSpec:
+def _spec(
+    tickets: dict[str, Any],
+    run_id: str,
+    pretrained: str,
+    deepspeed: dict[str, Any] | None = None,
+    **hyperparameters: Any,
+) -> TrainSpec:
     return TrainSpec(
-        config=_config(tickets["root"], pretrained, **hyperparameters),
+        config=_config(tickets["root"], pretrained, deepspeed, **hyperparameters),
         run_id=run_id,
         data_files=tickets["files"],
     )
@@ -251,3 +259,32 @@ def test_a_pickled_directory_fails_the_job_before_any_step_and_says_not_to_retry
         f"pretrained directory {bad.as_uri()}: holds pickled weights (pytorch_model.bin)"
         in errors[0]["error"]
     )
+
+
+def test_zero3_with_optimizer_and_parameters_offloaded_to_cpu_trains_as_without(
+    tickets: dict[str, Any], uninterrupted: JobRun
+) -> None:
+    offload = {"offload_optimizer": "cpu", "offload_params": "cpu"}
+    run = run_job(_spec(tickets, "offloaded", tickets["encoder"].as_uri(), offload, max_steps=8))
+    assert run.code == 0, run.text[-4000:]
+    assert run.result is not None and run.result["final_step"] == 8
+    assert sorted(run.losses) and all(step in uninterrupted.losses for step in run.losses)
+    for step, loss in run.losses.items():
+        assert loss == pytest.approx(uninterrupted.losses[step], abs=1e-5), f"step {step}"
+
+
+def test_bf16_on_cpu_ranks_with_activation_checkpointing_trains_and_registers_fp32_weights(
+    tickets: dict[str, Any], tmp_path: Path
+) -> None:
+    from safetensors import safe_open
+
+    spec = _spec(tickets, "bf16", tickets["encoder"].as_uri(), {"precision": "bf16"}, max_steps=4)
+    config = spec.config.model_copy(
+        update={"training": spec.config.training.model_copy(update={"activation_checkpointing": True})}
+    )
+    run = run_job(spec.model_copy(update={"config": config}))
+    assert run.code == 0, run.text[-4000:]
+    assert run.result is not None and run.result["final_step"] == 4
+    assert all(np.isfinite(loss) for loss in run.losses.values())
+    with safe_open(str(_hf_directory(run.result, tmp_path) / "model.safetensors"), framework="pt") as handle:
+        assert {handle.get_slice(k).get_dtype() for k in handle.keys()} == {"F32"}  # noqa: SIM118

@@ -32,7 +32,7 @@ def test_bytes_that_changed_since_the_pin_stop_the_run(encoder: Path, tmp_path: 
     run_dir = (tmp_path / "run").as_uri()
     _, pin = pinned_directory(encoder.as_uri(), run_dir)
     (encoder / "tokenizer_config.json").write_text("{}")
-    with pytest.raises(PretrainedError, match="tokenizer_config.json differ") as caught:
+    with pytest.raises(PretrainedError, match=r"tokenizer_config\.json differ") as caught:
         fetch(pin)
     assert "not those this run pinned" in str(caught.value) and not caught.value.retryable
 

@@ -43,7 +43,12 @@ def takes_inputs(builder: Callable[..., Any]) -> bool:
 
 
 def build_model(
-    name: str, *, inputs: ModelInputs | None = None, pretrained: str | None = None, **kwargs: Any
+    name: str,
+    *,
+    inputs: ModelInputs | None = None,
+    pretrained: str | None = None,
+    activation_checkpointing: bool = False,
+    **kwargs: Any,
 ) -> torch.nn.Module:
     """The model `name`, taking the flat input row. With `inputs` (what the training job passes),
     a mapping builder gets them and its model is wrapped in `MappedInputs`; a builder of the first
@@ -57,6 +62,13 @@ def build_model(
                 f"model {name!r} takes no pretrained weights (its builder has no `pretrained` parameter)"
             )
         kwargs = {**kwargs, "pretrained": pretrained}
+    if activation_checkpointing:
+        if "activation_checkpointing" not in inspect.signature(builder).parameters:
+            raise TrainpipeError(
+                f"model {name!r} cannot recompute activations (training.activation_checkpointing): its "
+                "builder has no `activation_checkpointing` parameter"
+            )
+        kwargs = {**kwargs, "activation_checkpointing": True}
     if inputs is None:
         return _called(name, builder, kwargs)
     if takes_inputs(builder):

@@ -3,7 +3,9 @@ config: no download), the [CLS] states joined with the tabular features in an ML
 
 Its size is `training.hyperparameters.model_args` (`hidden_size`, `num_layers`, `num_heads`,
 `intermediate_size`, `max_position_embeddings`, `dropout`, `head_hidden_sizes`), tunable like
-any hyperparameter. One output, or one logit per class (multiclass).
+any hyperparameter. One output, or one logit per class (multiclass). `activation_checkpointing`
+(`training.activation_checkpointing`) recomputes each encoder layer's activations in the backward
+pass instead of keeping them.
 
 With `training.pretrained` the one text input's encoder is the directory's instead (any
 architecture `transformers`' AutoModel loads: BERT, RoBERTa, DistilBERT, ...), read offline as
@@ -43,6 +45,7 @@ class TextEncoder(nn.Module):
         dropout: float,
         head_hidden_sizes: list[int],
         pretrained: str | None = None,
+        activation_checkpointing: bool = False,
     ):
         from transformers import BertConfig, BertModel
 
@@ -70,19 +73,12 @@ class TextEncoder(nn.Module):
                 for text in inputs.text
             }
         )
+        if activation_checkpointing:
+            self._recompute_activations()
         if pretrained is not None:
-            hidden_size = next(iter(self.encoders.values())).config.hidden_size
-        # What each encoder's forward takes: DistilBERT has no segment ids, and a RoBERTa's one
-        # segment embedding would be indexed out of range by the second segment's ids.
-        self.encoder_arguments = {
-            name: {
-                key
-                for key in ("input_ids", "attention_mask", "token_type_ids")
-                if key in inspect.signature(encoder.forward).parameters
-                and (key != "token_type_ids" or getattr(encoder.config, "type_vocab_size", 2) > 1)
-            }
-            for name, encoder in self.encoders.items()
-        }
+            first: Any = next(iter(self.encoders.values()))
+            hidden_size = int(first.config.hidden_size)
+        self.encoder_arguments = _encoder_arguments(self.encoders)
         dims = [min(16, (c + 1) // 2 + 1) for c in inputs.cardinalities]
         self.embeddings = nn.ModuleList(
             nn.Embedding(c, d) for c, d in zip(inputs.cardinalities, dims, strict=True)
@@ -98,6 +94,15 @@ class TextEncoder(nn.Module):
         self.head = nn.Sequential(*layers)
         if pretrained is not None and (Path(pretrained) / HEAD_FILE).is_file():
             self._load_head(Path(pretrained) / HEAD_FILE)
+
+    def _recompute_activations(self) -> None:
+        """Each layer's activations recomputed in the backward pass instead of kept: less memory
+        for a second forward of the encoder (the non-reentrant kind, which works with ZeRO-3's
+        hooks and keeps dropout's RNG state)."""
+        for encoder in self.encoders.values():
+            encoder.gradient_checkpointing_enable(  # type: ignore[operator]  # a transformers model
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
 
     def own_state_dict(self) -> dict[str, torch.Tensor]:
         """The layers beside the encoders: the categorical embeddings and the head."""
@@ -133,6 +138,20 @@ class TextEncoder(nn.Module):
             states = encoder(**text).last_hidden_state
             parts.append(states[:, 0])  # the [CLS] token's state
         return self.head(torch.cat(parts, dim=1))  # type: ignore[no-any-return]
+
+
+def _encoder_arguments(encoders: nn.ModuleDict) -> dict[str, set[str]]:
+    """What each encoder's forward takes: DistilBERT has no segment ids, and a RoBERTa's one
+    segment embedding would be indexed out of range by the second segment's ids."""
+    return {
+        name: {
+            key
+            for key in ("input_ids", "attention_mask", "token_type_ids")
+            if key in inspect.signature(encoder.forward).parameters
+            and (key != "token_type_ids" or getattr(encoder.config, "type_vocab_size", 2) > 1)
+        }
+        for name, encoder in encoders.items()
+    }
 
 
 def _pretrained_encoder(path: str) -> nn.Module:
@@ -184,6 +203,7 @@ def build_text_encoder(
     max_position_embeddings: int = 512,
     dropout: float = 0.1,
     head_hidden_sizes: list[int] | tuple[int, ...] = (64,),
+    activation_checkpointing: bool = False,
 ) -> TextEncoder:
     del task  # in num_outputs already, as for tabular_mlp
     if not inputs.text:
@@ -203,4 +223,5 @@ def build_text_encoder(
         float(dropout),
         [int(h) for h in head_hidden_sizes],
         pretrained,
+        bool(activation_checkpointing),
     )

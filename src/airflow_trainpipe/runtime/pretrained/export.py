@@ -30,7 +30,7 @@ def save_hf_directory(
     """`model`: a built text_encoder (behind `MappedInputs`) holding the final weights."""
     from safetensors.torch import save_file
 
-    encoder_model = getattr(model, "model", model)
+    encoder_model: Any = getattr(model, "model", model)  # the TextEncoder behind MappedInputs
     ((name, encoder),) = encoder_model.encoders.items()
     target.mkdir(parents=True, exist_ok=True)
     encoder.save_pretrained(str(target))  # config.json + model.safetensors

@@ -33,7 +33,7 @@ def resolve_source(uri: str) -> str:
     if (version := registered_version(uri)) is None:
         return resolve(uri)
     name, number, alias = version
-    if number is not None:
+    if number is not None or alias is None:
         return uri
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
