@@ -227,3 +227,40 @@ def test_a_sql_source_names_each_table_its_query_read(
         (f"sqlite://{tmp_path / 'w.db'}", "card_transactions"),
         (f"sqlite://{tmp_path / 'w.db'}", "merchants"),
     ]
+
+
+def _fine_tuned(source: str) -> Any:
+    from airflow_trainpipe.contracts.payloads import TrainResult
+
+    return TrainResult.model_validate(
+        {
+            "final_step": 4, "final_train_loss": 0.5, "holdout_metrics": {"roc_auc": 0.9}, "weights_sha256": "c" * 64,
+            "resumed_from_step": 0, "steps_recomputed": 0, "epochs_completed": 1, "stopped_early": False,
+            "world_size": 2, "timing": {"steps": 4, "loop_s": 1.0, "train_s": 1.0, "checkpoint_s": 0.0, "eval_s": 0.0,
+            "data_wait_s": 0.0}, "mlflow_run_id": "r1", "mlflow_experiment_id": "1", "transform_hash": "t",
+            "evaluation": None, "model_uri": "models:/m-1",
+            "pretrained": {"uri": "models:/router@champion", "source": source, "sha256": "d" * 64},
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source", "namespace", "name"),
+    [
+        ("models:/router/7", "http://127.0.0.1:5000", "models/router/versions/7"),
+        ("s3://models/encoders/base", "s3://models", "encoders/base"),
+        ("file:///models/encoder", "file", "/models/encoder"),
+    ],
+)
+def test_a_fine_tune_reads_its_pretrained_source_at_the_pinned_sha256(
+    config: Any, tmp_path: Path, source: str, namespace: str, name: str
+) -> None:
+    operator_lineage = lineage.training(
+        config, _manifest(tmp_path), _fine_tuned(source), "http://127.0.0.1:5000"
+    )
+    event = _event(operator_lineage)
+    assert schema_errors(event) == []
+    pretrained = [d for d in event["inputs"] if d["name"] == name]
+    assert len(pretrained) == 1 and pretrained[0]["namespace"] == namespace
+    assert pretrained[0]["facets"]["version"]["datasetVersion"] == "d" * 64
+    assert len(event["inputs"]) == 2  # and the snapshot

@@ -180,6 +180,9 @@ class TrainResult(Payload):
     """The logged model; None for a tuning trial's intermediate rung (nothing is published)."""
     metrics_split: Literal["holdout", "validation"] = "holdout"
     """What `holdout_metrics` were scored on: a tuning trial scores its validation split."""
+    pretrained: dict[str, str] | None = None
+    """The pretrained directory the model was fine-tuned from, as the run pinned it: `uri` (as
+    configured), `source` (what was read: a directory URI or `models:/NAME/N`) and `sha256`."""
     run_dir: str | None = None
 
     @property

@@ -3,7 +3,8 @@
 - validate_data: in, the source as it was read (its partitions, its table at the version read,
   the Feast feature views joined), with the schema and each check as a data-quality assertion;
   out, the frozen snapshot.
-- train (and each tuning trial): in, the snapshot; out, the MLflow run's model.
+- train (and each tuning trial): in, the snapshot (and the pretrained directory or registered version
+  a fine-tune started from, at its pinned sha256); out, the MLflow run's model.
 - gate: in, the candidate's model and the champion's version; the decision as a run facet.
 - register / promote: in, the run's model and the snapshot it was trained on; out, the model
   version, with the alias it now holds.
@@ -30,6 +31,7 @@ from airflow_trainpipe.openlineage.facets import (
 )
 from airflow_trainpipe.openlineage.naming import (
     model_version_name,
+    pretrained_name,
     run_model_name,
     snapshot_name,
     tracking_namespace,
@@ -89,6 +91,17 @@ def training(
 ) -> OperatorLineage:
     """The snapshot in; the run's model out, once there is one (not before, nor for a rung)."""
     inputs = [snapshot_input(config, manifest)] if manifest is not None else []
+    if result is not None and result.pretrained is not None:
+        inputs.append(
+            InputDataset(
+                *pretrained_name(result.pretrained["source"], tracking_uri),
+                facets={
+                    "version": dataset_version_dataset.DatasetVersionDatasetFacet(
+                        datasetVersion=result.pretrained["sha256"]
+                    )
+                },
+            )
+        )
     outputs = []
     if result is not None and result.model_uri is not None:
         outputs.append(

@@ -7,7 +7,9 @@ what the spec does not name is ours, and documented in docs/lineage.md:
   so the same rows are the same dataset whichever run froze them;
 - a trained model: namespace the MLflow tracking server (`http://host:port`, user-info dropped;
   the store's URI for a database store), name `runs/<run id>/model`;
-- a registered model version: the same namespace, name `models/<registered name>/versions/<n>`.
+- a registered model version: the same namespace, name `models/<registered name>/versions/<n>`;
+- a pretrained directory a model was fine-tuned from: its storage path, or the registered version
+  (`models:/NAME/N`) named as above.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.types import registered_version
 from airflow_trainpipe.core.storage import dataset_name
 from airflow_trainpipe.data.snapshots.manifests import manifest_uri
 
@@ -38,3 +41,10 @@ def run_model_name(run_id: str) -> str:
 
 def model_version_name(model_name: str, version: str) -> str:
     return f"models/{model_name}/versions/{version}"
+
+
+def pretrained_name(source: str, tracking_uri: str) -> tuple[str, str]:
+    """A pinned pretrained source: a registered version, or a directory in storage."""
+    if (version := registered_version(source)) is not None and version[1] is not None:
+        return tracking_namespace(tracking_uri), model_version_name(version[0], version[1])
+    return dataset_name(source)

@@ -98,6 +98,15 @@ class RunEnd:
             "mlflow_experiment_id": tracker.experiment_id,
             "transform_hash": transform.hash,
             "metrics_split": self.scored,
+            "pretrained": (
+                {
+                    "uri": str(self.spec.config.training.pretrained),
+                    "source": self.pretrained.label,
+                    "sha256": self.pretrained.sha256,
+                }
+                if self.pretrained is not None
+                else None
+            ),
             **(
                 self._candidate(weights, first_rows, tracker, state["step"])
                 if publishes

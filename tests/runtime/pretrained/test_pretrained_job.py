@@ -124,6 +124,11 @@ def test_the_job_starts_from_the_pretrained_weights_and_registers_a_directory_tr
     assert run.data.tags["trainpipe.pretrained_source"] == tickets["encoder"].as_uri()
     spec = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/spec.json")
     assert spec["pretrained"]["sha256"] == directory_sha256(digests)
+    assert nearly_frozen.result["pretrained"] == {
+        "uri": tickets["encoder"].as_uri(),
+        "source": tickets["encoder"].as_uri(),
+        "sha256": directory_sha256(digests),
+    }  # the train task's OpenLineage input (openlineage/lineage.training)
 
 
 def test_zero3_builds_the_encoder_partitioned(nearly_frozen: JobRun) -> None:
