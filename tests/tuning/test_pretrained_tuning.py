@@ -62,5 +62,15 @@ def test_trainpipe_tune_of_a_fine_tuned_pipeline(tmp_path: Path) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["trials"] == 2 and summary["best"] is not None
-    pins = [json.loads(p.read_text()) for p in home.rglob("pretrained.json")]
-    assert len(pins) >= 2 and len({pin["sha256"] for pin in pins}) == 1  # every trial, the same bytes
+    # One pin for the study, in its run directory: every trial (and the baseline) read those bytes.
+    [pin] = list(home.rglob("pretrained.json"))
+    assert pin.parent.name == "tune-2026-01-02"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("support_tickets_finetune")
+    runs = client.search_runs([experiment.experiment_id])
+    shas = {
+        run.data.tags.get("trainpipe.pretrained_sha256") for run in runs if "trainpipe.trial" in run.data.tags
+    }
+    assert shas == {json.loads(pin.read_text())["sha256"]}

@@ -48,6 +48,9 @@ class TrialRung(BaseModel):
     """The trial's full budget: the model is logged and scored against the champion on the gate's
     holdout, so the study's best trial can be the gate's candidate. Earlier rungs only train,
     checkpoint (also mid-epoch) and report the validation metrics."""
+    study_run_id: str | None = None
+    """The study's run id: its trials read one pretrained pin, in the study's run directory
+    (`training.pretrained`), so an alias that moves mid-study does not give trials other weights."""
 
 
 class TrainSpec(BaseModel):
@@ -129,6 +132,17 @@ class TrainSpec(BaseModel):
         """`<checkpoint.uri>/<pipeline>/<run_id>`: checkpoints, result.json, the run's state."""
         return join(
             resolve(self.config.training.checkpoint.uri), self.config.pipeline, run_dir_name(self.run_id)
+        )
+
+    @property
+    def pin_dir(self) -> str:
+        """Where the run's pretrained pin is kept: a tuning trial shares its study's."""
+        if self.trial is None or self.trial.study_run_id is None:
+            return self.run_dir
+        return join(
+            resolve(self.config.training.checkpoint.uri),
+            self.config.pipeline,
+            run_dir_name(self.trial.study_run_id),
         )
 
     def to_json(self) -> str:

@@ -256,7 +256,7 @@ class Trainer:
         box: list[Any] = [None]
         if self.rank == 0:
             try:
-                path, pin = pinned_directory(uri, self.run_dir, self.spec.pretrained)
+                path, pin = pinned_directory(uri, self.spec.pin_dir, self.spec.pretrained)
                 directory = PretrainedDirectory(path, pin.source, pin.sha256)
                 directory.check(
                     max(

@@ -169,7 +169,10 @@ def rung_spec(
             "run_id": trial_run_id(ref.run_id, number) if label is None else f"{ref.run_id}.{label}",
             "hyperparameters": hp.with_overrides(budget),
             "trial": TrialRung(
-                number=number, validation=tuning.validation_split(base.config.data.holdout.seed), final=final
+                number=number,
+                validation=tuning.validation_split(base.config.data.holdout.seed),
+                final=final,
+                study_run_id=ref.run_id,
             ),
             "mlflow_run_id": None,  # the trial's run directory remembers its own MLflow run
             "tags": {

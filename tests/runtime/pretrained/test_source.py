@@ -58,3 +58,15 @@ def test_a_registered_version_that_does_not_exist(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{trainpipe_home / 'mlflow.db'}")
     with pytest.raises(PretrainedError, match="models:/no_such_model/3: the registry has no such version"):
         pinned_directory("models:/no_such_model/3", (tmp_path / "run").as_uri())
+
+
+def test_two_trials_pinning_together_read_the_first_pin(encoder: Path, tmp_path: Path) -> None:
+    from airflow_trainpipe.contracts.train_spec import PretrainedPin
+    from airflow_trainpipe.runtime.pretrained.source import write_pin
+
+    study_dir = (tmp_path / "study").as_uri()
+    first = PretrainedPin(uri="models:/m@champion", source="models:/m/3", sha256="a" * 64)
+    second = PretrainedPin(uri="models:/m@champion", source="models:/m/4", sha256="b" * 64)
+    assert write_pin(study_dir, first) == first
+    assert write_pin(study_dir, second) == first  # the alias moved between the two: both read version 3
+    assert read_pin(study_dir) == first

@@ -52,15 +52,18 @@ def resolve_source(uri: str) -> str:
 
 def pinned_directory(uri: str, run_dir: str, pinned: Pinned | None = None) -> tuple[Path, Pinned]:
     """Rank 0: the run's pretrained directory on this node and its pin. The pin is `pinned`
-    (reproducing a run), else the one an earlier attempt wrote, else made now and written."""
+    (reproducing a run), else the one an earlier attempt (or another trial of the study: `run_dir`
+    is then the study's, TrainSpec.pin_dir) wrote, else made now and written."""
     pin = pinned or read_pin(run_dir)
     if pin is not None:
         return fetch(pin), pin
     source = resolve_source(uri)
     path = _local_or_copy(source, None)
     digests = PretrainedDirectory(path, source).file_digests()
-    pin = Pinned(uri=uri, source=source, sha256=directory_sha256(digests), files=digests)
-    write_pin(run_dir, pin)
+    read = Pinned(uri=uri, source=source, sha256=directory_sha256(digests), files=digests)
+    pin = write_pin(run_dir, read)
+    if pin != read:  # another trial of the study pinned first: read what it pinned, or stop
+        return fetch(pin), pin
     return path, pin
 
 
@@ -177,7 +180,12 @@ def read_pin(run_dir: str) -> Pinned | None:
     return Pinned.model_validate_json(fs.cat_file(path))
 
 
-def write_pin(run_dir: str, pinned: Pinned) -> None:
+def write_pin(run_dir: str, pinned: Pinned) -> Pinned:
+    """Write the pin unless one is there already (two trials of a study starting together: the
+    first written wins, and both read it back); returns the pin in force."""
     fs, path = filesystem(join(run_dir, PIN_FILE))
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    if (held := read_pin(run_dir)) is not None:
+        return held
     fs.pipe_file(path, json.dumps(pinned.model_dump(mode="json"), indent=1, sort_keys=True).encode())
+    return read_pin(run_dir) or pinned
