@@ -231,6 +231,11 @@ def test_each_rung_of_each_tuning_trial_is_its_own_pod(tmp_path: Path) -> None:
     assert len(names) == 4
     env = {e["name"]: e.get("value") for e in pods[-1]["spec"]["containers"][0]["env"]}
     spec = json.loads(env["TRAINPIPE_SPEC"])
-    assert spec["trial"] == {"number": 1, "validation": {"fraction": 0.2, "seed": 0}, "final": True}
+    assert spec["trial"] == {
+        "number": 1,
+        "validation": {"fraction": 0.2, "seed": 0},
+        "final": True,
+        "study_run_id": "r1",  # the trials of study r1 share its pretrained pin
+    }
     assert spec["run_id"] == "r1.trial-001" and spec["hyperparameters"]["epochs"] == 3
     _validate(tmp_path, pods[:1])
