@@ -19,10 +19,9 @@ from airflow_trainpipe.config.sources import SnapshotsSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.text import (
     ENCODER_SHAPE_ARGS,
-    TOKENIZER_FIELDS,
-    TextTransform,
     text_inputs,
     text_problems,
+    tokenizer_fields_set,
 )
 from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
 from airflow_trainpipe.config.tuning import (
@@ -381,13 +380,8 @@ class PipelineConfig(Section):
                 )
             )
         for name, transform in self.features.text.items():
-            for field in TOKENIZER_FIELDS:
-                # Against the defaults, not the fields a file set: a config dumped whole (the
-                # train spec) must read back alike.
-                if (
-                    field != "max_length"
-                    and getattr(transform, field) != TextTransform.model_fields[field].default
-                ):
+            for field in tokenizer_fields_set(transform):
+                if field != "max_length":
                     problems.append(
                         (
                             ("features", "text", name, field),

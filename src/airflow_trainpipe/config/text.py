@@ -84,6 +84,12 @@ class TextTransform(Section):
         return self
 
 
+def tokenizer_fields_set(transform: TextTransform) -> list[str]:
+    """The `TOKENIZER_FIELDS` a transform sets. Compared with the defaults, not with the fields a
+    file set: a config dumped whole (the train spec carries it so) must read back alike."""
+    return [f for f in TOKENIZER_FIELDS if getattr(transform, f) != TextTransform.model_fields[f].default]
+
+
 def text_problems(
     text_columns: list[str], other_columns: list[str], transforms: dict[str, TextTransform]
 ) -> FieldProblems:
@@ -122,11 +128,7 @@ def _pairing_problems(
         ]
     if (transforms.get(partner) or TextTransform()).pair_with is not None:
         return [(where, f"{partner!r} is itself the second segment of another input; pair with a first one")]
-    # Compared with the defaults, not with the fields a file set: a config dumped whole (the train
-    # spec carries it so) must read back alike.
-    if taken := [
-        f for f in TOKENIZER_FIELDS if getattr(transform, f) != TextTransform.model_fields[f].default
-    ]:
+    if taken := tokenizer_fields_set(transform):
         return [
             (("features", "text", name, taken[0]), f"{name!r} pairs with {partner!r}, whose tokenizer and "
              f"max_length apply: remove {', '.join(taken)} here and set them on {partner!r}")

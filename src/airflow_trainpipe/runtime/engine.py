@@ -170,14 +170,10 @@ def full_state_dict(engine: Any, zero_stage: int) -> dict[str, torch.Tensor]:
                 weights[name] = parameter.detach().float().cpu().clone()
     if dist.get_rank() != 0:
         return {}
-    # Buffers are not partitioned; the state dict's order and names are the module's.
+    # Buffers are not partitioned. The state dict's order and names are the module's (its ZeRO-3
+    # parameter entries are empty placeholders: only its keys are read).
     buffers = {k: v.detach().float().cpu().clone() for k, v in module.named_buffers()}
-    return {k: weights[k] if k in weights else buffers[k] for k in _state_keys(module)}
-
-
-def _state_keys(module: torch.nn.Module) -> list[str]:
-    # state_dict() of a ZeRO-3 module holds empty placeholders: only its keys are read.
-    return list(module.state_dict().keys())
+    return {k: weights[k] if k in weights else buffers[k] for k in module.state_dict()}
 
 
 def weights_sha256(weights: dict[str, torch.Tensor]) -> str:

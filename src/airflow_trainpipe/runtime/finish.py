@@ -22,7 +22,7 @@ import torch.distributed as dist
 from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT, TRANSFORM_ARTIFACT
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.payloads import TrainResult
-from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.storage import filesystem, join
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData
@@ -54,6 +54,8 @@ class RunEnd:
     pretrained: PretrainedDirectory | None = None
     """The directory the model was fine-tuned from: the model is logged as a Hugging Face
     directory too, with its tokenizer files."""
+    pinned: PretrainedPin | None = None
+    """Its pin: the result names it (lineage)."""
 
     def run(
         self,
@@ -99,12 +101,8 @@ class RunEnd:
             "transform_hash": transform.hash,
             "metrics_split": self.scored,
             "pretrained": (
-                {
-                    "uri": str(self.spec.config.training.pretrained),
-                    "source": self.pretrained.label,
-                    "sha256": self.pretrained.sha256,
-                }
-                if self.pretrained is not None
+                self.pinned.model_dump(include={"uri", "source", "sha256"})
+                if self.pinned is not None
                 else None
             ),
             **(

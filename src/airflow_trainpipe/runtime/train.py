@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,7 @@ class Trainer:
         self.gate_metric = self.config.gate.metric
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
         self.run_dir = spec.run_dir
+        self.pinned: PretrainedPin | None = None  # the pretrained bytes, once pinned (_pretrained)
         # A tuning trial scores its validation split at epoch ends (the gate's holdout is only
         # for the candidate-vs-champion comparison at the trial's full budget).
         self.validation = spec.trial.validation if spec.trial is not None else None
@@ -243,7 +245,7 @@ class Trainer:
             global_batch=global_batch,
             resumed_from=resumed_from,
             transform_hash=self.prepared.transform.hash,
-            pretrained=self.pinned if self.pretrained is not None else None,
+            pretrained=self.pinned,
         )
 
     def _pretrained(self) -> PretrainedDirectory | None:
@@ -253,26 +255,17 @@ class Trainer:
         uri = self.training.pretrained
         if uri is None:
             return None
-        box: list[Any] = [None]
-        if self.rank == 0:
-            try:
-                path, pin = pinned_directory(uri, self.spec.pin_dir, self.spec.pretrained)
-                directory = PretrainedDirectory(path, pin.source, pin.sha256)
-                directory.check(
-                    max(
-                        self.config.features.text_transform(n).max_length
-                        for n in self.config.data.features.text
-                    )
-                )
-                box = [pin.model_dump(mode="json")]
-            except Exception as exc:
-                box = [exc]
-                dist.broadcast_object_list(box, src=0, group=self.data_group)
-                raise
-        dist.broadcast_object_list(box, src=0, group=self.data_group)
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        self.pinned = PretrainedPin.model_validate(box[0])
+
+        def pin_and_check() -> dict[str, Any]:
+            path, pin = pinned_directory(uri, self.spec.pin_dir, self.spec.pretrained)
+            longest = max(
+                self.config.features.text_transform(n).max_length for n in self.config.data.features.text
+            )
+            PretrainedDirectory(path, pin.source, pin.sha256).check(longest)
+            return pin.model_dump(mode="json")
+
+        # Any error: an S3 or registry failure must stop the other ranks too, not leave them waiting.
+        self.pinned = PretrainedPin.model_validate(self._from_rank0(pin_and_check, Exception))
         if self.local_rank == 0 and self.rank != 0:
             fetch(self.pinned)  # another node: its own copy, checked against the pin
         dist.barrier(group=self.data_group)  # every node's copy is in place
@@ -281,29 +274,36 @@ class Trainer:
     def _prepare(self) -> PreparedData:
         """Collective: rank 0 fits once for the run (or reuses the fit of an earlier attempt), and
         every rank gets that very result, or the error that stopped it."""
+
+        def fit() -> str:
+            return prepare(
+                self.spec.data_files,
+                self.config.data,
+                self.config.features,
+                self.task,
+                self.spec.manifest,
+                self.run_dir,
+                self.validation,
+                self.pretrained,
+            ).to_json()
+
+        return PreparedData.from_json(self._from_rank0(fit, TrainpipeError))
+
+    def _from_rank0(self, compute: Callable[[], Any], errors: type[BaseException]) -> Any:
+        """Collective: what `compute` returns on rank 0, on every rank; an error of type `errors`
+        on rank 0 is raised on every rank."""
         box: list[Any] = [None]
         if self.rank == 0:
             try:
-                box = [
-                    prepare(
-                        self.spec.data_files,
-                        self.config.data,
-                        self.config.features,
-                        self.task,
-                        self.spec.manifest,
-                        self.run_dir,
-                        self.validation,
-                        self.pretrained,
-                    ).to_json()
-                ]
-            except TrainpipeError as exc:
+                box = [compute()]
+            except errors as exc:
                 box = [exc]
                 dist.broadcast_object_list(box, src=0, group=self.data_group)
                 raise
         dist.broadcast_object_list(box, src=0, group=self.data_group)
         if isinstance(box[0], BaseException):
             raise box[0]
-        return PreparedData.from_json(box[0])
+        return box[0]
 
     def _build_model(self) -> torch.nn.Module:
         transform = self.prepared.transform
@@ -506,6 +506,7 @@ class Trainer:
             build_model=self._build_model,
             evaluate=self._evaluate,
             pretrained=self.pretrained,
+            pinned=self.pinned,
         )
 
 

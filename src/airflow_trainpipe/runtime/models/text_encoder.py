@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,9 @@ import torch
 from torch import nn
 
 from airflow_trainpipe.runtime.models.inputs import ModelInputs
+from airflow_trainpipe.runtime.pretrained.directory import HEAD
 
 log = logging.getLogger(__name__)
-HEAD_FILE = "trainpipe_head.safetensors"  # runtime.pretrained.directory.HEAD
 
 
 class TextEncoder(nn.Module):
@@ -50,7 +52,6 @@ class TextEncoder(nn.Module):
         from transformers import BertConfig, BertModel
 
         super().__init__()
-        self.pretrained = pretrained
         self.encoders = nn.ModuleDict(
             {
                 text.name: _pretrained_encoder(pretrained)
@@ -92,8 +93,8 @@ class TextEncoder(nn.Module):
             width = size
         layers.append(nn.Linear(width, num_outputs))
         self.head = nn.Sequential(*layers)
-        if pretrained is not None and (Path(pretrained) / HEAD_FILE).is_file():
-            self._load_head(Path(pretrained) / HEAD_FILE)
+        if pretrained is not None and (Path(pretrained) / HEAD).is_file():
+            self._load_head(Path(pretrained) / HEAD)
 
     def _recompute_activations(self) -> None:
         """Each layer's activations recomputed in the backward pass instead of kept: less memory
@@ -167,27 +168,18 @@ def _pretrained_encoder(path: str) -> nn.Module:
     return encoder  # type: ignore[no-any-return]
 
 
-class _gathered:
+@contextmanager
+def _gathered(parameters: list[nn.Parameter]) -> Iterator[bool]:
     """ZeRO-3 parameters whole for a write on rank 0 (then partitioned again); plain ones as they
     are. Yields whether this process writes."""
+    if not any(hasattr(p, "ds_id") for p in parameters):
+        yield True
+        return
+    import deepspeed
+    import torch.distributed as dist
 
-    def __init__(self, parameters: list[nn.Parameter]):
-        self.parameters = parameters
-        self.partitioned = any(hasattr(p, "ds_id") for p in parameters)
-
-    def __enter__(self) -> bool:
-        if not self.partitioned:
-            return True
-        import deepspeed
-        import torch.distributed as dist
-
-        self.context = deepspeed.zero.GatheredParameters(self.parameters, modifier_rank=0)
-        self.context.__enter__()
-        return dist.get_rank() == 0
-
-    def __exit__(self, *exc: object) -> None:
-        if self.partitioned:
-            self.context.__exit__(*exc)
+    with deepspeed.zero.GatheredParameters(parameters, modifier_rank=0):
+        yield dist.get_rank() == 0
 
 
 def build_text_encoder(

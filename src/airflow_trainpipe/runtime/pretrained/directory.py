@@ -169,18 +169,20 @@ class PretrainedDirectory:
             raise self._fail(f"{TOKENIZER} cannot be read by the tokenizers library: {exc}") from None
 
     def _check_vocabulary(self) -> None:
-        tokens = self.tokenizer().get_vocab_size(with_added_tokens=True)
+        tokenizer = self.tokenizer()
+        tokens = tokenizer.get_vocab_size(with_added_tokens=True)
         vocab = self.config.get("vocab_size")
         if isinstance(vocab, int) and tokens > vocab:
             raise self._fail(
                 f"its tokenizer has {tokens} tokens but the encoder embeds {vocab} ({CONFIG} vocab_size): "
                 "the tokenizer is not this model's"
             )
-        self.special_ids()  # names a missing pad or separator token
+        self.special_ids(tokenizer)  # names a missing pad or separator token
 
-    def special_ids(self) -> dict[str, int | None]:
-        """The ids of the special tokens the input row needs: padding, [CLS]-like start, separator."""
-        tokenizer, declared = self.tokenizer(), self.tokenizer_config
+    def special_ids(self, tokenizer: Any) -> dict[str, int | None]:
+        """The ids of the special tokens the input row needs in `tokenizer` (this directory's,
+        read by `tokenizer()`): padding, [CLS]-like start, separator."""
+        declared = self.tokenizer_config
         ids: dict[str, int | None] = {}
         for role, fallbacks in (
             ("pad", ["[PAD]", "<pad>"]),
@@ -206,7 +208,8 @@ class PretrainedDirectory:
         """The model's one text input read with this directory's tokenizer (as
         runtime.data.text.fitted_input describes a fitted one): its own post-processor (the
         model's convention for a pair), truncated to `max_length`, padded by the job."""
-        tokenizer, ids = self.tokenizer(), self.special_ids()
+        tokenizer = self.tokenizer()
+        ids = self.special_ids(tokenizer)
         if tokenizer.post_processor is None:
             from tokenizers import processors
 

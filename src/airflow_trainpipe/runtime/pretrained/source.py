@@ -58,8 +58,7 @@ def pinned_directory(uri: str, run_dir: str, pinned: Pinned | None = None) -> tu
     if pin is not None:
         return fetch(pin), pin
     source = resolve_source(uri)
-    path = _local_or_copy(source, None)
-    digests = PretrainedDirectory(path, source).file_digests()
+    path, digests = _read(source, None)
     read = Pinned(uri=uri, source=source, sha256=directory_sha256(digests), files=digests)
     pin = write_pin(run_dir, read)
     if pin != read:  # another trial of the study pinned first: read what it pinned, or stop
@@ -69,8 +68,7 @@ def pinned_directory(uri: str, run_dir: str, pinned: Pinned | None = None) -> tu
 
 def fetch(pin: Pinned) -> Path:
     """This node's copy of a pinned directory, every file checked against the pin."""
-    path = _local_or_copy(pin.source, pin)
-    digests = PretrainedDirectory(path, pin.source).file_digests()
+    path, digests = _read(pin.source, pin)
     if digests != pin.files:
         changed = sorted(
             set(digests) ^ set(pin.files) | {k for k in digests if pin.files.get(k) != digests[k]}
@@ -85,28 +83,33 @@ def fetch(pin: Pinned) -> Path:
 
 def node_directory(source: str) -> Path:
     """Where `source` is read on this node: a local directory where it is, else this node's copy."""
-    if is_local(source) and registered_version(source) is None:
-        return local_path(source)
-    return node_scratch_dir(source, "pretrained")
+    return node_scratch_dir(source, "pretrained") if _copied(source) else local_path(source)
 
 
-def _local_or_copy(source: str, pin: Pinned | None) -> Path:
-    if is_local(source) and registered_version(source) is None:
-        path = node_directory(source)
-        if not path.is_dir():
-            raise PretrainedError(f"pretrained directory {source}: does not exist (or is not a directory)")
-        return path
-    return _node_copy(source, pin)
+def _copied(source: str) -> bool:
+    """Whether `source` is read from a copy on this node (S3, the registry), not where it is."""
+    return not is_local(source) or registered_version(source) is not None
 
 
-def _node_copy(source: str, pin: Pinned | None) -> Path:
-    """The directory copied under this node's TRAINPIPE_HOME. A copy already complete with the
-    pinned bytes (a retry on this node, another rank) is read again, not downloaded; without a
-    pin (the first read of a run) it is always downloaded: the source may have changed since."""
-    target = node_directory(source)
+def _read(source: str, pin: Pinned | None) -> tuple[Path, dict[str, str]]:
+    """This node's directory of `source` and each of its files' sha256, hashed once."""
+    path = node_directory(source)
+    if _copied(source):
+        if (downloaded := _node_copy(source, path, pin)) is not None:
+            return path, downloaded
+    elif not path.is_dir():
+        raise PretrainedError(f"pretrained directory {source}: does not exist (or is not a directory)")
+    return path, PretrainedDirectory(path, source).file_digests()
+
+
+def _node_copy(source: str, target: Path, pin: Pinned | None) -> dict[str, str] | None:
+    """The directory copied to `target`, under this node's TRAINPIPE_HOME: the digests of what
+    was downloaded, or None when a copy already complete with the pinned bytes (a retry on this
+    node, another rank) is read again. Without a pin (the first read of a run) it is always
+    downloaded: the source may have changed since."""
     marker = target / _COMPLETE
     if pin is not None and marker.is_file() and marker.read_text() == pin.sha256:
-        return target
+        return None
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fetch-", dir=target.parent))
     try:
@@ -114,14 +117,14 @@ def _node_copy(source: str, pin: Pinned | None) -> Path:
             _download_registered(source, staging)
         else:
             _download(source, staging)
-        sha = directory_sha256(PretrainedDirectory(staging, source).file_digests())
-        (staging / _COMPLETE).write_text(sha)
+        digests = PretrainedDirectory(staging, source).file_digests()
+        (staging / _COMPLETE).write_text(directory_sha256(digests))
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return digests
 
 
 def _download(uri: str, staging: Path) -> None:
