@@ -133,3 +133,37 @@ def run_job(
             killer.cancel()
         launcher.kill()
     return run
+
+
+def holdout_rows(files: list[str], data: Any, count: int) -> Any:
+    """The first `count` holdout rows of `files` (config section `data`), raw, as a job reads them:
+    the rows whose predictions it logs in holdout_predictions.json."""
+    import pyarrow as pa
+
+    from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
+
+    table = read_table(files, data.format, [*data.features.all, data.label, data.holdout.key_column])
+    return table.filter(pa.array(HoldoutSplit(data).mask(table))).select(data.features.all).slice(0, count)
+
+
+def served_in_a_fresh_interpreter(model_uri: str, rows: Any, tracking_uri: str, folder: Path) -> Any:
+    """What `mlflow.pyfunc.load_model(model_uri).predict(rows)` returns in a fresh interpreter
+    (nothing of the test's process loaded), as a numpy array."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    rows.to_pandas().to_parquet(folder / "raw.parquet")
+    code = (
+        "import json, mlflow, pandas as pd\n"
+        f"model = mlflow.pyfunc.load_model({model_uri!r})\n"
+        f"print(json.dumps(model.predict(pd.read_parquet({str(folder / 'raw.parquet')!r})).values.tolist()))"
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
+    )
+    return np.array(json.loads(out.stdout.strip().splitlines()[-1]))

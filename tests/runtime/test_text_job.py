@@ -7,25 +7,20 @@ config trains the same model."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import numpy as np
-import pyarrow as pa
 import pytest
 import yaml
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.examples.synthetic import write_day
-from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.jobs import JobRun, run_job
+from tests.helpers.jobs import JobRun, holdout_rows, run_job, served_in_a_fresh_interpreter
 
 pytestmark = pytest.mark.slow
 
@@ -89,24 +84,11 @@ def test_the_registered_model_tokenizes_raw_text_as_the_job_did(
     version = mlflow.register_model(result["model_uri"], MODEL_NAME).version
     mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, "champion", version)
     logged = mlflow.artifacts.load_dict(f"runs:/{result['mlflow_run_id']}/holdout_predictions.json")
-    data = tickets["config"].data
-    table = read_table(
-        tickets["files"], data.format, [*data.features.all, data.label, data.holdout.key_column]
-    )
-    holdout = table.filter(pa.array(HoldoutSplit(data).mask(table)))
-    rows = holdout.select(data.features.all).slice(0, logged["rows"])
+    rows = holdout_rows(tickets["files"], tickets["config"].data, logged["rows"])
     assert rows.column("body").null_count == 0 and rows.num_rows == logged["rows"] > 50
-    rows.to_pandas().to_parquet(tmp_path / "raw.parquet")
-    code = (
-        "import json, mlflow, pandas as pd\n"
-        f"model = mlflow.pyfunc.load_model('models:/{MODEL_NAME}@champion')\n"
-        f"print(json.dumps(model.predict(pd.read_parquet({str(tmp_path / 'raw.parquet')!r})).values.tolist()))"
+    served = served_in_a_fresh_interpreter(
+        f"models:/{MODEL_NAME}@champion", rows, f"sqlite:///{trainpipe_home / 'mlflow.db'}", tmp_path
     )
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{trainpipe_home / 'mlflow.db'}"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
-    )
-    served = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
     # (rows, classes) probabilities; the job cut each batch to its longest row, the exported
     # program reads every row at max_length: masked positions weigh exactly 0, sums may differ by ulps.
     np.testing.assert_allclose(served, np.array(logged["predictions"]), rtol=1e-5, atol=1e-6)

@@ -9,9 +9,6 @@ node and checked against the pin."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -29,7 +26,7 @@ from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory, directory_sha256
 from airflow_trainpipe.runtime.pretrained.source import node_directory
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.jobs import JobRun, run_job
+from tests.helpers.jobs import JobRun, holdout_rows, run_job, served_in_a_fresh_interpreter
 from tests.helpers.pretrained import save_encoder_directory
 
 pytestmark = pytest.mark.slow
@@ -144,31 +141,11 @@ def test_the_registered_model_serves_raw_text_as_the_job_scored_it(
     version = mlflow.register_model(result["model_uri"], MODEL_NAME).version
     mlflow.MlflowClient().set_registered_model_alias(MODEL_NAME, "champion", version)
     logged = mlflow.artifacts.load_dict(f"runs:/{result['mlflow_run_id']}/holdout_predictions.json")
-    rows = _holdout_rows(tickets, logged["rows"])
-    rows.to_pandas().to_parquet(tmp_path / "raw.parquet")
-    code = (
-        "import json, mlflow, pandas as pd\n"
-        f"model = mlflow.pyfunc.load_model('models:/{MODEL_NAME}@champion')\n"
-        f"print(json.dumps(model.predict(pd.read_parquet({str(tmp_path / 'raw.parquet')!r})).values.tolist()))"
+    rows = holdout_rows(tickets["files"], _config(tickets["root"], "x").data, logged["rows"])
+    served = served_in_a_fresh_interpreter(
+        f"models:/{MODEL_NAME}@champion", rows, f"sqlite:///{trainpipe_home / 'mlflow.db'}", tmp_path
     )
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{trainpipe_home / 'mlflow.db'}"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
-    )
-    served = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
     np.testing.assert_allclose(served, np.array(logged["predictions"]), rtol=1e-5, atol=1e-6)
-
-
-def _holdout_rows(tickets: dict[str, Any], count: int) -> Any:
-    import pyarrow as pa
-
-    from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
-
-    data = _config(tickets["root"], "x").data
-    table = read_table(
-        tickets["files"], data.format, [*data.features.all, data.label, data.holdout.key_column]
-    )
-    return table.filter(pa.array(HoldoutSplit(data).mask(table))).select(data.features.all).slice(0, count)
 
 
 def test_fine_tuning_from_the_champion_starts_from_the_whole_champion(

@@ -44,20 +44,19 @@ def test_a_file_removed_since_the_pin_stops_the_run(encoder: Path, tmp_path: Pat
         fetch(pin)
 
 
-def test_an_alias_that_names_no_version(
-    trainpipe_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{trainpipe_home / 'mlflow.db'}")
-    with pytest.raises(PretrainedError, match="no version with alias 'champion' of 'no_such_model'"):
-        pinned_directory("models:/no_such_model@champion", (tmp_path / "run").as_uri())
-
-
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("models:/no_such_model@champion", "no version with alias 'champion' of 'no_such_model'"),
+        ("models:/no_such_model/3", "models:/no_such_model/3: the registry has no such version"),
+    ],
+)
 def test_a_registered_version_that_does_not_exist(
-    trainpipe_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trainpipe_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uri: str, message: str
 ) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{trainpipe_home / 'mlflow.db'}")
-    with pytest.raises(PretrainedError, match="models:/no_such_model/3: the registry has no such version"):
-        pinned_directory("models:/no_such_model/3", (tmp_path / "run").as_uri())
+    with pytest.raises(PretrainedError, match=message):
+        pinned_directory(uri, (tmp_path / "run").as_uri())
 
 
 def test_two_trials_pinning_together_read_the_first_pin(encoder: Path, tmp_path: Path) -> None:
