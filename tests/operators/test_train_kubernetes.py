@@ -208,7 +208,7 @@ def test_connection_credentials_stay_out_of_the_pod_and_the_error(
     assert secret_value not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)
 
 
-def test_each_rung_of_each_tuning_trial_is_its_own_pod(tmp_path: Path) -> None:
+def test_each_tuning_trial_is_one_pod_through_its_rungs(tmp_path: Path) -> None:
     from airflow_trainpipe.config.tuning import TuningSection
     from airflow_trainpipe.tuning.outcomes import StudyRef
     from airflow_trainpipe.tuning.trials import rung_spec
@@ -222,20 +222,28 @@ def test_each_rung_of_each_tuning_trial_is_its_own_pod(tmp_path: Path) -> None:
     ref = StudyRef(study_name="house_prices:r1", storage="sqlite:///x", parent_run_id="p", run_id="r1")
     names, pods = set(), []
     for number in (0, 1):
-        for resource, final in ((1, False), (3, True)):
-            spec = rung_spec(base, ref, number, base.hyperparameters, tuning, resource, final)
-            pod_operator = operator.kubernetes_operator(context, spec)
-            names.add(pod_operator.name)
-            pods.append(_serialize(pod_operator.build_pod_request_obj(context, dry_run=True)))
-    # Mapped task instances share the task id, and a trial runs a pod per rung in one try.
-    assert len(names) == 4
-    env = {e["name"]: e.get("value") for e in pods[-1]["spec"]["containers"][0]["env"]}
+        spec = rung_spec(
+            base, ref, number, base.hyperparameters, tuning, 3, True, rungs=[1], trial_id=7 + number
+        )
+        pod_operator = operator.kubernetes_operator(context, spec)
+        names.add(pod_operator.name)
+        pods.append(_serialize(pod_operator.build_pod_request_obj(context, dry_run=True)))
+    # Mapped task instances share the task id: each trial's pod is named after its trial.
+    assert len(names) == 2
+    container = pods[-1]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
     spec = json.loads(env["TRAINPIPE_SPEC"])
     assert spec["trial"] == {
         "number": 1,
         "validation": {"fraction": 0.2, "seed": 0},
         "final": True,
         "study_run_id": "r1",  # the trials of study r1 share its pretrained pin
+        "rungs": [1],  # the pod reports rung 1 to the study and stops there when pruned
+        "study_name": "house_prices:r1",
+        "trial_id": 8,
     }
     assert spec["run_id"] == "r1.trial-001" and spec["hyperparameters"]["epochs"] == 3
+    # The study's URL (it may hold a password) reaches the pod through the try's Secret only.
+    assert container["envFrom"] == [{"secretRef": {"name": pods[-1]["metadata"]["name"] + "-conn"}}]
+    assert "TRAINPIPE_OPTUNA_STORAGE" not in json.dumps(pods)
     _validate(tmp_path, pods[:1])

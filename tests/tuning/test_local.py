@@ -40,13 +40,15 @@ def _config(path: Path) -> None:
     path.write_text(yaml.safe_dump(config))
 
 
-def _tune(config: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+def _tune(config: Path, env: dict[str, str], parallel: int = 1) -> subprocess.Popen[str]:
     command = [
         str(Path(sys.executable).parent / "trainpipe"),
         "tune",
         str(config),
         "--ds",
         "2026-01-02",
+        "--max-parallel",
+        str(parallel),
         "-v",
     ]
     return subprocess.Popen(
@@ -113,9 +115,47 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path
     assert resumed is not None and int(resumed.group(1)) >= 15, started
     assert set(summary) == {
         "trials", "pruned", "best", "baseline", "direction", "compute_hours", "full_budget_compute_hours",
+        "startup_compute_hours", "wall_s",
     }  # fmt: skip
     assert summary["trials"] == TRIALS and summary["direction"] == "maximize"
     assert summary["pruned"] == sum(state == "PRUNED" for state, _, _ in after.values())
     assert summary["best"] == max(v for s, v, _ in after.values() if s == "COMPLETE" and v is not None)
     assert summary["baseline"] is not None and 0.5 < summary["baseline"] < 1.0
     assert 0 < summary["compute_hours"] <= summary["full_budget_compute_hours"]
+    assert 0 < summary["startup_compute_hours"] < summary["compute_hours"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_trials_run_side_by_side_and_a_crashed_one_stops_no_other(tmp_path: Path) -> None:
+    """max_parallel 2: two trials' jobs train at once; trial 1's job dies (every rank SIGKILLs
+    itself mid-rung), the study records it failed and the other trials run to their end."""
+    import optuna
+
+    from airflow_trainpipe.examples.synthetic import write_day
+
+    home = tmp_path / "home"
+    write_day((home / "data" / "card_transactions").as_uri(), date(2026, 1, 2), 3000, seed=2)
+    config = tmp_path / "tuned.yaml"
+    _config(config)
+    env = {**os.environ, "TRAINPIPE_HOME": str(home), "TRAINPIPE_CRASH_AT": "step:12"}
+    env.update(TRAINPIPE_FAULT_RUN=f"{RUN}.trial-001")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    process = _tune(config, env, parallel=2)
+    output, _ = process.communicate(timeout=500)
+    assert process.returncode == 0, output[-6000:]
+    assert "TRAINPIPE CRASHING step:12" in output and "trial of slot 1: failed" in output
+    study = optuna.load_study(
+        study_name=f"fraud_detector_tuned:{RUN}",
+        storage=f"sqlite:///{home / 'optuna' / 'fraud_detector_tuned.db'}",
+    )
+    trials = {t.user_attrs["slot"]: t for t in study.get_trials()}
+    assert sorted(trials) == list(range(TRIALS))
+    assert trials[1].state == optuna.trial.TrialState.FAIL
+    assert all(
+        trials[s].state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in (0, 2)
+    )
+    # Side by side: slot 1 started before slot 0 ended (two jobs of one process each at once).
+    assert trials[1].datetime_start < trials[0].datetime_complete
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert summary["trials"] == TRIALS and summary["best"] is not None

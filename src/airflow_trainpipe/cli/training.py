@@ -74,7 +74,14 @@ def _tune(args: argparse.Namespace) -> int:
             tags={"trainpipe.launched_by": "cli"},
         )
         nproc = args.nproc or config.tuning.nproc_per_trial or config.training.resources.nproc_per_node
-        done = tune_locally(config, base, args.storage or storage_url(config), nproc, verbose=args.verbose)
+        done = tune_locally(
+            config,
+            base,
+            args.storage or storage_url(config),
+            nproc,
+            verbose=args.verbose,
+            max_parallel=args.max_parallel,
+        )
     except TrainpipeError as exc:
         return failed(args.config, exc)
     summary = done.summary
@@ -125,6 +132,11 @@ def _add_tune(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--storage", help="Optuna storage URL (default: an SQLite file under TRAINPIPE_HOME/optuna)"
     )
     tune.add_argument("--nproc", type=int, help="processes per trial (default: tuning.nproc_per_trial)")
+    tune.add_argument(
+        "--max-parallel",
+        type=int,
+        help="trials at once, each its own job (default: tuning.budget.max_parallel)",
+    )
     tune.add_argument("-v", "--verbose", action="store_true", help="also print each job's progress")
     tune.set_defaults(handler=_tune)
 

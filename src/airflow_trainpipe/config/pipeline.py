@@ -411,6 +411,15 @@ class PipelineConfig(Section):
                 )
         if self.training.launcher == "kubernetes":
             problems.extend(pod_storage_problems(self.data.uri, self.training.kubernetes, ("data", "uri")))
+            tuning = self.tuning
+            if tuning is not None and tuning.pruning.kind != "none" and tuning.storage_conn_id is None:
+                problems.append(
+                    (
+                        ("tuning", "storage_conn_id"),
+                        "a trial's pod reports its rungs to the study: name the connection of a database "
+                        "the pods reach (the default SQLite file is on the Airflow worker)",
+                    )
+                )
             if self.data.source.kind != "files" or self.data.freeze is True:
                 problems.extend(
                     pod_storage_problems(self.snapshots.uri, self.training.kubernetes, ("snapshots", "uri"))

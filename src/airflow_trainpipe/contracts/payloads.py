@@ -152,6 +152,21 @@ class TrainTiming(Payload):
     checkpoint_s: float
     eval_s: float
     data_wait_s: float
+    startup_s: float = 0.0
+    """This attempt's time from torchrun's start to the first step (runtime.startup)."""
+    startup: dict[str, float] = {}
+    """Where that time went, phase by phase."""
+    end_s: float = 0.0
+    """After the last step: final evaluation, weights, the logged model, candidate vs champion."""
+
+
+class RungValue(Payload):
+    """A tuning trial's objective at the end of one rung."""
+
+    resource: int
+    """Epochs (or steps) trained when the rung ended."""
+    value: float
+    """The objective on the validation split."""
 
 
 class TrainResult(Payload):
@@ -170,14 +185,24 @@ class TrainResult(Payload):
     """Each rank's peak resident memory in this attempt, rank 0's through the final evaluation."""
     compute_hours_cpu: float | None = None
     compute_hours_gpu: float | None = None
+    """Device-hours of every attempt (processes x wall time from torchrun's start to the result,
+    start-up included; the time a killed attempt spent after its last checkpoint is lost)."""
+    startup_compute_hours: float = 0.0
+    """The part of the device-hours spent before first steps (every attempt's start-up)."""
+    end_compute_hours: float = 0.0
+    """The part spent after the last step (final evaluation, the logged model, the comparison)."""
     timing: TrainTiming
     mlflow_run_id: str
     mlflow_experiment_id: str
     transform_hash: str
     evaluation: Evaluation | None
-    """Candidate vs champion on the gate's holdout; None for a tuning trial's intermediate rung."""
+    """Candidate vs champion on the gate's holdout; None for a pruned tuning trial."""
     model_uri: str | None
-    """The logged model; None for a tuning trial's intermediate rung (nothing is published)."""
+    """The logged model; None for a pruned tuning trial (nothing is published)."""
+    rungs: list[RungValue] = []
+    """A tuning trial: the objective at each rung's end the job passed (every attempt's)."""
+    pruned: bool = False
+    """A tuning trial the study's pruner stopped at its last rung in `rungs`."""
     metrics_split: Literal["holdout", "validation"] = "holdout"
     """What `holdout_metrics` were scored on: a tuning trial scores its validation split."""
     pretrained: dict[str, str] | None = None
@@ -194,7 +219,7 @@ class TrainResult(Payload):
         """(evaluation, model URI) of a result that can be gated; PayloadError naming `source` otherwise."""
         if self.evaluation is None or self.model_uri is None:
             raise PayloadError(
-                f"{source} is an intermediate tuning rung (step {self.final_step}), not a candidate: "
+                f"{source} is a pruned tuning trial (step {self.final_step}), not a candidate: "
                 "it has no logged model or holdout evaluation"
             )
         return self.evaluation, self.model_uri

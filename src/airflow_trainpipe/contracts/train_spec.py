@@ -51,6 +51,23 @@ class TrialRung(BaseModel):
     study_run_id: str | None = None
     """The study's run id: its trials read one pretrained pin, in the study's run directory
     (`training.pretrained`), so an alias that moves mid-study does not give trials other weights."""
+    rungs: list[int] = []
+    """The ends of the trial's rungs before its full budget, in the pruning resource (epochs, or
+    steps): at each the job reports the objective to the study and stops when its pruner says so.
+    Empty: the job only trains (a study's baseline, or a trial without pruning)."""
+    study_name: str | None = None
+    """The Optuna study the rungs are reported to (its storage URL arrives in the environment,
+    TRAINPIPE_OPTUNA_STORAGE: it may hold a password)."""
+    trial_id: int | None = None
+    """The trial's id in that storage (not its number, which is per study)."""
+
+    @model_validator(mode="after")
+    def _rungs_have_a_study(self) -> TrialRung:
+        if self.rungs and (self.study_name is None or self.trial_id is None):
+            raise ValueError("a trial with rungs names its study_name and trial_id")
+        if self.rungs != sorted(set(self.rungs)):
+            raise ValueError(f"rungs must increase: {self.rungs}")
+        return self
 
 
 class TrainSpec(BaseModel):

@@ -160,18 +160,25 @@ def aws_environment(conn_id: str) -> dict[str, str]:
 
 
 def apply_connection_secret(
-    operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, namespace: str, log: Any
+    operator: KubernetesPodOperator,
+    config: PipelineConfig,
+    labels: RunLabels,
+    namespace: str,
+    log: Any,
+    extra_env: dict[str, str] | None = None,
 ) -> str | None:
-    """Put this try's connection credentials into the Secret its pods reference by name."""
+    """Put this try's connection credentials (and `extra_env`, e.g. a trial's study storage URL)
+    into the Secret its pods reference by name."""
     conn_id = config.training.kubernetes.aws_conn_id
-    if conn_id is None:
+    if conn_id is None and not extra_env:
         return None
     for earlier in operator.client.list_namespaced_secret(
         namespace=namespace, label_selector=_task_selector(labels)
     ).items:
         if (earlier.metadata.labels or {}).get("try_number") != str(labels.try_number):
             _delete_secret(operator, namespace, earlier.metadata.name)
-    body = connection_secret(config, labels, namespace, aws_environment(conn_id))
+    values = {**(aws_environment(conn_id) if conn_id else {}), **(extra_env or {})}
+    body = connection_secret(config, labels, namespace, values)
     name = body["metadata"]["name"]
     try:
         operator.client.create_namespaced_secret(namespace=namespace, body=body)
@@ -180,8 +187,8 @@ def apply_connection_secret(
             raise
         operator.client.replace_namespaced_secret(name=name, namespace=namespace, body=body)
     log.info(
-        "credentials of Airflow connection %s are in Secret %s/%s for this try's pods",
-        conn_id,
+        "credentials of %s are in Secret %s/%s for this try's pods",
+        ", ".join([*([f"Airflow connection {conn_id}"] if conn_id else []), *sorted(extra_env or {})]),
         namespace,
         name,
     )
@@ -201,11 +208,16 @@ def _task_selector(labels: RunLabels) -> str:
 
 
 def run_pod(
-    operator: KubernetesPodOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any
+    operator: KubernetesPodOperator,
+    config: PipelineConfig,
+    labels: RunLabels,
+    context: Any,
+    log: Any,
+    extra_env: dict[str, str] | None = None,
 ) -> None:
     operator.pod_request_obj = operator.build_pod_request_obj(context)  # execute_sync uses it
     namespace = operator.pod_request_obj.metadata.namespace
-    secret = apply_connection_secret(operator, config, labels, namespace, log)
+    secret = apply_connection_secret(operator, config, labels, namespace, log, extra_env)
     try:
         # execute_sync is what KubernetesPodOperator.execute runs when not deferrable; calling it
         # directly keeps the reattach logic and avoids nesting another operator's execute().
@@ -216,12 +228,17 @@ def run_pod(
 
 
 def run_job(
-    operator: KubernetesJobOperator, config: PipelineConfig, labels: RunLabels, context: Any, log: Any
+    operator: KubernetesJobOperator,
+    config: PipelineConfig,
+    labels: RunLabels,
+    context: Any,
+    log: Any,
+    extra_env: dict[str, str] | None = None,
 ) -> None:
     job = operator.build_job_request_obj(context)
     namespace = job.metadata.namespace
     _delete_earlier_tries(operator, namespace, labels, log)
-    secret = apply_connection_secret(operator, config, labels, namespace, log)
+    secret = apply_connection_secret(operator, config, labels, namespace, log, extra_env)
     try:
         _run_job(operator, config, labels, job, log)
     finally:

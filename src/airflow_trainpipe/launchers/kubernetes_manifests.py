@@ -200,7 +200,9 @@ def _container(spec: TrainSpec, labels: RunLabels, job_name: str | None) -> dict
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    env_from = [*k8s.env_from, *([connection_secret_name(labels)] if k8s.aws_conn_id else [])]
+    # The Secret of this try's connections: S3 credentials, and a trial's study storage.
+    secret = k8s.aws_conn_id or (spec.trial is not None and spec.trial.rungs)
+    env_from = [*k8s.env_from, *([connection_secret_name(labels)] if secret else [])]
     if env_from:
         container["envFrom"] = [{"secretRef": {"name": name}} for name in env_from]
     if multi_node:

@@ -107,6 +107,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         self._lineage_tracking_uri = ""
         self._launcher: LocalLauncher | None = None
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
+        self._secret_env: dict[str, str] = {}  # put in the try's Secret beside connection credentials
 
     # -- what to run ----------------------------------------------------------------------------
 
@@ -326,7 +327,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         labels = self._labels(context, spec, try_number)
         try:
             run = cluster.run_pod if resources.nodes == 1 else cluster.run_job
-            run(operator, self.config, labels, context, self.log)
+            run(operator, self.config, labels, context, self.log, self._secret_env)
         except Exception as exc:
             raise watcher.failure(
                 f"training on Kubernetes failed (try {try_number})",

@@ -125,6 +125,7 @@ class TuningTrialOperator(DistributedTrainOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.runtime.rungs import STORAGE_ENV
         from airflow_trainpipe.tuning.report import tag_trial_run
         from airflow_trainpipe.tuning.study import open_study
         from airflow_trainpipe.tuning.trials import run_trial
@@ -132,7 +133,12 @@ class TuningTrialOperator(DistributedTrainOperator):
         ref = _study_ref(self.study)
         ti = context["ti"]
         base = self._spec(None, context)
-        study = open_study(self.config, ref.study_name, _storage_url(self.config))
+        url = _storage_url(self.config)
+        study = open_study(self.config, ref.study_name, url)
+        # The job reports its rungs to the study itself: the URL (with its password) travels as
+        # the environment of the local job, or in the try's Secret for pods, never in the spec.
+        self.env = {**self.env, STORAGE_ENV: url}
+        self._secret_env = {STORAGE_ENV: url}
         hook = MlflowHook(self.mlflow_conn_id)
         self._lineage_tracking_uri = hook.tracking_uri
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_trainpipe.core.storage import filesystem, is_local, join, node_local_dir
 
@@ -116,6 +117,9 @@ class Timing:
     earlier_compute_s: float
     world_size: int = 1
     earlier_device_s: float = 0.0
+    startup_s: float = 0.0
+    """This attempt's start-up before the loop (runtime.startup): device time as much as a step."""
+    startup: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     data_wait_s: float = 0.0
     checkpoint_s: float = 0.0
@@ -125,12 +129,13 @@ class Timing:
         return time.monotonic() - self.started
 
     def compute_s(self) -> float:
-        """Training time over all attempts up to now (lost work of killed attempts excluded)."""
-        return self.earlier_compute_s + self.elapsed()
+        """Job time over all attempts up to now, start-up included (lost work of killed attempts excluded)."""
+        return self.earlier_compute_s + self.startup_s + self.elapsed()
 
     def device_s(self) -> float:
-        """Device-seconds over all attempts up to now (lost work of killed attempts excluded)."""
-        return self.earlier_device_s + self.elapsed() * self.world_size
+        """Device-seconds over all attempts up to now, start-up included (lost work of killed
+        attempts excluded)."""
+        return self.earlier_device_s + (self.startup_s + self.elapsed()) * self.world_size
 
     @contextmanager
     def measure(self, name: str) -> Iterator[None]:
@@ -140,7 +145,7 @@ class Timing:
         finally:
             setattr(self, name, getattr(self, name) + time.monotonic() - t0)
 
-    def summary(self, last_step: int) -> dict[str, float]:
+    def summary(self, last_step: int) -> dict[str, Any]:
         loop = self.elapsed()
         return {
             "steps": last_step - self.first_step,
@@ -149,4 +154,6 @@ class Timing:
             "checkpoint_s": self.checkpoint_s,
             "eval_s": self.eval_s,
             "data_wait_s": self.data_wait_s,
+            "startup_s": self.startup_s,
+            "startup": self.startup,
         }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.payloads import TrainResult
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.storage import filesystem, join
+from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData
 from airflow_trainpipe.runtime.engine import full_state_dict, predict, weights_sha256
@@ -56,6 +58,8 @@ class RunEnd:
     directory too, with its tokenizer files."""
     pinned: PretrainedPin | None = None
     """Its pin: the result names it (lineage)."""
+    timing: Timing | None = None
+    """The loop's clock: the end's own time counts in the device-hours too."""
 
     def run(
         self,
@@ -65,14 +69,17 @@ class RunEnd:
         recomputed: int,
     ) -> TrainResult | None:
         """Collective, then rank 0 alone: final metrics, the logged model, candidate vs champion."""
+        loop_end = time.monotonic()
         last = (
             state["history"][-1]
             if state["history"] and state["history"][-1]["step"] == state["step"]
             else None
         )
         metrics = last or {"step": state["step"], **self.evaluate()}
-        # A tuning trial's intermediate rung publishes no model: it reads no holdout row here.
-        publishes = self.spec.trial is None or self.spec.trial.final  # the same on every rank
+        # A pruned tuning trial publishes no model: it reads no holdout row here.
+        publishes = self.spec.trial is None or (  # the same on every rank (a collective decision)
+            self.spec.trial.final and not state.get("pruned", False)
+        )
         first_rows, sample = self._prediction_sample() if publishes else (None, None)
         weights = full_state_dict(self.engine, self.spec.config.training.deepspeed.zero_stage)
         peak_rss = self._gather_peak_rss()
@@ -80,7 +87,15 @@ class RunEnd:
             return None
         transform = self.prepared.transform
         holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
-        hours = state["device_seconds"] / 3600  # the world size each attempt actually ran with
+        published = (
+            self._candidate(weights, first_rows, tracker, state["step"])
+            if publishes
+            else {"evaluation": None, "model_uri": None}
+        )
+        # Rank 0's end, counted for every process: the others wait for it at the barrier.
+        end_s = time.monotonic() - loop_end
+        device_s = self.timing.device_s() if self.timing else state["device_seconds"]
+        hours = device_s / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.device.type == "cuda" else "cpu"
         self._log_final(tracker, holdout, {f"{device}_hours": hours}, state["step"], sample)
         fields: dict[str, Any] = {
@@ -94,8 +109,15 @@ class RunEnd:
             "stopped_early": state.get("stopped_early", False),
             "world_size": self.world_size,
             f"compute_hours_{device}": hours,
+            "startup_compute_hours": state.get("startup_device_seconds", 0.0) / 3600,
+            "end_compute_hours": end_s * self.world_size / 3600,
             "peak_rss_mib": peak_rss,
-            "timing": state["timing"],
+            "timing": {**state["timing"], "end_s": end_s},
+            "rungs": [
+                {"resource": int(k), "value": v}
+                for k, v in sorted(state.get("rungs", {}).items(), key=lambda kv: int(kv[0]))
+            ],
+            "pruned": bool(state.get("pruned", False)),
             "mlflow_run_id": tracker.run_id,
             "mlflow_experiment_id": tracker.experiment_id,
             "transform_hash": transform.hash,
@@ -105,11 +127,7 @@ class RunEnd:
                 if self.pinned is not None
                 else None
             ),
-            **(
-                self._candidate(weights, first_rows, tracker, state["step"])
-                if publishes
-                else {"evaluation": None, "model_uri": None}
-            ),
+            **published,
         }
         fields["peak_rss_mib"][0] = _peak_rss_mib()  # after the final evaluation: the others only wait
         result = TrainResult.model_validate(fields)

@@ -57,7 +57,7 @@ from airflow_trainpipe.runtime.resume.checkpoint import (
     CompleteCheckpoint,
     tag_for,
 )
-from airflow_trainpipe.runtime.resume.faults import fault_point
+from airflow_trainpipe.runtime.resume.faults import fault_point, fault_scope
 from airflow_trainpipe.runtime.resume.preemption import (
     PREEMPTED_EXIT,
     Preempted,
@@ -65,6 +65,8 @@ from airflow_trainpipe.runtime.resume.preemption import (
 )
 from airflow_trainpipe.runtime.resume.safe_load import enforce_weights_only
 from airflow_trainpipe.runtime.resume.seeding import restore_rng_state, rng_state, seed_everything
+from airflow_trainpipe.runtime.rungs import TrialRungs, rung_values
+from airflow_trainpipe.runtime.startup import StartupClock
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
 from airflow_trainpipe.runtime.tracking import Tracker, start_tracking
 
@@ -74,8 +76,11 @@ SYNC_EVERY = 10  # steps between the collectives that gather losses and checkpoi
 
 
 class Trainer:
-    def __init__(self, spec: TrainSpec, notice: PreemptionNotice | None = None):
+    def __init__(
+        self, spec: TrainSpec, notice: PreemptionNotice | None = None, clock: StartupClock | None = None
+    ):
         self.spec = spec
+        self.clock = clock  # None: a Trainer built by a test, whose process start is not the job's
         self.config = spec.config
         self.training = spec.config.training
         self.hp = spec.hyperparameters  # the effective, validated ones: never the config's
@@ -88,16 +93,24 @@ class Trainer:
             torch.cuda.set_device(self.device)
         # The data collectives move host arrays: gloo, beside the training group when that is nccl.
         self.data_group = dist.new_group(backend="gloo") if self.on_gpu else None
+        self._lap("rendezvous")
         self.notice = notice  # None: nobody listens for SIGTERM (a Trainer built by a test)
         self.task = self.training.task
         self.gate_metric = self.config.gate.metric
         self.higher_is_better = METRICS[self.task][self.gate_metric] == "maximize"
         self.run_dir = spec.run_dir
         self.pinned: PretrainedPin | None = None  # the pretrained bytes, once pinned (_pretrained)
+        self.timing: Timing | None = None  # the loop's clock, once it runs
         # A tuning trial scores its validation split at epoch ends (the gate's holdout is only
         # for the candidate-vs-champion comparison at the trial's full budget).
         self.validation = spec.trial.validation if spec.trial is not None else None
         self.scored = "holdout" if self.validation is None else "validation"
+        # A trial with rungs reports each to its study and stops when the pruner says so.
+        self.rungs = (
+            TrialRungs(spec.trial, self.config, self.rank)
+            if spec.trial is not None and spec.trial.rungs
+            else None
+        )
         self.checkpoints = CheckpointManager(
             self.training.checkpoint,
             self.run_dir,
@@ -113,9 +126,11 @@ class Trainer:
         """Train to the end; rank 0 returns the result, the other ranks None."""
         seed_everything(self.hp.seed)
         self.pretrained = self._pretrained()
+        self._lap("pretrained")
         prepared = self._prepare()
         self.prepared = prepared
         self._open_data(prepared)
+        self._lap("prepare")
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
         global_batch = (
             int(resume.marker["global_batch"])
@@ -130,6 +145,7 @@ class Trainer:
         )
         self.dtype = compute_dtype(self.ds_config)
         self.engine = self._build_engine()
+        self._lap("engine")
         sampler = ResumableSampler(
             prepared.train_rows,
             global_batch,
@@ -140,7 +156,9 @@ class Trainer:
         )
         high_water = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
+        self._lap("checkpoint_load")
         tracker = self._start_tracking(global_batch, resumed_from) if self.rank == 0 else None
+        self._lap("tracking")
         total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
             emit(
@@ -155,6 +173,7 @@ class Trainer:
                 blocks=len(prepared.blocks),
                 fit_s=round(prepared.fit_seconds, 3),
                 mlflow_run_id=tracker.run_id if tracker else None,
+                startup=self.clock.rounded() if self.clock else {},
             )
         try:
             state = self._loop(sampler, state, total_steps, tracker, high_water)
@@ -210,6 +229,8 @@ class Trainer:
                     "device_seconds": 0.0,
                     "best": None,
                     "stale_epochs": 0,
+                    "rungs": {},
+                    "startup_device_seconds": 0.0,
                 },
                 0,
                 0,
@@ -324,6 +345,10 @@ class Trainer:
             cache_bytes=self.config.data.encoded_cache_mib << 20, encoder=self.encoder,
         )  # fmt: skip
 
+    def _lap(self, phase: str) -> None:
+        if self.clock is not None:
+            self.clock.lap(phase)
+
     def _broadcast(self, value: Any) -> Any:
         box = [value]
         dist.broadcast_object_list(box, src=0)
@@ -357,12 +382,14 @@ class Trainer:
             self._evaluate,
             tracker,
         )
-        step, stop, train_loss = state["step"], False, state.get("final_train_loss")
-        timing = self._timing(state)
+        step, train_loss = state["step"], state.get("final_train_loss")
+        timing = self.timing = self._timing(state)
+        # A retry that resumed at a rung's end asks the study the question its attempt could not.
+        stop = self._rung_on_resume(state, sampler)
         self.engine.train()
         preempted = False
         while sampler.epoch < self.hp.epochs and step < total_steps and not stop:
-            while not sampler.epoch_done() and step < total_steps and not preempted:
+            while not sampler.epoch_done() and step < total_steps and not preempted and not stop:
                 sync.add(steps.run(sampler, step + 1, timing))
                 step += 1
                 if self.rank == 0:
@@ -371,16 +398,24 @@ class Trainer:
                 if (outcome := sync.after_step(step, total_steps, sampler, timing)) is not None:
                     train_loss, preempted = outcome.train_loss, outcome.preempted
                     self._checkpoint_after_sync(outcome, state, sampler, step, timing)
+                if step < total_steps and not preempted:
+                    stop = self._rung_at_step(state, sampler, step, timing, train_loss)
+            if stop and not sampler.epoch_done():
+                break  # pruned at a rung in steps: its checkpoint is saved
             if preempted and not sampler.epoch_done():
                 state["final_train_loss"] = train_loss
                 self._stop_preempted(state, sampler, step, timing, stream, high_water)
             if not sampler.epoch_done():
                 self._save_rung_end(state, sampler, step, timing)
                 break  # stopped by max_steps mid-epoch
-            value, stop = epoch_end.run(state, sampler.epoch, step, timing)
+            value, patience_over = epoch_end.run(state, sampler.epoch, step, timing)
+            stop = stop or patience_over
+            rung = self._record_rung(state, sampler.epoch + 1, step, epoch_end=True)
             sampler.next_epoch()
             state["final_train_loss"] = train_loss
             self._save(state, sampler, step, timing, metric=value)
+            if rung is not None:
+                stop = self._pruned(state, rung) or stop
             if preempted:  # signalled on an epoch's last step: its epoch end was the save
                 self._stop_preempted(state, sampler, step, timing, stream, high_water)
         stream.close()
@@ -388,7 +423,7 @@ class Trainer:
             self.checkpoints.complete_pending()
         state.update(
             step=step,
-            stopped_early=stop,
+            stopped_early=stop and not state.get("pruned", False),
             final_train_loss=train_loss,
             compute_seconds=timing.compute_s(),
             device_seconds=timing.device_s(),
@@ -399,17 +434,64 @@ class Trainer:
         return state
 
     def _timing(self, state: dict[str, Any]) -> Timing:
-        """This attempt's clock, carrying the time earlier attempts spent."""
+        """This attempt's clock, carrying the time earlier attempts spent; its start-up counts."""
         # A checkpoint from before device-seconds were kept counts its time once per configured process.
         earlier_device = state.get(
             "device_seconds", state["compute_seconds"] * self.training.resources.nproc_per_node
         )
+        startup = self.clock.total() if self.clock else 0.0
+        state["startup_device_seconds"] = state.get("startup_device_seconds", 0.0) + startup * self.world_size
         return Timing(
             first_step=state["step"],
             earlier_compute_s=state["compute_seconds"],
             world_size=self.world_size,
             earlier_device_s=earlier_device,
+            startup_s=startup,
+            startup=self.clock.rounded() if self.clock else {},
         )
+
+    # -- a tuning trial's rungs ------------------------------------------------------------------
+
+    def _record_rung(self, state: dict[str, Any], epochs_done: int, step: int, epoch_end: bool) -> int | None:
+        """The rung that ends here, its objective kept in the state the next checkpoint saves."""
+        if self.rungs is None or (end := self.rungs.ending(epochs_done, step, epoch_end)) is None:
+            return None
+        # Mid-epoch, the collective evaluation scores every rank's shard now.
+        metrics = state["history"][-1] if epoch_end else self._evaluate()
+        value = metrics[self.rungs.metric]
+        state.setdefault("rungs", {})[str(end)] = float(value)
+        return end
+
+    def _pruned(self, state: dict[str, Any], end: int) -> bool:
+        """Collective: rank 0 asks the study; every rank gets the answer (or the error)."""
+        assert self.rungs is not None
+        rungs = self.rungs
+        prune = bool(self._from_rank0(lambda: rungs.decide(rung_values(state), end), Exception))
+        state["pruned"] = prune
+        return prune
+
+    def _rung_at_step(
+        self, state: dict[str, Any], sampler: ResumableSampler, step: int, timing: Timing, train_loss: Any
+    ) -> bool:
+        """A rung in steps that ends at `step` (before the full budget): score, save, decide."""
+        if self.rungs is None or self.rungs.ending(sampler.epoch, step, epoch_end=False) is None:
+            return False
+        with timing.measure("eval_s"):
+            end = self._record_rung(state, sampler.epoch, step, epoch_end=False)
+        assert end is not None
+        state["final_train_loss"] = train_loss
+        self._save_rung_end(state, sampler, step, timing)
+        return self._pruned(state, end)
+
+    def _rung_on_resume(self, state: dict[str, Any], sampler: ResumableSampler) -> bool:
+        """Collective, on a resumed trial: report what the study lacks; decide again only when the
+        checkpoint stands exactly at a rung's end (the attempt may have died before asking)."""
+        values = rung_values(state)
+        if self.rungs is None or not values:
+            return False
+        last = max(values)
+        position = state["step"] if self.rungs.by_steps else sampler.epoch
+        return self._pruned(state, last) if position == last else False
 
     def _stop_preempted(
         self,
@@ -507,6 +589,7 @@ class Trainer:
             evaluate=self._evaluate,
             pretrained=self.pretrained,
             pinned=self.pinned,
+            timing=self.timing,
         )
 
 
@@ -521,6 +604,7 @@ def _held(model: torch.nn.Module) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    clock = StartupClock()  # the imports above are start-up too: it reads the process start times
     if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun: end with it, saving first
         signal_on_parent_death()
     parser = argparse.ArgumentParser(prog="python -m airflow_trainpipe.runtime.train")
@@ -540,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             retryable=False,
         )
         raise
+    fault_scope(spec.run_id)
     logging.basicConfig(
         level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -550,8 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     notice = PreemptionNotice(spec.config.training.checkpoint.preemption_grace)
     clear_stale_build_locks()  # before DeepSpeed builds or loads its ops (init_distributed)
     load_comm_op()
+    clock.lap("ops")
     try:
-        Trainer(spec, notice).run()
+        Trainer(spec, notice, clock).run()
     except Preempted:
         return PREEMPTED_EXIT  # the `preempted` event said where; not an error of the job
     except Exception as exc:

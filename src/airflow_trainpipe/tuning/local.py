@@ -1,4 +1,4 @@
-"""`trainpipe tune`: the DAG's study without a scheduler, its trials one after another here.
+"""`trainpipe tune`: the DAG's study without a scheduler, up to `max_parallel` trials at once here.
 
 The same study (same storage and name for the same pipeline and run id), the same trial code and
 the same training entrypoint as the mapped trial tasks; a rerun after a kill resumes the study:
@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.contracts.payloads import TrainResult
@@ -19,6 +20,10 @@ from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.tuning.outcomes import StudyRef, TuningSummary
 from airflow_trainpipe.tuning.trials import run_trial, rung_spec
+
+if TYPE_CHECKING:
+    import optuna
+    from mlflow import MlflowClient
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +41,15 @@ class LocalTuning:
     """The config's own hyperparameters at the full budget, scored on the same validation split."""
 
 
-def launch_locally(nproc: int, printer: Printer, verbose: bool = False) -> Callable[[TrainSpec], TrainResult]:
+def launch_locally(
+    nproc: int, printer: Printer, verbose: bool = False, env: dict[str, str] | None = None
+) -> Callable[[TrainSpec], TrainResult]:
     """Run a job under torchrun here and return its result (TrainingJobFailed if it fails)."""
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.watcher import JobWatcher
 
     def launch(spec: TrainSpec) -> TrainResult:
-        launcher = LocalLauncher(spec, nproc)
+        launcher = LocalLauncher(spec, nproc, env=env)
         watcher = JobWatcher(show_raw=False, tail=40)
         launcher.start()
         try:
@@ -67,11 +74,15 @@ def tune_locally(
     nproc: int,
     printer: Printer = lambda text: print(text, file=sys.stderr, flush=True),
     verbose: bool = False,
+    max_parallel: int | None = None,
 ) -> LocalTuning:
+    """The study's trials, up to `max_parallel` (default: `budget.max_parallel`) at once, each its
+    own job of `nproc` processes; a trial that fails is recorded failed and the others go on."""
     from mlflow import MlflowClient
 
     from airflow_trainpipe.core.tracking_store import default_tracking_uri
-    from airflow_trainpipe.tuning.report import log_study, start_parent_run, summarize, tag_trial_run
+    from airflow_trainpipe.runtime.rungs import STORAGE_ENV
+    from airflow_trainpipe.tuning.report import log_study, start_parent_run, summarize
     from airflow_trainpipe.tuning.study import open_study, study_name
 
     assert config.tuning is not None
@@ -81,16 +92,48 @@ def tune_locally(
     study = open_study(config, name, url)
     parent = start_parent_run(client, config.pipeline, name, {"trainpipe.launched_by": "cli"}, tracking_uri)
     ref = StudyRef(study_name=name, storage=url, parent_run_id=parent, run_id=base.run_id)
-    launch = launch_locally(nproc, printer, verbose)
-    for slot in range(config.tuning.budget.trials):
-        outcome = run_trial(config, study, ref, slot, base, launch)
-        tag_trial_run(client, outcome)
-        rungs = ", ".join(f"{r.value:.4f}@{r.resource}" for r in outcome.rungs)
-        printer(f"trial {outcome.number} (slot {slot}): {outcome.state} [{rungs}] {outcome.params}")
+    launch = launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url})
+    parallel = max(1, max_parallel or config.tuning.budget.max_parallel)
+    slots = range(config.tuning.budget.trials)
+    if parallel == 1:
+        for slot in slots:
+            _trial(config, study, ref, slot, base, launch, client, printer)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(slot: int) -> None:
+            # Each thread its own study object: a trial sets the study's sampler for its draw.
+            _trial(config, open_study(config, name, url), ref, slot, base, launch, client, printer)
+
+        with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
+            list(pool.map(one, slots))
     summary = summarize(study, ref)
     baseline = _baseline(config, base, ref, launch)
     log_study(client, study, summary)
     return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric))
+
+
+def _trial(
+    config: PipelineConfig,
+    study: optuna.Study,
+    ref: StudyRef,
+    slot: int,
+    base: TrainSpec,
+    launch: Callable[[TrainSpec], TrainResult],
+    client: MlflowClient,
+    printer: Printer,
+) -> None:
+    """One slot's trial to its end; its failure is the study's record, not the command's end."""
+    from airflow_trainpipe.tuning.report import tag_trial_run
+
+    try:
+        outcome = run_trial(config, study, ref, slot, base, launch)
+    except Exception as exc:  # recorded FAIL in the study by run_trial (the CLI's only attempt)
+        printer(f"trial of slot {slot}: failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return
+    tag_trial_run(client, outcome)
+    rungs = ", ".join(f"{r.value:.4f}@{r.resource}" for r in outcome.rungs)
+    printer(f"trial {outcome.number} (slot {slot}): {outcome.state} [{rungs}] {outcome.params}")
 
 
 def _baseline(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from airflow_trainpipe.contracts.payloads import Payload, TrainResult
+from airflow_trainpipe.contracts.payloads import Payload, RungValue, TrainResult
 
 
 class StudyRef(Payload):
@@ -19,11 +19,7 @@ class StudyRef(Payload):
     """The Airflow run (or the CLI's --run-id) the trials' run directories are scoped by."""
 
 
-class RungReport(Payload):
-    resource: int
-    """Epochs (or steps) trained when the rung ended."""
-    value: float
-    """The objective on the validation split."""
+RungReport = RungValue  # a rung's objective, as the job reported it
 
 
 class TrialOutcome(Payload):
@@ -38,9 +34,14 @@ class TrialOutcome(Payload):
     """The objective at the last rung reached (the trial's value in the study)."""
     rungs: list[RungReport]
     compute_hours: float
-    """Device-hours of every attempt of every rung (processes x wall time)."""
+    """Device-hours of every attempt of its job (processes x wall time, start-up included)."""
+    startup_compute_hours: float = 0.0
+    """The part spent before first steps."""
+    end_compute_hours: float = 0.0
+    """The part spent after the last step (a complete trial's includes logging its model)."""
     full_budget_compute_hours: float | None
-    """What this trial would have used at the full budget: its own rate times the full budget."""
+    """What this trial would have used at the full budget: its start-up and end, and its own
+    training rate times the full budget."""
     mlflow_run_id: str | None
     run_dir: str | None
     result: TrainResult | None = None
@@ -61,7 +62,14 @@ class TuningSummary(Payload):
     best: float | None
     best_params: dict[str, Any]
     compute_hours: float
+    """Device-hours of every trial's job, start-up and end included."""
     full_budget_compute_hours: float
+    """The same trials at the full budget, estimated from each one's own start-up, training rate
+    and the complete trials' end (what a pruned trial would have spent publishing)."""
+    startup_compute_hours: float = 0.0
+    """The part of `compute_hours` spent before first steps."""
+    wall_s: float = 0.0
+    """From the first trial's start to the last one's end, as the study's storage recorded them."""
     pruned_at_first_rung: int
     parent_run_id: str
     candidate: TrainResult | None
@@ -77,4 +85,6 @@ class TuningSummary(Payload):
             "direction": self.direction,
             "compute_hours": round(self.compute_hours, 6),
             "full_budget_compute_hours": round(self.full_budget_compute_hours, 6),
+            "startup_compute_hours": round(self.startup_compute_hours, 6),
+            "wall_s": round(self.wall_s, 1),
         }

@@ -40,11 +40,34 @@ def summarize(study: optuna.Study, ref: StudyRef) -> TuningSummary:
         best=best.value if best else None,
         best_params=best.params if best else {},
         compute_hours=sum(o.compute_hours for o in outcomes),
-        full_budget_compute_hours=sum(o.full_budget_compute_hours or o.compute_hours for o in outcomes),
+        full_budget_compute_hours=_full_budget(outcomes),
+        startup_compute_hours=sum(o.startup_compute_hours for o in outcomes),
+        wall_s=_wall_s(study),
         pruned_at_first_rung=sum(o.state == "pruned" and len(o.rungs) == 1 for o in outcomes),
         parent_run_id=ref.parent_run_id,
         candidate=best.result if best else None,
     )
+
+
+def _full_budget(outcomes: list[TrialOutcome]) -> float:
+    """Every trial at the full budget: a trial that stopped early would also have paid a complete
+    trial's end (its model logged and compared), which its own end did not."""
+    ends = [o.end_compute_hours for o in outcomes if o.state == "complete"]
+    complete_end = sum(ends) / len(ends) if ends else 0.0
+    total = 0.0
+    for o in outcomes:
+        full = o.full_budget_compute_hours or o.compute_hours
+        total += full if o.state == "complete" else full - o.end_compute_hours + complete_end
+    return total
+
+
+def _wall_s(study: optuna.Study) -> float:
+    trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start and t.datetime_complete]
+    if not trials:
+        return 0.0
+    started = min(t.datetime_start for t in trials if t.datetime_start)
+    ended = max(t.datetime_complete for t in trials if t.datetime_complete)
+    return (ended - started).total_seconds()
 
 
 def start_parent_run(
@@ -143,6 +166,13 @@ def _metrics(summary: TuningSummary) -> list[Any]:
         "failed": summary.failed,
         "compute_hours": summary.compute_hours,
         "full_budget_compute_hours": summary.full_budget_compute_hours,
+        "startup_compute_hours": summary.startup_compute_hours,
+        "compute_vs_full_budget": (
+            summary.compute_hours / summary.full_budget_compute_hours
+            if summary.full_budget_compute_hours
+            else 1.0
+        ),
+        "wall_s": summary.wall_s,
         **({f"best_{summary.metric}": summary.best} if summary.best is not None else {}),
     }
     return [Metric(k, float(v), now, 0) for k, v in values.items()]

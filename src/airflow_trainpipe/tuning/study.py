@@ -15,6 +15,9 @@ from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import SamplerSection, TuningSection, hyperparameter_overrides
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.storage import trainpipe_home
+from airflow_trainpipe.runtime.rungs import pruner, rdb_storage
+
+__all__ = ["TuningError", "open_study", "pruner", "sampler", "storage_url", "study_name", "suggest"]
 
 if TYPE_CHECKING:
     import optuna
@@ -53,10 +56,8 @@ def open_study(config: PipelineConfig, name: str, url: str) -> optuna.Study:
     from sqlalchemy.exc import SQLAlchemyError
 
     tuning = _tuning(config)
-    # Parallel trials write to one SQLite file: wait for its lock instead of failing at once.
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        storage = rdb_storage(url)
         study = optuna.create_study(
             study_name=name,
             storage=storage,
@@ -96,23 +97,6 @@ def sampler(section: SamplerSection, slot: int = 0) -> optuna.samplers.BaseSampl
     if section.kind == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=section.startup_trials)
     return optuna.samplers.RandomSampler(seed=seed)
-
-
-def pruner(config: PipelineConfig) -> optuna.pruners.BasePruner:
-    import optuna
-
-    pruning = _tuning(config).pruning
-    if pruning.kind == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=pruning.min_resource, reduction_factor=pruning.reduction_factor
-        )
-    if pruning.kind == "hyperband":
-        return optuna.pruners.HyperbandPruner(
-            min_resource=pruning.min_resource,
-            max_resource=config.tuning_max_resource,
-            reduction_factor=pruning.reduction_factor,
-        )
-    return optuna.pruners.NopPruner()
 
 
 def suggest(trial: optuna.Trial, space: TuningSection) -> dict[str, Any]:

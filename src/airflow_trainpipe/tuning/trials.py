@@ -1,10 +1,11 @@
-"""One trial of the study, rung by rung, each rung a run of the pipeline's training job.
+"""One trial of the study: one run of the pipeline's training job through all of its rungs.
 
-A trial belongs to a slot (the mapped task index, or the CLI's loop index): a slot that runs again
-finds its trial in the study. A finished trial is returned as it ended, never trained again; a
-trial whose task died mid-rung keeps its hyperparameters and its run directory, so the retry's job
-resumes from the rung's newest complete checkpoint. A survivor of a rung continues from its own
-checkpoint the same way: the next rung is the same job with a larger budget.
+The job reports each rung's objective to the study and asks its pruner (runtime.rungs); it stops
+itself when pruned, so a trial pays one job start, not one per rung. Its outcome is told to the
+study here. A trial belongs to a slot (the mapped task index, or the CLI's loop index): a slot
+that runs again finds its trial in the study. A finished trial is returned as it ended, never
+trained again; a trial whose task died mid-rung keeps its hyperparameters and its run directory,
+so the retry's job resumes from the newest complete checkpoint.
 """
 
 from __future__ import annotations
@@ -78,12 +79,11 @@ def run_trial(
         log.info("slot %d: continuing trial %d, which an earlier attempt started", slot, trial.number)
     params = suggest(trial, config.tuning)
     log.info("slot %d: trial %d with %s", slot, trial.number, params)
-    # Rungs an earlier attempt finished and reported are not trained again (their checkpoint is
-    # already past them): the trial continues with the first unreported rung.
-    reported = dict(existing.intermediate_values) if existing is not None else {}
     try:
         hp = trial_hyperparameters(base.hyperparameters, params)
-        return _rungs(config, config.tuning, study, trial, ref, slot, base, hp, params, launch, reported)
+        # A retry's job resumes from the trial's newest checkpoint: rungs it passed are not
+        # trained or reported again.
+        return _rungs(config, config.tuning, study, trial, ref, slot, base, hp, params, launch)
     except Exception as exc:
         # The last try, or an error no retry can mend (bad data): the study records the failure,
         # so the summary counts it instead of leaving it running forever.
@@ -104,50 +104,39 @@ def _rungs(
     hp: Hyperparameters,
     params: dict[str, Any],
     launch: Launch,
-    reported: dict[int, float],
 ) -> TrialOutcome:
+    """One training job through every rung: it reports each rung's objective to the study and
+    stops itself when the pruner says so; the outcome is told to the study here."""
     from optuna.trial import TrialState
 
     metric = config.tuning_objective[0]
     rungs = tuning.rungs(tuning.max_resource(base.hyperparameters))
-    reports: list[RungReport] = []
+    spec = rung_spec(
+        base, ref, trial.number, hp, tuning, rungs[-1], True, rungs=rungs[:-1], trial_id=trial._trial_id
+    )
+    trial.set_user_attr("run_dir", spec.run_dir)
+    result = launch(spec)
+    trial.set_user_attr("mlflow_run_id", result.mlflow_run_id)
+    trial.set_user_attr("compute_hours", result.compute_hours)
+    reports = list(result.rungs)
+    value = result.holdout_metrics.get(metric, math.nan)
+    if not result.pruned:  # it trained to the full budget (or stopped early on its patience)
+        reports.append(RungReport(resource=rungs[-1], value=value))
 
-    def end(state: str, value: float | None, told: Any, result: TrainResult | None = None) -> TrialOutcome:
-        return _end(
-            study, trial, _outcome(trial, slot, params, state, value, reports, result), told, rungs[-1]
-        )
+    def end(state: str, told: Any) -> TrialOutcome:
+        outcome = _outcome(trial, slot, params, state, value if state != "failed" else None, reports, result)
+        return _end(study, trial, outcome, told, rungs[-1])
 
-    for index, resource in enumerate(rungs):
-        final = index == len(rungs) - 1
-        if resource in reported and not final:
-            reports.append(RungReport(resource=resource, value=reported[resource]))
-            if trial.should_prune():  # the decision, if the earlier attempt died before making it
-                return end("pruned", reported[resource], TrialState.PRUNED)
-            continue
-        spec = rung_spec(base, ref, trial.number, hp, tuning, resource, final)
-        result = launch(spec)
-        value = result.holdout_metrics.get(metric, math.nan)
-        hours = result.compute_hours
-        trial.set_user_attr("mlflow_run_id", result.mlflow_run_id)
-        trial.set_user_attr("compute_hours", hours)
-        trial.set_user_attr("run_dir", spec.run_dir)
-        reports.append(RungReport(resource=resource, value=value))
-        if not math.isfinite(value):  # diverged: an answer of the search, not a broken task
-            log.warning("trial %d: %s is %s at %d; the trial failed", trial.number, metric, value, resource)
-            return end("failed", None, TrialState.FAIL, result)
-        if resource not in reported:
-            trial.report(value, resource)
-        log.info(
-            "trial %d: %s %.6f after %d %s", trial.number, metric, value, resource, tuning.pruning.resource
-        )
-        if final:
-            return end("complete", value, value, result)
-        if trial.should_prune():
-            log.info(
-                "trial %d pruned at rung %d (%d %s)", trial.number, index, resource, tuning.pruning.resource
-            )
-            return end("pruned", value, TrialState.PRUNED, result)
-    raise AssertionError("unreachable: the last rung ends the trial")
+    if not math.isfinite(value):  # diverged: an answer of the search, not a broken task
+        log.warning("trial %d: %s is %s; the trial failed", trial.number, metric, value)
+        return end("failed", TrialState.FAIL)
+    if result.pruned:
+        log.info("trial %d pruned after %d %s", trial.number, reports[-1].resource, tuning.pruning.resource)
+        return end("pruned", TrialState.PRUNED)
+    if rungs[-1] not in study._storage.get_trial(trial._trial_id).intermediate_values:
+        trial.report(value, rungs[-1])
+    log.info("trial %d: %s %.6f at the full budget", trial.number, metric, value)
+    return end("complete", value)
 
 
 def rung_spec(
@@ -159,10 +148,13 @@ def rung_spec(
     resource: int,
     final: bool,
     label: str | None = None,
+    rungs: list[int] | None = None,
+    trial_id: int | None = None,
 ) -> TrainSpec:
-    """The training job of one rung: the trial's hyperparameters, trained up to `resource`.
-    `label` (default: the trial number) names a job of the study that is not a trial, such as
-    `trainpipe tune`'s baseline: its run directory `<run_id>.<label>` and its `trainpipe.trial` tag."""
+    """The training job of a trial: its hyperparameters, trained up to `resource`, reporting the
+    `rungs` before it to the study (trial `trial_id` of its storage). `label` (default: the trial
+    number) names a job of the study that is not a trial, such as `trainpipe tune`'s baseline: its
+    run directory `<run_id>.<label>` and its `trainpipe.trial` tag."""
     budget = {"epochs": resource} if tuning.pruning.resource == "epochs" else {"max_steps": resource}
     return base.model_copy(
         update={
@@ -173,6 +165,9 @@ def rung_spec(
                 validation=tuning.validation_split(base.config.data.holdout.seed),
                 final=final,
                 study_run_id=ref.run_id,
+                rungs=rungs or [],
+                study_name=ref.study_name if rungs else None,
+                trial_id=trial_id if rungs else None,
             ),
             "mlflow_run_id": None,  # the trial's run directory remembers its own MLflow run
             "tags": {
@@ -205,6 +200,8 @@ def _outcome(
             "value": value,
             "rungs": reports,
             "compute_hours": hours,
+            "startup_compute_hours": result.startup_compute_hours if result else 0.0,
+            "end_compute_hours": result.end_compute_hours if result else 0.0,
             "full_budget_compute_hours": None if reached is None else hours,  # scaled by the caller
             "mlflow_run_id": trial.user_attrs.get("mlflow_run_id"),
             "run_dir": trial.user_attrs.get("run_dir"),
@@ -224,8 +221,12 @@ def _end(
     from optuna.trial import TrialState
 
     if outcome.rungs and full_resource is not None:
-        # This trial's own device-hours per unit of resource, times the full budget.
-        full = outcome.compute_hours * full_resource / outcome.rungs[-1].resource
+        # Its start-up and its end once, and its own training device-hours per unit of resource
+        # times the full budget (a pruned trial's end published nothing: the summary puts the
+        # complete trials' end in its place).
+        fixed = outcome.startup_compute_hours + outcome.end_compute_hours
+        training = max(0.0, outcome.compute_hours - fixed)
+        full = fixed + training * full_resource / outcome.rungs[-1].resource
         outcome = outcome.model_copy(update={"full_budget_compute_hours": full})
     trial.set_user_attr("outcome", outcome.to_xcom())
     if isinstance(told, TrialState):
