@@ -1,21 +1,28 @@
-"""Tuning (issue 16): the example study, and successive halving's compute vs every trial at full budget.
+"""Tuning (issues 16 and 40): successive halving vs every trial at full budget, one trial after
+another and two at a time; and a training job's start-up, before and after issue 40.
 
-`trainpipe tune dags/configs/fraud_detector_tuned.yaml` on one demo day (20,000 synthetic card
-transactions, as `make demo` writes them): 16 trials, TPE, successive halving (rungs at 1 and 3
-epochs, reduction factor 3), the trials one after another. Then the compute comparison on the same
-16 configurations: with the random sampler each slot draws the same values whatever the history, so
-the same config with `sampler.kind: random` runs once with successive halving and once with
-`pruning.kind: none` (every trial trains its 3 epochs). All run as a user runs them (the CLI, its
-last JSON line), each in a fresh home; device-hours are the jobs' own (processes x training-loop
-time, every attempt of every rung), wall time is the whole command's.
+`trainpipe tune` on one demo day (20,000 synthetic card transactions, as `make demo` writes them)
+with the example study's 16 configurations: the example config with `sampler.kind: random` (each
+slot draws the same values whatever the history, so both studies train the same 16
+configurations), once with successive halving (rungs at 1 and 3 epochs, reduction factor 3) and
+once with `pruning.kind: none`, each with `--max-parallel 1` and `--max-parallel 2` (one process
+per trial). All run as a user runs them (the CLI, its last JSON line), each in a fresh home. Wall
+time is the whole command's (snapshot, study, trials, the baseline job, MLflow); device-hours are
+the jobs' own, start-up included; the estimate at full budget is the study's own.
 
-`python benchmarks/tune_bench.py` prints the table; `make bench` writes it.
+Start-up: one training job of the example config (1 process, the same spec) started the way the
+local launcher starts it (torchrun), timed from the launch to its `start` event (the line before
+its first step), at this commit and at the commit before issue 40 (a git worktree, same
+interpreter and packages), alternately; and this commit's phases from the job's own result.
+
+`python benchmarks/tune_bench.py` prints the tables; `make bench ONLY=tuning` writes them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,20 +35,28 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "dags" / "configs" / "fraud_detector_tuned.yaml"
 BIN = Path(sys.executable).parent
 DAY = "2026-01-02"
+BEFORE = "4480144"  # the last commit before issue 40: every rung its own job
+STARTUP_REPEATS = 3
 
 
-def _study(home: Path, config: Path) -> tuple[dict, float]:
+def _make_day(home: Path) -> None:
     env = {**os.environ, "TRAINPIPE_HOME": str(home)}
-    env.pop("MLFLOW_TRACKING_URI", None)
     subprocess.run(
         [str(BIN / "trainpipe"), "make-data", "--out", str(home / "data" / "card_transactions"),
          "--start", DAY, "--days", "1"],
         env=env, check=True, capture_output=True,
     )  # fmt: skip
+
+
+def _study(home: Path, config: Path, parallel: int) -> tuple[dict, float]:
+    _make_day(home)
+    env = {**os.environ, "TRAINPIPE_HOME": str(home)}
+    env.pop("MLFLOW_TRACKING_URI", None)
     started = time.perf_counter()
     done = subprocess.run(
-        [str(BIN / "trainpipe"), "tune", str(config), "--ds", DAY], env=env, capture_output=True, text=True
-    )
+        [str(BIN / "trainpipe"), "tune", str(config), "--ds", DAY, "--max-parallel", str(parallel)],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"trainpipe tune failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -59,44 +74,133 @@ def _variant(root: Path, name: str, **tuning: dict) -> Path:
 
 def _row(name: str, study: dict, wall: float) -> str:
     return (
-        f"| {name} | {study['trials']} | {study['pruned']} | {study['best']:.4f} | {study['baseline']:.4f} | "
-        f"{study['compute_hours']:.5f} | {study['full_budget_compute_hours']:.5f} | {wall:.0f} s |"
+        f"| {name} | {study['trials']} | {study['pruned']} | {study['best']:.4f} | "
+        f"{study['compute_hours']:.5f} | {study['startup_compute_hours']:.5f} | "
+        f"{study['full_budget_compute_hours']:.5f} | {wall:.0f} s |"
     )
+
+
+def _studies(root: Path) -> list[str]:
+    halving_cfg = _variant(root, "halving", sampler={"kind": "random"})
+    full_cfg = _variant(root, "full", sampler={"kind": "random"}, pruning={"kind": "none"})
+    runs = {}
+    for parallel in (1, 2):
+        runs["halving", parallel] = _study(root / f"halving{parallel}", halving_cfg, parallel)
+        runs["full", parallel] = _study(root / f"full{parallel}", full_cfg, parallel)
+    lines = [
+        "| study | trials | pruned | best roc_auc (validation) | device-hours | of which start-up | "
+        "estimate at full budget | wall |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for parallel in (1, 2):
+        for kind, label in (("halving", "successive halving"), ("full", "no pruning")):
+            study, wall = runs[kind, parallel]
+            lines.append(_row(f"random, {label}, max_parallel {parallel}", study, wall))
+    lines.append("")
+    for parallel in (1, 2):
+        (halving, h_wall), (full, f_wall) = runs["halving", parallel], runs["full", parallel]
+        measured = halving["compute_hours"] / full["compute_hours"]
+        reported = halving["compute_hours"] / halving["full_budget_compute_hours"]
+        lines += [
+            f"- max_parallel {parallel}: wall time, successive halving / no pruning: **{h_wall / f_wall:.2f}**; "
+            f"device-hours measured (halving / no pruning) **{measured:.2f}**, as the halving study "
+            f"reported it (its device-hours / its estimate at full budget) **{reported:.2f}**.",
+        ]
+    return lines
+
+
+def _spec_file(root: Path, home: Path) -> Path:
+    """A plain training job of the example config, as `trainpipe train` builds it."""
+    from airflow_trainpipe.config import load_config
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
+
+    files = sorted((home / "data" / "card_transactions" / f"ds={DAY}").glob("*.parquet"))
+    config = load_config(str(CONFIG))
+    spec = TrainSpec(config=config, run_id="startup", data_files=[f.as_uri() for f in files])
+    path = root / "spec.json"
+    path.write_text(spec.to_json())
+    return path
+
+
+def _first_step(source: Path, spec: Path, home: Path, run: int) -> tuple[float, dict]:
+    """Seconds from torchrun's launch to the job's `start` event, and its start-up phases."""
+    spec_json = json.loads(spec.read_text())
+    spec_json["run_id"] = f"startup-{source.name}-{run}"  # a fresh run directory: nothing to resume
+    run_spec = spec.with_name(f"spec-{source.name}-{run}.json")
+    run_spec.write_text(json.dumps(spec_json))
+    env = {
+        **os.environ,
+        "TRAINPIPE_HOME": str(home),
+        "PYTHONPATH": str(source / "src"),
+        "DS_ACCELERATOR": "cpu",
+    }
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--standalone",
+               "-m", "airflow_trainpipe.runtime.train", "--spec", f"@{run_spec}"]  # fmt: skip
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first, phases = None, {}
+    assert process.stdout is not None
+    for line in process.stdout:
+        if first is None and '"event": "start"' in line:
+            first = time.perf_counter() - started
+            phases = json.loads(line[line.index("{") :]).get("startup", {})
+    if process.wait() != 0 or first is None:
+        raise RuntimeError(f"the start-up job at {source} failed")
+    return first, phases
+
+
+def _startup(root: Path) -> list[str]:
+    home = root / "startup-home"
+    _make_day(home)
+    spec = _spec_file(root, home)
+    before = root / "before"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(before), BEFORE],
+                   check=True, capture_output=True)  # fmt: skip
+    try:
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        phases: list[dict] = []
+        for run in range(STARTUP_REPEATS):
+            times["before"].append(_first_step(before, spec, home, run)[0])
+            seconds, laps = _first_step(REPO, spec, home, run)
+            times["after"].append(seconds)
+            phases.append(laps)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
+    b, a = statistics.median(times["before"]), statistics.median(times["after"])
+    names = list(phases[0])
+    lines = [
+        f"Launch to first step, one job (median of {STARTUP_REPEATS}, alternately): before issue 40 "
+        f"({BEFORE}) **{b:.2f} s**, now **{a:.2f} s** (ratio {a / b:.2f}). Where it goes now (medians, s):",
+        "",
+        "| " + " | ".join(names) + " | total |",
+        "|" + "---:|" * (len(names) + 1),
+        "| "
+        + " | ".join(f"{statistics.median(p[n] for p in phases):.2f}" for n in names)
+        + f" | {statistics.median(sum(p.values()) for p in phases):.2f} |",
+        "",
+    ]
+    return lines
 
 
 def bench_tuning() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        example, example_wall = _study(root / "example", CONFIG)
-        halving, halving_wall = _study(
-            root / "halving", _variant(root, "halving", sampler={"kind": "random"})
-        )
-        full, full_wall = _study(
-            root / "full", _variant(root, "full", sampler={"kind": "random"}, pruning={"kind": "none"})
-        )
+        startup = _startup(root)
+        studies = _studies(root)
     return [
-        "## Tuning: the example study; successive halving vs every trial at full budget (issue 16)",
+        "## Tuning: successive halving vs every trial at full budget, trials side by side, start-up (issues 16, 40)",
         "",
-        f"`trainpipe tune {CONFIG.relative_to(REPO)} --ds {DAY}` on one demo day (20,000 rows), 16",
-        "trials of one process each, one after another. Then the same 16 configurations (random sampler:",
-        "a slot draws the same values whatever the history) with successive halving and without pruning.",
-        "Device-hours are the training jobs' own (every attempt, every rung); the estimate is each trial's",
-        "own device-hours per epoch times the full budget.",
+        f"`trainpipe tune` on one demo day ({DAY}, 20,000 rows) with the example study's 16 configurations",
+        f"([{CONFIG.relative_to(REPO)}]({CONFIG.relative_to(REPO)}) with the random sampler: every study trains the same 16),",
+        "successive halving (rungs at 1 and 3 epochs) vs no pruning, `--max-parallel 1` and `2` (one process per",
+        "trial). Each trial is one training job through its rungs (issue 40). Device-hours are the jobs' own,",
+        "start-up included (processes x wall time from torchrun's start to the result); wall is the whole command.",
+        "Command: `make bench ONLY=tuning` (benchmarks/tune_bench.py).",
         "",
-        "| study | trials | pruned | best roc_auc (validation) | baseline | device-hours | estimate at full budget | wall |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-        _row("example: TPE + successive halving", example, example_wall),
-        _row("random + successive halving", halving, halving_wall),
-        _row("random, no pruning (same 16 trials)", full, full_wall),
+        *studies,
         "",
-        f"- example study: {example['pruned']} of {example['trials']} trials stopped at the first rung; best "
-        f"{example['best']:.4f} vs the config's own hyperparameters {example['baseline']:.4f} (same split).",
-        f"- device-hours, successive halving / every trial at full budget (same trials, measured): "
-        f"**{halving['compute_hours'] / full['compute_hours']:.2f}**; the halving study's own estimate of the",
-        f"  full budget was {halving['full_budget_compute_hours']:.5f} vs {full['compute_hours']:.5f} measured.",
-        f"- wall time, same comparison: {halving_wall / full_wall:.2f} (process start, fit and MLflow per rung are",
-        "  not device-hours: a pruned trial still pays one job start).",
-        "",
+        *startup,
     ]
 
 

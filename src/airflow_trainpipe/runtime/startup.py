@@ -13,32 +13,34 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 
-def _job_started() -> float:
-    """Epoch seconds when torchrun (or this process, without it) started."""
-    import psutil
+def _age(pid: int) -> float:
+    """Seconds since process `pid` started. Linux's own clock (/proc: ticks since boot against
+    uptime), not psutil's create_time, whose boot time is whole seconds (up to 1 s off)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+        return float(Path("/proc/uptime").read_text().split()[0]) - started
+    except (OSError, IndexError, ValueError):
+        import psutil
 
-    me = psutil.Process()
-    if "TORCHELASTIC_RUN_ID" in os.environ and (parent := me.parent()) is not None:
-        return float(parent.create_time())
-    return float(me.create_time())
+        return time.time() - float(psutil.Process(pid).create_time())
 
 
 class StartupClock:
     """Laps of the start-up, named after what ran in them; `total()` is the start-up so far."""
 
     def __init__(self) -> None:
-        import psutil
-
-        started = _job_started()
-        rank_started = float(psutil.Process().create_time())
-        now = time.time()
+        rank_age = _age(os.getpid())
+        # Under torchrun the job started with torchrun, the parent of every rank.
+        job_age = _age(os.getppid()) if "TORCHELASTIC_RUN_ID" in os.environ else rank_age
         self.phases: dict[str, float] = {}
-        if rank_started > started:  # torchrun's own start, until it spawned this rank
-            self.phases["torchrun"] = rank_started - started
-        self.phases["interpreter_and_imports"] = now - rank_started
-        self._last = now
+        if job_age > rank_age:  # torchrun's own start, until it spawned this rank
+            self.phases["torchrun"] = job_age - rank_age
+        self.phases["interpreter_and_imports"] = rank_age
+        self._last = time.time()
 
     def lap(self, phase: str) -> None:
         """The time since the previous lap was spent on `phase`."""
