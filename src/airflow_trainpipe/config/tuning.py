@@ -173,7 +173,8 @@ class TuningSection(Section):
     hyperparameters on every training row (the validation split included)."""
     storage_conn_id: str | None = None
     """Airflow connection whose URI is the Optuna RDB storage (PostgreSQL in production);
-    null: an SQLite file under TRAINPIPE_HOME/optuna."""
+    null: an SQLite file under TRAINPIPE_HOME/optuna. Required with `launcher: kubernetes` and
+    pruning: a trial's pod reports its rungs to it."""
     nproc_per_trial: PositiveInt | None = None
     """Processes per trial; default training.resources.processes_per_node."""
 

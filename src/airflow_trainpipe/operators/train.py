@@ -338,8 +338,8 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         return watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
 
     def _labels(self, context: Context, spec: TrainSpec, try_number: int) -> Any:
-        """Who the pods belong to. A tuning trial runs one workload per rung and the mapped task
-        instances share their task id: its trial run id and budget make each name its own."""
+        """Who the pods belong to. The mapped task instances of tuning trials share their task id:
+        the trial's run id and budget make each one's name its own."""
         from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
 
         run = context["run_id"]

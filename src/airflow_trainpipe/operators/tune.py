@@ -1,8 +1,9 @@
 """The tuning tasks: tune_start -> trial (mapped, one task instance per trial) -> tune.
 
     tune_start   opens the run's Optuna study (RDB storage) and its MLflow parent run;
-    trial[i]     runs trial i rung by rung with the train task's own launcher (local torchrun or
-                 Kubernetes), each rung a training job that resumes from the trial's checkpoint;
+    trial[i]     runs trial i as one training job with the train task's own launcher (local
+                 torchrun or Kubernetes): the job reports each rung to the study and stops itself
+                 when pruned; a retry's job resumes from the trial's checkpoint;
     tune         summarises the study from its storage, logs the plots, hands the best trial on.
 
 The `train` task then adopts the best trial's model as the candidate (or retrains with its
@@ -103,7 +104,7 @@ class TuningStartOperator(TrainpipeRetryPolicyMixin, BaseOperator):
 
 
 class TuningTrialOperator(DistributedTrainOperator):
-    """One trial of the study (a mapped task instance per `slot`), rung by rung.
+    """One trial of the study (a mapped task instance per `slot`): one job through its rungs.
 
     A retry of the task continues the slot's trial from its newest complete checkpoint; a task
     instance that runs again after its trial ended (a cleared DAG run) returns the stored outcome.

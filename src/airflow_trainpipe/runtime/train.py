@@ -385,7 +385,7 @@ class Trainer:
         step, train_loss = state["step"], state.get("final_train_loss")
         timing = self.timing = self._timing(state)
         # A retry that resumed at a rung's end asks the study the question its attempt could not.
-        stop = self._rung_on_resume(state, sampler)
+        stop = self._rung_on_resume(state)
         self.engine.train()
         preempted = False
         while sampler.epoch < self.hp.epochs and step < total_steps and not stop:
@@ -460,6 +460,7 @@ class Trainer:
         metrics = state["history"][-1] if epoch_end else self._evaluate()
         value = metrics[self.rungs.metric]
         state.setdefault("rungs", {})[str(end)] = float(value)
+        state["last_rung_step"] = step
         return end
 
     def _pruned(self, state: dict[str, Any], end: int) -> bool:
@@ -483,15 +484,15 @@ class Trainer:
         self._save_rung_end(state, sampler, step, timing)
         return self._pruned(state, end)
 
-    def _rung_on_resume(self, state: dict[str, Any], sampler: ResumableSampler) -> bool:
+    def _rung_on_resume(self, state: dict[str, Any]) -> bool:
         """Collective, on a resumed trial: report what the study lacks; decide again only when the
         checkpoint stands exactly at a rung's end (the attempt may have died before asking)."""
         values = rung_values(state)
         if self.rungs is None or not values:
             return False
-        last = max(values)
-        position = state["step"] if self.rungs.by_steps else sampler.epoch
-        return self._pruned(state, last) if position == last else False
+        # Exactly at the rung's end: its checkpoint. Mid-epoch after it: the study already answered.
+        at_rung_end = state["step"] == state.get("last_rung_step")
+        return self._pruned(state, max(values)) if at_rung_end else False
 
     def _stop_preempted(
         self,
