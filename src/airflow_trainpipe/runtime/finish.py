@@ -113,11 +113,7 @@ class RunEnd:
             "end_compute_hours": end_s * self.world_size / 3600,
             "peak_rss_mib": peak_rss,
             "timing": {**state["timing"], "end_s": end_s},
-            "rungs": [
-                {"resource": int(k), "value": v}
-                for k, v in sorted(state.get("rungs", {}).items(), key=lambda kv: int(kv[0]))
-            ],
-            "pruned": bool(state.get("pruned", False)),
+            **_trial_fields(state),
             "mlflow_run_id": tracker.run_id,
             "mlflow_experiment_id": tracker.experiment_id,
             "transform_hash": transform.hash,
@@ -204,6 +200,16 @@ class RunEnd:
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         fs.pipe_file(path, json.dumps(payload, indent=1, sort_keys=True).encode())
         emit("result", **payload)
+
+
+def _trial_fields(state: dict[str, Any]) -> dict[str, Any]:
+    """A tuning trial's rung values (every attempt's, from the checkpointed state) and whether
+    the study's pruner stopped it."""
+    rungs = sorted((int(k), v) for k, v in state.get("rungs", {}).items())
+    return {
+        "rungs": [{"resource": r, "value": v} for r, v in rungs],
+        "pruned": bool(state.get("pruned", False)),
+    }
 
 
 def _peak_rss_mib() -> float:

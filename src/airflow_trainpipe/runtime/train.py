@@ -161,20 +161,7 @@ class Trainer:
         self._lap("tracking")
         total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
-            emit(
-                "start",
-                total_steps=total_steps,
-                resumed_from=resumed_from,
-                steps_recomputed=recomputed,
-                world_size=self.world_size,
-                global_batch=global_batch,
-                train_rows=prepared.train_rows,
-                holdout_rows=prepared.holdout_rows,
-                blocks=len(prepared.blocks),
-                fit_s=round(prepared.fit_seconds, 3),
-                mlflow_run_id=tracker.run_id if tracker else None,
-                startup=self.clock.rounded() if self.clock else {},
-            )
+            self._emit_start(total_steps, resumed_from, recomputed, global_batch, tracker)
         try:
             state = self._loop(sampler, state, total_steps, tracker, high_water)
             if self.encoder.folder is not None:
@@ -188,6 +175,25 @@ class Trainer:
             if tracker:
                 tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
             raise
+
+    def _emit_start(
+        self, total_steps: int, resumed_from: int, recomputed: int, global_batch: int, tracker: Tracker | None
+    ) -> None:
+        prepared = self.prepared
+        emit(
+            "start",
+            total_steps=total_steps,
+            resumed_from=resumed_from,
+            steps_recomputed=recomputed,
+            world_size=self.world_size,
+            global_batch=global_batch,
+            train_rows=prepared.train_rows,
+            holdout_rows=prepared.holdout_rows,
+            blocks=len(prepared.blocks),
+            fit_s=round(prepared.fit_seconds, 3),
+            mlflow_run_id=tracker.run_id if tracker else None,
+            startup=self.clock.rounded() if self.clock else {},
+        )
 
     def _build_engine(self) -> Any:
         with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built
@@ -368,20 +374,7 @@ class Trainer:
         steps = StepRunner(
             self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss
         )
-        sync = PeriodicSync(
-            SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
-            self.checkpoints,
-            self.world_size,
-            tracker,
-            self.notice,
-        )
-        epoch_end = EpochEnd(
-            EpochEndConfig(
-                self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience, prefix=self.scored
-            ),
-            self._evaluate,
-            tracker,
-        )
+        sync, epoch_end = self._sync_and_epoch_end(tracker)
         step, train_loss = state["step"], state.get("final_train_loss")
         timing = self.timing = self._timing(state)
         # A retry that resumed at a rung's end asks the study the question its attempt could not.
@@ -432,6 +425,23 @@ class Trainer:
         if self.rank == 0:
             high_water.flush()
         return state
+
+    def _sync_and_epoch_end(self, tracker: Tracker | None) -> tuple[PeriodicSync, EpochEnd]:
+        sync = PeriodicSync(
+            SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
+            self.checkpoints,
+            self.world_size,
+            tracker,
+            self.notice,
+        )
+        epoch_end = EpochEnd(
+            EpochEndConfig(
+                self.gate_metric, self.higher_is_better, self.hp.early_stopping_patience, prefix=self.scored
+            ),
+            self._evaluate,
+            tracker,
+        )
+        return sync, epoch_end
 
     def _timing(self, state: dict[str, Any]) -> Timing:
         """This attempt's clock, carrying the time earlier attempts spent; its start-up counts."""

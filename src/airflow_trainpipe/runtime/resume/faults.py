@@ -18,7 +18,6 @@ import time
 
 from airflow_trainpipe.contracts.events import write_line
 
-
 _JOB = {"run_id": ""}
 
 
