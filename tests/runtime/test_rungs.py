@@ -57,6 +57,16 @@ def _trial_spec(base: TrainSpec, study: optuna.Study, **kwargs: object) -> tuple
     return spec, trial
 
 
+def _trial_job(
+    tmp_path: Path, files: list[str], earlier: float
+) -> tuple[TrainSpec, optuna.Study, str, TrainSpec, optuna.Trial]:
+    """(base spec, study seeded with `earlier`, its URL, the new trial's spec, the trial)."""
+    base = _base(tmp_path / "checkpoints", files)
+    study, url = _study(tmp_path, base, earlier)
+    spec, trial = _trial_spec(base, study)
+    return base, study, url, spec, trial
+
+
 def _no_job_left() -> None:
     jobs = [
         p
@@ -69,9 +79,7 @@ def _no_job_left() -> None:
 def test_a_trial_behind_the_others_is_pruned_and_its_job_ends_cleanly(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    base = _base(tmp_path / "checkpoints", job_files)
-    study, url = _study(tmp_path, base, earlier=0.999)
-    spec, trial = _trial_spec(base, study)
+    _, study, url, spec, trial = _trial_job(tmp_path, job_files, earlier=0.999)
     run = run_job(spec, env={STORAGE_ENV: url})
     assert run.code == 0, run.text[-3000:]
     _no_job_left()  # torchrun and both ranks exited: nothing trains on after the decision
@@ -92,9 +100,7 @@ def test_a_trial_behind_the_others_is_pruned_and_its_job_ends_cleanly(
 def test_a_survivor_equals_a_trial_trained_in_one_go_and_its_rung_value_is_a_short_jobs(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    base = _base(tmp_path / "checkpoints", job_files)
-    study, url = _study(tmp_path, base, earlier=0.01)
-    spec, trial = _trial_spec(base, study)
+    base, study, url, spec, trial = _trial_job(tmp_path, job_files, earlier=0.01)
     survivor = run_job(spec, env={STORAGE_ENV: url})
     assert survivor.code == 0, survivor.text[-3000:]
     assert survivor.result is not None and survivor.result["pruned"] is False
@@ -118,9 +124,7 @@ def test_a_survivor_equals_a_trial_trained_in_one_go_and_its_rung_value_is_a_sho
 def test_a_trial_job_without_its_study_storage_stops_before_training_on(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    base = _base(tmp_path / "checkpoints", job_files)
-    study, _ = _study(tmp_path, base, earlier=0.5)
-    spec, _ = _trial_spec(base, study)
+    *_, spec, _ = _trial_job(tmp_path, job_files, earlier=0.5)
     run = run_job(spec, nproc=1)
     assert run.code != 0
     assert f"{STORAGE_ENV} is not set" in run.text and "StudyUnreachable" in run.text

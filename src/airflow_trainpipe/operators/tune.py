@@ -121,6 +121,7 @@ class TuningTrialOperator(DistributedTrainOperator):
         super().__init__(**kwargs)
         self.study = study
         self.slot = slot
+        self._study_url = ""  # the study storage's URL, resolved by execute()
         if self.nproc is None and self.config.tuning is not None:
             self.nproc = self.config.tuning.nproc_per_trial
 
@@ -139,7 +140,7 @@ class TuningTrialOperator(DistributedTrainOperator):
         # The job reports its rungs to the study itself: the URL (with its password) travels as
         # the environment of the local job, or in the try's Secret for pods, never in the spec.
         self.env = {**self.env, STORAGE_ENV: url}
-        self._secret_env = {STORAGE_ENV: url}
+        self._study_url = url
         hook = MlflowHook(self.mlflow_conn_id)
         self._lineage_tracking_uri = hook.tracking_uri
 
@@ -160,8 +161,13 @@ class TuningTrialOperator(DistributedTrainOperator):
 
     def _launch(self, context: Context, spec: TrainSpec, hook: Any, try_number: int) -> TrainResult:
         from airflow_trainpipe.launchers.watcher import JobWatcher
+        from airflow_trainpipe.runtime.rungs import STORAGE_ENV
 
         watcher = JobWatcher(None)  # the trial's run directory, not the task's state, carries the resume
+        # Pods reference the Secret only when their job has rungs to report (kubernetes_manifests).
+        self._secret_env = (
+            {STORAGE_ENV: self._study_url} if spec.trial is not None and spec.trial.rungs else {}
+        )
         if self.config.training.launcher == "kubernetes":
             result = self._run_on_kubernetes(context, spec, watcher, try_number)
         else:

@@ -33,6 +33,7 @@ from airflow_trainpipe.runtime.evaluation.final import evaluate_final
 from airflow_trainpipe.runtime.evaluation.holdout import first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
 from airflow_trainpipe.runtime.pretrained.export import save_hf_directory
+from airflow_trainpipe.runtime.rungs import rung_values
 from airflow_trainpipe.runtime.tracking import Tracker
 
 PREDICTION_SAMPLE = 1000  # holdout rows whose predictions the job logs for the serving check
@@ -205,9 +206,8 @@ class RunEnd:
 def _trial_fields(state: dict[str, Any]) -> dict[str, Any]:
     """A tuning trial's rung values (every attempt's, from the checkpointed state) and whether
     the study's pruner stopped it."""
-    rungs = sorted((int(k), v) for k, v in state.get("rungs", {}).items())
     return {
-        "rungs": [{"resource": r, "value": v} for r, v in rungs],
+        "rungs": [{"resource": r, "value": v} for r, v in sorted(rung_values(state).items())],
         "pruned": bool(state.get("pruned", False)),
     }
 

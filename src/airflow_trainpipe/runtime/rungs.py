@@ -66,12 +66,12 @@ def rdb_storage(url: str) -> optuna.storages.RDBStorage:
 class TrialRungs:
     """The rung ends of one trial's job and the study's decision at each (rank 0 talks to the study)."""
 
-    def __init__(self, trial: TrialRung, config: PipelineConfig, rank: int):
+    def __init__(self, trial: TrialRung, config: PipelineConfig):
         assert config.tuning is not None
         self.ends = list(trial.rungs)
         self.by_steps = config.tuning.pruning.resource == "steps"
         self.metric = config.tuning_objective[0]
-        self.spec, self.config, self.rank = trial, config, rank
+        self.spec, self.config = trial, config
         self._trial: optuna.Trial | None = None
 
     def ending(self, epochs_done: int, step: int, epoch_end: bool) -> int | None:
@@ -79,11 +79,6 @@ class TrialRungs:
         if self.by_steps:
             return step if step in self.ends else None
         return epochs_done if epoch_end and epochs_done in self.ends else None
-
-    def passed(self, epochs_done: int, step: int) -> list[int]:
-        """The rung ends at or before this point of training."""
-        position = step if self.by_steps else epochs_done
-        return [end for end in self.ends if end <= position]
 
     def decide(self, values: dict[int, float], at: int) -> bool:
         """Rank 0: report every rung value the study lacks, then whether the trial stops at `at`.
@@ -93,10 +88,9 @@ class TrialRungs:
             log.warning("trial %d: %s is %s at %d; stopping", self.spec.number, self.metric, value, at)
             return True
         trial = self._study_trial()
-        stored = trial.study._storage.get_trial(trial._trial_id).intermediate_values
         for end in sorted(values):
-            if end not in stored and math.isfinite(values[end]):
-                trial.report(values[end], end)
+            if math.isfinite(values[end]):
+                report_once(trial, values[end], end)
         prune = bool(trial.should_prune())
         log.info(
             "trial %d: %s %.6f after %d %s: %s",
@@ -126,6 +120,13 @@ class TrialRungs:
             assert self.spec.trial_id is not None
             self._trial = optuna.Trial(study, self.spec.trial_id)
         return self._trial
+
+
+def report_once(trial: optuna.Trial, value: float, resource: int) -> None:
+    """Report `value` at `resource` unless the study already holds one there (an earlier attempt
+    reported it; Optuna would warn and keep the first)."""
+    if resource not in trial.study._storage.get_trial(trial._trial_id).intermediate_values:
+        trial.report(value, resource)
 
 
 def rung_values(state: dict[str, Any]) -> dict[int, float]:

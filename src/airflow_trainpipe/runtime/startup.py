@@ -3,7 +3,7 @@
 Every attempt of every job pays it again: torchrun's own start, the interpreter and its imports,
 DeepSpeed's op, the rendezvous, the fit, the engine, the checkpoint load and the MLflow run. A
 tuning trial pays it once per job, so the study's device-hours count it (a pruned trial's saving
-is smaller than its skipped epochs), and `make bench ONLY=startup` reads the phases from here.
+is smaller than its skipped epochs), and `make bench ONLY=tuning` reads the phases from here.
 
 The clock starts where the job did: torchrun's process (the parent of every rank), or this
 process when it was started without torchrun (a test).

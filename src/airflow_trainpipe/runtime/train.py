@@ -107,9 +107,7 @@ class Trainer:
         self.scored = "holdout" if self.validation is None else "validation"
         # A trial with rungs reports each to its study and stops when the pruner says so.
         self.rungs = (
-            TrialRungs(spec.trial, self.config, self.rank)
-            if spec.trial is not None and spec.trial.rungs
-            else None
+            TrialRungs(spec.trial, self.config) if spec.trial is not None and spec.trial.rungs else None
         )
         self.checkpoints = CheckpointManager(
             self.training.checkpoint,

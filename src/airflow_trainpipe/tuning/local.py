@@ -93,20 +93,15 @@ def tune_locally(
     parent = start_parent_run(client, config.pipeline, name, {"trainpipe.launched_by": "cli"}, tracking_uri)
     ref = StudyRef(study_name=name, storage=url, parent_run_id=parent, run_id=base.run_id)
     launch = launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url})
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(slot: int) -> None:
+        # A study object per trial: a trial sets the study's sampler for its own draw.
+        _trial(config, open_study(config, name, url), ref, slot, base, launch, client, printer)
+
     parallel = max(1, max_parallel or config.tuning.budget.max_parallel)
-    slots = range(config.tuning.budget.trials)
-    if parallel == 1:
-        for slot in slots:
-            _trial(config, study, ref, slot, base, launch, client, printer)
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        def one(slot: int) -> None:
-            # Each thread its own study object: a trial sets the study's sampler for its draw.
-            _trial(config, open_study(config, name, url), ref, slot, base, launch, client, printer)
-
-        with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
-            list(pool.map(one, slots))
+    with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
+        list(pool.map(one, range(config.tuning.budget.trials)))
     summary = summarize(study, ref)
     baseline = _baseline(config, base, ref, launch)
     log_study(client, study, summary)

@@ -21,6 +21,7 @@ from airflow_trainpipe.config.tuning import TuningSection
 from airflow_trainpipe.contracts.payloads import TrainResult
 from airflow_trainpipe.contracts.train_spec import TrainSpec, TrialRung
 from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.runtime.rungs import report_once
 from airflow_trainpipe.tuning.outcomes import RungReport, StudyRef, TrialOutcome
 from airflow_trainpipe.tuning.study import sampler, suggest, trial_hyperparameters
 
@@ -133,8 +134,7 @@ def _rungs(
     if result.pruned:
         log.info("trial %d pruned after %d %s", trial.number, reports[-1].resource, tuning.pruning.resource)
         return end("pruned", TrialState.PRUNED)
-    if rungs[-1] not in study._storage.get_trial(trial._trial_id).intermediate_values:
-        trial.report(value, rungs[-1])
+    report_once(trial, value, rungs[-1])
     log.info("trial %d: %s %.6f at the full budget", trial.number, metric, value)
     return end("complete", value)
 
