@@ -1,7 +1,8 @@
 """Tuning (issues 16 and 40): successive halving vs every trial at full budget, one trial after
 another and two at a time; and a training job's start-up, before and after issue 40.
 
-`trainpipe tune` on one demo day (20,000 synthetic card transactions, as `make demo` writes them)
+`trainpipe tune` on one demo day (20,000 synthetic card transactions, as `make demo` writes them),
+and on one day of 600,000 rows
 with the example study's 16 configurations: the example config with `sampler.kind: random` (each
 slot draws the same values whatever the history, so both studies train the same 16
 configurations), once with successive halving (rungs at 1 and 3 epochs, reduction factor 3) and
@@ -37,19 +38,21 @@ BIN = Path(sys.executable).parent
 DAY = "2026-01-02"
 BEFORE = "4480144"  # the last commit before issue 40: every rung its own job
 STARTUP_REPEATS = 3
+DEMO_ROWS = 20_000  # what `make demo` writes per day
+LARGE_ROWS = 600_000  # a day where an epoch (~5.5 s here) is no longer small beside a job's start-up
 
 
-def _make_day(home: Path) -> None:
+def _make_day(home: Path, rows: int = DEMO_ROWS) -> None:
     env = {**os.environ, "TRAINPIPE_HOME": str(home)}
     subprocess.run(
         [str(BIN / "trainpipe"), "make-data", "--out", str(home / "data" / "card_transactions"),
-         "--start", DAY, "--days", "1"],
+         "--start", DAY, "--days", "1", "--rows", str(rows)],
         env=env, check=True, capture_output=True,
     )  # fmt: skip
 
 
-def _study(home: Path, config: Path, parallel: int) -> tuple[dict, float]:
-    _make_day(home)
+def _study(home: Path, config: Path, parallel: int, rows: int) -> tuple[dict, float]:
+    _make_day(home, rows)
     env = {**os.environ, "TRAINPIPE_HOME": str(home)}
     env.pop("MLFLOW_TRACKING_URI", None)
     started = time.perf_counter()
@@ -80,14 +83,16 @@ def _row(name: str, study: dict, wall: float) -> str:
     )
 
 
-def _studies(root: Path) -> list[str]:
+def _studies(root: Path, rows: int) -> list[str]:
     halving_cfg = _variant(root, "halving", sampler={"kind": "random"})
     full_cfg = _variant(root, "full", sampler={"kind": "random"}, pruning={"kind": "none"})
     runs = {}
     for parallel in (1, 2):
-        runs["halving", parallel] = _study(root / f"halving{parallel}", halving_cfg, parallel)
-        runs["full", parallel] = _study(root / f"full{parallel}", full_cfg, parallel)
+        for kind, config in (("halving", halving_cfg), ("full", full_cfg)):
+            runs[kind, parallel] = _study(root / f"{kind}{parallel}-{rows}", config, parallel, rows)
     lines = [
+        f"**{rows:,} rows** on the day:",
+        "",
         "| study | trials | pruned | best roc_auc (validation) | device-hours | of which start-up | "
         "estimate at full budget | wall |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -187,18 +192,22 @@ def bench_tuning() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         startup = _startup(root)
-        studies = _studies(root)
+        demo = _studies(root, DEMO_ROWS)
+        large = _studies(root, LARGE_ROWS)
     return [
         "## Tuning: successive halving vs every trial at full budget, trials side by side, start-up (issues 16, 40)",
         "",
-        f"`trainpipe tune` on one demo day ({DAY}, 20,000 rows) with the example study's 16 configurations",
+        f"`trainpipe tune` on one demo day ({DAY}, {DEMO_ROWS:,} rows) with the example study's 16 configurations",
         f"([{CONFIG.relative_to(REPO)}]({CONFIG.relative_to(REPO)}) with the random sampler: every study trains the same 16),",
         "successive halving (rungs at 1 and 3 epochs) vs no pruning, `--max-parallel 1` and `2` (one process per",
         "trial). Each trial is one training job through its rungs (issue 40). Device-hours are the jobs' own,",
         "start-up included (processes x wall time from torchrun's start to the result); wall is the whole command.",
-        "Command: `make bench ONLY=tuning` (benchmarks/tune_bench.py).",
+        f"The same on a day of {LARGE_ROWS:,} rows (`make-data --rows {LARGE_ROWS}`), where training is no longer",
+        "small beside a job's start-up. Command: `make bench ONLY=tuning` (benchmarks/tune_bench.py).",
         "",
-        *studies,
+        *demo,
+        "",
+        *large,
         "",
         *startup,
     ]
