@@ -144,3 +144,34 @@ def test_rungs_must_increase_and_name_their_study(ends: list[int]) -> None:
         TrialRung(number=0, validation=split, final=True, rungs=ends, study_name="s", trial_id=1)
     with pytest.raises(ValidationError, match="names its study_name and trial_id"):
         TrialRung(number=0, validation=split, final=True, rungs=[1])
+
+
+def test_a_study_that_cannot_be_opened_is_named_and_retryable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_trainpipe.runtime.rungs import StudyUnreachable, TrialRungs
+
+    base = _base(tmp_path / "checkpoints", ["file:///unused.parquet"])
+    study, _ = _study(tmp_path, base, earlier=0.5)
+    spec, _ = _trial_spec(base, study)
+    assert spec.trial is not None
+    # An SQLite file in a folder that does not exist: the database cannot be opened.
+    monkeypatch.setenv(STORAGE_ENV, f"sqlite:///{tmp_path / 'missing' / 'study.db'}")
+    with pytest.raises(StudyUnreachable, match="cannot open study 'rungs'") as caught:
+        TrialRungs(spec.trial, base.config).decide({1: 0.7}, 1)
+    assert caught.value.retryable
+
+
+def test_a_diverged_rung_stops_the_trial_without_asking_the_study(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_trainpipe.runtime.rungs import TrialRungs
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    base = _base(tmp_path / "checkpoints", ["file:///unused.parquet"])
+    study, _ = _study(tmp_path, base, earlier=0.5)
+    spec, trial = _trial_spec(base, study)
+    assert spec.trial is not None
+    # No storage URL in the environment: a question to the study would raise.
+    assert TrialRungs(spec.trial, base.config).decide({1: float("nan")}, 1) is True
+    assert study._storage.get_trial(trial._trial_id).intermediate_values == {}
