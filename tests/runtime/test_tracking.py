@@ -121,4 +121,7 @@ def test_compute_hours_count_the_world_size_the_job_ran_with(
     run = run_job(spec, nproc=1)
     assert run.code == 0, run.text[-3000:]
     device_seconds = run.result["compute_hours_cpu"] * 3600
-    assert device_seconds == pytest.approx(run.result["timing"]["loop_s"] * 1, rel=0.02)
+    timing = run.result["timing"]
+    ran = timing["startup_s"] + timing["loop_s"] + timing["end_s"]  # start-up and end are device time too
+    assert device_seconds == pytest.approx(ran * 1, rel=0.02)
+    assert run.result["startup_compute_hours"] * 3600 == pytest.approx(timing["startup_s"] * 1, rel=1e-6)
