@@ -68,11 +68,15 @@ def _trial_job(
 
 
 def _no_job_left() -> None:
-    jobs = [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "airflow_trainpipe.runtime.train" in " ".join(p.cmdline())
-    ]
+    """No training process is alive under this one (an exited child an earlier test left
+    unreaped, a zombie, trains nothing)."""
+    jobs = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "airflow_trainpipe.runtime.train" in " ".join(process.cmdline()):
+                jobs.append(process)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
     assert jobs == []
 
 
