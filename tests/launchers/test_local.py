@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.launchers.command import torchrun_command
-from airflow_trainpipe.launchers.local import LocalLauncher
+from airflow_trainpipe.launchers.local import LocalLauncher, threads_per_rank
 from tests.helpers.jobs import make_spec
 
 
@@ -58,3 +59,48 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
     ):
         time.sleep(0.1)
     assert [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.mark.parametrize(
+    ("cores", "nproc", "jobs", "threads"), [(16, 1, 1, 16), (16, 2, 2, 4), (2, 1, 2, 1), (2, 2, 2, 1)]
+)
+def test_the_host_cores_are_shared_between_every_rank_of_the_jobs_side_by_side(
+    monkeypatch: pytest.MonkeyPatch, cores: int, nproc: int, jobs: int, threads: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    assert threads_per_rank(nproc, jobs) == threads
+
+
+def test_a_thread_count_the_user_set_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, job_files: list[str]
+) -> None:
+    spec = make_spec(tmp_path, job_files, "threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert LocalLauncher(spec, 1, jobs_on_host=2).env["OMP_NUM_THREADS"] == "3"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    expected = str(threads_per_rank(1, 2))
+    assert LocalLauncher(spec, 1, jobs_on_host=2).env["OMP_NUM_THREADS"] == expected
+
+
+@pytest.mark.slow
+def test_a_rank_of_a_job_beside_another_gets_its_share_of_the_cores(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One rank alone would keep torch's thread per core: two trials side by side then put twice
+    # as many spinning threads as cores on the host (13x slower each, BENCHMARKS.md Tuning).
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    spec = make_spec(tmp_path, job_files, "share", preemption_grace=3)
+    launcher = LocalLauncher(spec, 1, env={"TRAINPIPE_PAUSE_AT": "step:3"}, jobs_on_host=2)
+    launcher.start()
+    try:
+        for line in launcher.lines():
+            if "TRAINPIPE PAUSED step:3" in line.text:
+                break
+        ranks = [
+            p for p in _job_processes(launcher) if "airflow_trainpipe.runtime.train" in " ".join(p.cmdline())
+        ]
+        rank = next(p for p in ranks if "torch.distributed.run" not in " ".join(p.cmdline()))
+        assert rank.environ()["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) // 2))
+    finally:
+        launcher.kill()
+        launcher.wait()

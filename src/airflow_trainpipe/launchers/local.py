@@ -32,10 +32,24 @@ class Line:
     event: dict[str, Any] | None
 
 
+def threads_per_rank(nproc: int, jobs_on_host: int = 1) -> int:
+    """This host's cores shared out between every rank of the jobs that run on it at once.
+
+    torchrun sets OMP_NUM_THREADS=1 only for more than one rank; a one-rank job keeps torch's
+    default, a thread per core. Two such jobs side by side (two trials) put twice as many spinning
+    OpenMP threads as cores on the host, and each ran 13x slower than alone (BENCHMARKS.md, Tuning).
+    """
+    return max(1, len(os.sched_getaffinity(0)) // (nproc * jobs_on_host))
+
+
 class LocalLauncher:
-    def __init__(self, spec: TrainSpec, nproc: int, env: dict[str, str] | None = None):
+    """`jobs_on_host`: how many jobs this one runs beside (trials side by side), to share the cores."""
+
+    def __init__(self, spec: TrainSpec, nproc: int, env: dict[str, str] | None = None, jobs_on_host: int = 1):
         self.spec, self.nproc = spec, nproc
         self.env = {**os.environ, **(env or {})}
+        # A value the user set wins: they know their host.
+        self.env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(nproc, jobs_on_host)))
         if spec.config.training.resources.gpus_per_node == 0:
             self.env.setdefault("DS_ACCELERATOR", "cpu")
         self.env.setdefault("PYTHONUNBUFFERED", "1")

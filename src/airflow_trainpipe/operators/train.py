@@ -108,6 +108,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         self._launcher: LocalLauncher | None = None
         self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
         self._secret_env: dict[str, str] = {}  # put in the try's Secret beside connection credentials
+        self._jobs_on_host = 1  # local jobs that share this worker's cores (trials side by side)
 
     # -- what to run ----------------------------------------------------------------------------
 
@@ -278,7 +279,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         self.log.info("MLflow tracking URI %s", redact_uri(hook.tracking_uri))
         # Credentials travel as environment only: never on the command line or in the spec file.
         env = {**self.env, **hook.environment(), "TRAINPIPE_TRY_NUMBER": str(try_number)}
-        launcher = self._launcher = LocalLauncher(spec, nproc, env=env)
+        launcher = self._launcher = LocalLauncher(spec, nproc, env=env, jobs_on_host=self._jobs_on_host)
         launcher.start()
         try:
             for line in launcher.lines():

@@ -122,8 +122,10 @@ class TuningTrialOperator(DistributedTrainOperator):
         self.study = study
         self.slot = slot
         self._study_url = ""  # the study storage's URL, resolved by execute()
-        if self.nproc is None and self.config.tuning is not None:
-            self.nproc = self.config.tuning.nproc_per_trial
+        if self.config.tuning is not None:
+            self.nproc = self.nproc or self.config.tuning.nproc_per_trial
+            # The grid runs up to max_parallel trials at once; on one worker they share its cores.
+            self._jobs_on_host = self.config.tuning.budget.max_parallel
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook

@@ -42,14 +42,19 @@ class LocalTuning:
 
 
 def launch_locally(
-    nproc: int, printer: Printer, verbose: bool = False, env: dict[str, str] | None = None
+    nproc: int,
+    printer: Printer,
+    verbose: bool = False,
+    env: dict[str, str] | None = None,
+    jobs_on_host: int = 1,
 ) -> Callable[[TrainSpec], TrainResult]:
-    """Run a job under torchrun here and return its result (TrainingJobFailed if it fails)."""
+    """Run a job under torchrun here and return its result (TrainingJobFailed if it fails);
+    `jobs_on_host` jobs run at once, sharing the cores."""
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.watcher import JobWatcher
 
     def launch(spec: TrainSpec) -> TrainResult:
-        launcher = LocalLauncher(spec, nproc, env=env)
+        launcher = LocalLauncher(spec, nproc, env=env, jobs_on_host=jobs_on_host)
         watcher = JobWatcher(show_raw=False, tail=40)
         launcher.start()
         try:
@@ -92,18 +97,19 @@ def tune_locally(
     study = open_study(config, name, url)
     parent = start_parent_run(client, config.pipeline, name, {"trainpipe.launched_by": "cli"}, tracking_uri)
     ref = StudyRef(study_name=name, storage=url, parent_run_id=parent, run_id=base.run_id)
-    launch = launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url})
+    parallel = max(1, max_parallel or config.tuning.budget.max_parallel)
+    launch = launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url}, jobs_on_host=parallel)
     from concurrent.futures import ThreadPoolExecutor
 
     def one(slot: int) -> None:
         # A study object per trial: a trial sets the study's sampler for its own draw.
         _trial(config, open_study(config, name, url), ref, slot, base, launch, client, printer)
 
-    parallel = max(1, max_parallel or config.tuning.budget.max_parallel)
     with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
         list(pool.map(one, range(config.tuning.budget.trials)))
     summary = summarize(study, ref)
-    baseline = _baseline(config, base, ref, launch)
+    # The baseline runs alone: it gets the whole host.
+    baseline = _baseline(config, base, ref, launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url}))
     log_study(client, study, summary)
     return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric))
 
