@@ -1,0 +1,223 @@
+"""A canary step's figures, read from the router's request log, and the verdict on them.
+
+Every request is scored by both models (one answers, the other in the shadow), so the candidate is
+judged on every request of the step, not only on its traffic share: its errors and latency where
+it answered or shadow-scored, and its disagreement with the champion on exactly the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_trainpipe.config.canary import CanaryChecks
+
+EXAMPLES = 5  # disagreeing rows kept for the report
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Each model's decision threshold (binary: its own tuned threshold, from its version's tags)."""
+
+    champion: float = 0.5
+    candidate: float = 0.5
+
+
+@dataclass
+class StepFigures:
+    requests: int = 0
+    """Requests the candidate answered or shadow-scored (or failed to)."""
+    served: int = 0
+    """Of them, answered to a client by the candidate."""
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    compared_rows: int = 0
+    disagreements: int = 0
+    champion_scores: list[float] = field(default_factory=list)
+    candidate_scores: list[float] = field(default_factory=list)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    def latency_ms(self, percentile: float) -> float:
+        return _percentile(self.latencies_ms, percentile)
+
+    @property
+    def disagreement(self) -> float:
+        return self.disagreements / self.compared_rows if self.compared_rows else 0.0
+
+    @property
+    def score_distance(self) -> float:
+        return ks_statistic(self.champion_scores, self.candidate_scores)
+
+    def summary(self, checks: CanaryChecks) -> dict[str, Any]:
+        figures: dict[str, Any] = {
+            "requests": self.requests,
+            "served_by_candidate": self.served,
+            "error_rate": round(self.error_rate, 6),
+            "compared_rows": self.compared_rows,
+            "disagreement": round(self.disagreement, 6),
+        }
+        if checks.latency is not None:
+            figures[f"latency_p{checks.latency.percentile:g}_ms"] = round(
+                self.latency_ms(checks.latency.percentile), 3
+            )
+        if self.champion_scores:
+            figures["score_distance"] = round(self.score_distance, 6)
+        return figures
+
+
+@dataclass(frozen=True)
+class Verdict:
+    holds: bool | None
+    """True: the step held; False: it failed; None: not decided yet (keep waiting)."""
+    failed: tuple[str, ...] = ()
+    """What failed, in words, e.g. `error_rate 0.12 > 0.01`."""
+
+
+def read_step(log: Path, since: float, until: float | None, thresholds: Thresholds) -> StepFigures:
+    """The figures of the requests received in [since, until) (until None: up to now)."""
+    figures = StepFigures()
+    for record in _records(log):
+        if record["t"] < since or (until is not None and record["t"] >= until):
+            continue
+        _add(figures, record, thresholds)
+    return figures
+
+
+def judge(figures: StepFigures, checks: CanaryChecks, ended: bool) -> Verdict:
+    """A check may fail the step early once it has `min_requests`; the step holds only at its end."""
+    if figures.requests < checks.min_requests:
+        if not ended:
+            return Verdict(None)
+        return Verdict(
+            False, (f"too little traffic to judge: {figures.requests} of {checks.min_requests} requests",)
+        )
+    failed = []
+    if checks.max_error_rate is not None and figures.error_rate > checks.max_error_rate:
+        failed.append(f"error_rate {figures.error_rate:.4f} > {checks.max_error_rate:g}")
+    if checks.latency is not None:
+        latency = figures.latency_ms(checks.latency.percentile)
+        if latency > checks.latency.max_ms:
+            failed.append(
+                f"latency p{checks.latency.percentile:g} {latency:.1f} ms > {checks.latency.max_ms:g} ms"
+            )
+    if checks.max_disagreement is not None and figures.disagreement > checks.max_disagreement:
+        failed.append(
+            f"disagreement {figures.disagreement:.4f} > {checks.max_disagreement:g} "
+            f"({figures.disagreements} of {figures.compared_rows} rows)"
+        )
+    if checks.max_score_distance is not None and figures.score_distance > checks.max_score_distance:
+        failed.append(f"score_distance {figures.score_distance:.4f} > {checks.max_score_distance:g}")
+    if failed:
+        return Verdict(False, tuple(failed))
+    return Verdict(True if ended else None)
+
+
+def _records(log: Path) -> Iterator[dict[str, Any]]:
+    try:
+        handle = log.open()
+    except FileNotFoundError:
+        return
+    with handle:
+        for line in handle:
+            if line.endswith("\n"):  # the router may be writing the last line right now
+                yield json.loads(line)
+
+
+def _add(figures: StepFigures, record: dict[str, Any], thresholds: Thresholds) -> None:
+    primary = record["role"]
+    shadowed = "shadow_status" in record
+    if primary == "candidate":
+        figures.served += 1
+        _count_candidate(figures, record["status"], record["latency_ms"], record.get("shadow_status"))
+    elif shadowed:
+        _count_candidate(figures, record["shadow_status"], record["shadow_latency_ms"], record["status"])
+    if not shadowed or record["answer"] is None or record["shadow"] is None:
+        return
+    candidate, champion = (
+        (record["answer"], record["shadow"])
+        if primary == "candidate"
+        else (record["shadow"], record["answer"])
+    )
+    _compare(figures, champion, candidate, thresholds, record["t"])
+
+
+def _count_candidate(
+    figures: StepFigures, status: int, latency_ms: float, champion_status: int | None
+) -> None:
+    figures.requests += 1
+    # A 4xx the champion gave too is the client's mistake; one only the candidate gives is its own.
+    client_fault = 400 <= status < 500 and champion_status == status
+    if status != 200 and not client_fault:
+        figures.errors += 1
+    if status == 200:
+        figures.latencies_ms.append(latency_ms)
+
+
+def _compare(
+    figures: StepFigures, champion: list[Any], candidate: list[Any], thresholds: Thresholds, t: float
+) -> None:
+    for row, (old, new) in enumerate(zip(champion, candidate, strict=False)):
+        old, new = _unwrap(old), _unwrap(new)
+        old_score, new_score = _score(old), _score(new)
+        if old_score is not None and new_score is not None:
+            figures.champion_scores.append(old_score)
+            figures.candidate_scores.append(new_score)
+        figures.compared_rows += 1
+        if _decision(old, thresholds.champion) != _decision(new, thresholds.candidate):
+            figures.disagreements += 1
+            if len(figures.examples) < EXAMPLES:
+                figures.examples.append({"t": t, "row": row, "champion": old, "candidate": new})
+
+
+def _unwrap(prediction: Any) -> Any:
+    """A one-column answer (a pandas Series comes back as {"name": value}) is that value."""
+    if isinstance(prediction, dict) and len(prediction) == 1:
+        return next(iter(prediction.values()))
+    return prediction
+
+
+def _score(prediction: Any) -> float | None:
+    if isinstance(prediction, int | float) and not isinstance(prediction, bool):
+        return float(prediction)
+    return None  # multiclass: one probability per class, compared by decision only
+
+
+def _decision(prediction: Any, threshold: float) -> Any:
+    if isinstance(prediction, dict):  # multiclass: {class: probability}
+        return max(prediction, key=prediction.__getitem__)
+    if isinstance(prediction, list):
+        return max(range(len(prediction)), key=prediction.__getitem__)
+    return float(prediction) >= threshold
+
+
+def _percentile(values: list[float], percentile: float) -> float:
+    """Nearest-rank percentile: the value a share `percentile` of the requests are at or below."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(percentile / 100 * len(ordered)) - 1)]
+
+
+def ks_statistic(first: Iterable[float], second: Iterable[float]) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs."""
+    a, b = sorted(first), sorted(second)
+    if not a or not b:
+        return 0.0
+    i = j = 0
+    gap = 0.0
+    while i < len(a) and j < len(b):
+        value = min(a[i], b[j])
+        while i < len(a) and a[i] == value:
+            i += 1
+        while j < len(b) and b[j] == value:
+            j += 1
+        gap = max(gap, abs(i / len(a) - j / len(b)))
+    return gap

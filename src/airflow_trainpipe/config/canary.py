@@ -1,0 +1,98 @@
+"""`canary`: the gate's winner serves real traffic beside the champion before it becomes champion."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.types import Alias, PositiveDuration
+
+
+class LatencyCheck(Section):
+    """The candidate's latency at a percentile, measured where the traffic is split."""
+
+    percentile: float = Field(default=99.0, gt=0.0, lt=100.0)
+    """Which percentile of the step's candidate requests (99: the slowest 1% are above it)."""
+
+    max_ms: float = Field(default=500.0, gt=0.0)
+    """The step fails when that percentile is above this many milliseconds."""
+
+
+class CanaryChecks(Section):
+    """What must hold at every step, measured on the step's own requests; null turns a check off."""
+
+    max_error_rate: float | None = Field(default=0.01, ge=0.0, le=1.0)
+    """Share of the candidate's requests answered with an error (a 5xx, or no answer in time)."""
+
+    latency: LatencyCheck | None = LatencyCheck()
+    """The candidate's latency percentile (router to model and back)."""
+
+    max_disagreement: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    """Share of rows, scored by both models on the same request, whose decisions differ: the class
+    at each model's own threshold (binary) or the top class (multiclass). Catches a candidate whose
+    holdout metric looks fine but which answers real traffic differently from the champion."""
+
+    max_score_distance: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Largest gap between the two models' score distributions on the same rows (the two-sample
+    Kolmogorov-Smirnov statistic, 0 to 1); for regression and ranking, where no decision exists."""
+
+    min_requests: PositiveInt = 50
+    """Candidate requests a step needs to be judged: a check fails early only with this many, and a
+    step that ends with fewer fails for lack of evidence (nothing is promoted on silence)."""
+
+
+class LocalServing(Section):
+    """`backend: local`: both models under `mlflow models serve` on 127.0.0.1 behind a weighted router."""
+
+    host: str = "127.0.0.1"
+    """Where the router listens (clients send their requests there)."""
+
+    port: int = Field(default=0, ge=0, le=65535)
+    """The router's port; 0 picks a free one, recorded in the canary's state and the task log."""
+
+    timeout_s: float = Field(default=10.0, gt=0.0)
+    """How long the router waits for a model's answer before counting the request as an error."""
+
+
+class CanarySection(Section):
+    """Canary release: the gate's winner takes a growing share of live traffic, step by step."""
+
+    steps: list[float] = Field(default=[5.0, 25.0, 100.0], min_length=1)
+    """Percent of traffic on the candidate at each step, increasing, each in (0, 100]. The champion
+    keeps the rest, and scores every request in the shadow for the comparison."""
+
+    step_duration: PositiveDuration = timedelta(minutes=10)
+    """How long each step lasts; its checks are read throughout and judged at its end."""
+
+    checks: CanaryChecks = CanaryChecks()
+    """What every step must satisfy."""
+
+    alias: Alias = "canary"
+    """The alias the candidate holds while it is in canary (removed when it is promoted or rolled back)."""
+
+    backend: Literal["local"] = "local"
+    """Where both models serve: `local` (`mlflow models serve` x2 and a weighted router here)."""
+
+    local: LocalServing = LocalServing()
+    """Settings of the local backend."""
+
+    poll_interval: PositiveDuration = timedelta(seconds=30)
+    """How often a waiting step (in the triggerer) reads its checks."""
+
+    @model_validator(mode="after")
+    def _increasing_steps(self) -> CanarySection:
+        problems: FieldProblems = []
+        for index, share in enumerate(self.steps):
+            if not 0.0 < share <= 100.0:
+                problems.append((("steps", index), f"must be a percent in (0, 100], got {share:g}"))
+            elif index and share <= self.steps[index - 1]:
+                problems.append(
+                    (("steps", index), f"must be above the step before ({self.steps[index - 1]:g})")
+                )
+        if self.poll_interval > self.step_duration:
+            problems.append((("poll_interval",), "must not be longer than step_duration"))
+        field_problems(problems)
+        return self
