@@ -106,6 +106,7 @@ SECTIONS = (
     "preemption",
     "text",
     "pretrained",
+    "canary",
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
 # `gpu`: benchmarks/gpu_bench.py on a GPU machine (the device tool), never on the CPU machine.
@@ -113,6 +114,7 @@ KEPT = ("soak", "gpu")
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
+    from canary_bench import bench_canary
     from checkpoint_bench import bench_checkpoint  # benchmarks/ is on sys.path when run as a script
     from dag_parsing_bench import bench_dag_parsing
     from feature_store_bench import bench_feature_store
@@ -142,6 +144,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "preemption": bench_preemption,
         "text": bench_text,
         "pretrained": bench_pretrained,
+        "canary": bench_canary,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
@@ -219,6 +222,7 @@ def _section_name(heading: str) -> str:
         ("text", "text models"),
         ("pretrained", "pretrained encoders"),
         ("gpu", "gpu:"),
+        ("canary", "canary:"),
     ):
         if marker in lowered:
             return name

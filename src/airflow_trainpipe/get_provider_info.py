@@ -30,6 +30,7 @@ def get_provider_info() -> dict:
                     "airflow_trainpipe.operators.register",
                     "airflow_trainpipe.operators.approval",
                     "airflow_trainpipe.operators.promote",
+                    "airflow_trainpipe.operators.canary",
                     "airflow_trainpipe.operators.tune",
                     "airflow_trainpipe.operators.config_error",
                 ],
@@ -43,6 +44,7 @@ def get_provider_info() -> dict:
                 "integration-name": "Trainpipe",
                 "python-modules": [
                     "airflow_trainpipe.triggers.source_rows",
+                    "airflow_trainpipe.triggers.canary_step",
                 ],
             },
         ],
@@ -61,6 +63,7 @@ def get_provider_info() -> dict:
             "airflow_trainpipe.links.mlflow.MlflowRunLink",
             "airflow_trainpipe.links.mlflow.MlflowModelVersionLink",
             "airflow_trainpipe.links.mlflow.GateReportLink",
+            "airflow_trainpipe.links.mlflow.CanaryReportLink",
         ],
         "integrations": [
             {

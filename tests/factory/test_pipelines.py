@@ -321,6 +321,37 @@ def test_approval_adds_approve_and_promote_and_the_asset_moves_with_the_champion
     DagSerialization.from_dict(DagSerialization.to_dict(dag))
 
 
+CANARY = "\ncanary:\n  steps: [5, 25, 100]\n  step_duration: 15m\n"
+
+
+@pytest.mark.parametrize("approval", [False, True])
+def test_a_canary_group_promotes_after_its_last_step(tmp_path: Path, approval: bool) -> None:
+    from airflow_trainpipe.operators.canary import CanaryPromoteOperator, CanaryStepOperator
+
+    dag = _dags(_folder(tmp_path, **{"fraud.yaml": (APPROVED if approval else FRAUD) + CANARY}))[
+        "fraud_detector"
+    ]
+    staged = ["register", "approve"] if approval else ["register"]
+    group = ["canary.start", "canary.step_1", "canary.step_2", "canary.step_3", "canary.promote"]
+    order = ["wait_for_data", "validate_data", "train", "gate", *staged, *group]
+    assert sorted(dag.task_ids) == sorted(order)  # no `promote` beside approve: the canary's promotes
+    for upstream, downstream in itertools.pairwise(order):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    steps = [dag.get_task(f"canary.step_{n}") for n in (1, 2, 3)]
+    assert all(isinstance(s, CanaryStepOperator) and s.retries == 0 for s in steps)
+    assert [s.step for s in steps] == [1, 2, 3]
+    promote = dag.get_task("canary.promote")
+    assert isinstance(promote, CanaryPromoteOperator) and promote.trigger_rule == "none_failed"
+    assert dag.get_task("register").outlets == [] and not dag.get_task("register").on_success_callback
+    [asset] = promote.outlets
+    assert asset.name == "fraud_detector@champion"
+    if approval:
+        assert [n.event for n in promote.on_success_callback] == ["promotion"]
+    assert dag.task_group_dict["canary"].children.keys() == set(group)
+    dag.validate()
+    DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
 def test_notify_wires_failure_promotion_approval_and_deadline(tmp_path: Path) -> None:
     from airflow.sdk import DeadlineReference
 

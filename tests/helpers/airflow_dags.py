@@ -152,18 +152,25 @@ from airflow_trainpipe.factory import register_pipelines
 register_pipelines(Path(__file__).parent / "configs", globals())
 
 if __name__ == "__main__":
-    run = globals()[{dag_id!r}].test(logical_date=datetime.fromisoformat({logical_date!r}).replace(tzinfo=timezone.utc))
+    run = globals()[{dag_id!r}].test(
+        logical_date=datetime.fromisoformat({logical_date!r}).replace(tzinfo=timezone.utc), run_conf={run_conf!r}
+    )
     tasks = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
     print({mark!r} + json.dumps({{"state": str(run.state), "tasks": tasks}}), flush=True)
 """
 
 
 def run_factory_pipeline(
-    env: dict[str, str], config: dict[str, Any], logical_date: str, timeout: float = 540
+    env: dict[str, str],
+    config: dict[str, Any],
+    logical_date: str,
+    timeout: float = 540,
+    run_conf: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """One run of the pipeline `config` declares, as the factory builds it from the dags folder
     of `env`, for a short training: one epoch, and the first model promoted whatever its score
-    (the path is tested, not the model). Returns the run's states and the whole output."""
+    (the path is tested, not the model); `run_conf`: the trigger form's values. Returns the run's
+    states and the whole output."""
     import yaml
 
     config = {**config, "register": {k: v for k, v in config["register"].items() if k != "model_name"}}
@@ -172,7 +179,9 @@ def run_factory_pipeline(
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "configs").mkdir(exist_ok=True)
     (dags / "configs" / f"{config['pipeline']}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    source = FACTORY_DAG_FILE.format(dag_id=config["pipeline"], logical_date=logical_date, mark=RESULT_MARK)
+    source = FACTORY_DAG_FILE.format(
+        dag_id=config["pipeline"], logical_date=logical_date, mark=RESULT_MARK, run_conf=run_conf
+    )
     (dags / "pipeline.py").write_text(source)
     done = subprocess.run(
         [sys.executable, str(dags / "pipeline.py")], env=env, capture_output=True, text=True, timeout=timeout

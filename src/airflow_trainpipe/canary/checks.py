@@ -40,12 +40,20 @@ class StepFigures:
     champion_scores: list[float] = field(default_factory=list)
     candidate_scores: list[float] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)
+    latency_at_percentile_ms: float | None = None
+    """The latency percentile as a backend measured it (CloudWatch), where no single request is seen."""
+    latency_unreported: bool = False
+    """The backend served requests but reported no latency percentile: the check cannot hold."""
+    alarms: list[str] = field(default_factory=list)
+    """The backend's alarms now in ALARM (SageMaker: the config's CloudWatch alarms)."""
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 0.0
 
     def latency_ms(self, percentile: float) -> float:
+        if self.latency_at_percentile_ms is not None:
+            return self.latency_at_percentile_ms
         return _percentile(self.latencies_ms, percentile)
 
     @property
@@ -68,6 +76,8 @@ class StepFigures:
             figures[f"latency_p{checks.latency.percentile:g}_ms"] = round(
                 self.latency_ms(checks.latency.percentile), 3
             )
+        if self.alarms:
+            figures["alarms"] = self.alarms
         if self.champion_scores:
             figures["score_distance"] = round(self.score_distance, 6)
         return figures
@@ -92,7 +102,10 @@ def read_step(log: Path, since: float, until: float | None, thresholds: Threshol
 
 
 def judge(figures: StepFigures, checks: CanaryChecks, ended: bool) -> Verdict:
-    """A check may fail the step early once it has `min_requests`; the step holds only at its end."""
+    """A check may fail the step early once it has `min_requests`; the step holds only at its end.
+    An alarm in ALARM fails it at once, whatever the traffic."""
+    if figures.alarms:
+        return Verdict(False, tuple(figures.alarms))
     if figures.requests < checks.min_requests:
         if not ended:
             return Verdict(None)
@@ -102,7 +115,11 @@ def judge(figures: StepFigures, checks: CanaryChecks, ended: bool) -> Verdict:
     failed = []
     if checks.max_error_rate is not None and figures.error_rate > checks.max_error_rate:
         failed.append(f"error_rate {figures.error_rate:.4f} > {checks.max_error_rate:g}")
-    if checks.latency is not None:
+    if checks.latency is not None and figures.latency_unreported:
+        failed.append(
+            f"latency p{checks.latency.percentile:g}: the backend reported none for {figures.requests} requests"
+        )
+    elif checks.latency is not None:
         latency = figures.latency_ms(checks.latency.percentile)
         if latency > checks.latency.max_ms:
             failed.append(
@@ -221,3 +238,24 @@ def ks_statistic(first: Iterable[float], second: Iterable[float]) -> float:
             j += 1
         gap = max(gap, abs(i / len(a) - j / len(b)))
     return gap
+
+
+def traffic_over_time(log: Path, bins: int = 60) -> list[dict[str, Any]]:
+    """Requests per interval by the model that answered, and the candidate's share then: the
+    report's traffic chart (at most `bins` intervals over the whole canary)."""
+    records = [(r["t"], r["role"], r["percent"]) for r in _records(log)]
+    if not records:
+        return []
+    records.sort()
+    start, end = records[0][0], records[-1][0]
+    width = max((end - start) / bins, 1e-3)
+    points: list[dict[str, Any]] = []
+    for t, role, percent in records:
+        index = min(int((t - start) / width), bins - 1)
+        while len(points) <= index:
+            points.append(
+                {"t": start + len(points) * width, "champion": 0, "candidate": 0, "percent": percent}
+            )
+        points[index][role] += 1
+        points[index]["percent"] = percent
+    return points

@@ -25,6 +25,8 @@ def _render(args: argparse.Namespace) -> int:
         partition = render_partition(config.data.partition, args.ds)
     except TrainpipeError as exc:
         return failed(args.config, exc)
+    if args.task == "canary":
+        return _canary(args, config)
     if config.training.launcher != "kubernetes":
         print(
             f"{args.config}: training.launcher is {config.training.launcher!r}; only launcher kubernetes submits manifests",
@@ -52,6 +54,31 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _canary(args: argparse.Namespace, config: object) -> int:
+    """The KServe InferenceService of each canary step, then the rollback's (canary/kserve.py)."""
+    import yaml
+
+    from airflow_trainpipe.canary.kserve import inference_services
+    from airflow_trainpipe.config import PipelineConfig
+
+    assert isinstance(config, PipelineConfig)
+    if config.canary is None:
+        print(f"{args.config}: no canary section; add one to render its steps", file=sys.stderr)
+        return 1
+    if not args.version or not args.storage_uri:
+        print(
+            "--task canary needs --version and --storage-uri (where the version's model files are)",
+            file=sys.stderr,
+        )
+        return 1
+    docs = inference_services(config, args.version, args.storage_uri, args.namespace, args.service_account)
+    print(
+        f"# trainpipe render {args.config} --task canary: version {args.version}, {len(docs) - 1} step(s), then the rollback"
+    )
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, width=120))
+    return 0
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     render = commands.add_parser(
         "render", help="print the Kubernetes manifests the train task submits (launcher kubernetes)"
@@ -60,8 +87,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     render.add_argument(
         "--task",
         default="train",
-        choices=("train",),
-        help="task whose manifests to print (only train runs in pods)",
+        choices=("train", "canary"),
+        help="task whose manifests to print: train (its pods) or canary (KServe InferenceServices, one per step)",
+    )
+    render.add_argument("--version", help="--task canary: the model version in canary")
+    render.add_argument(
+        "--storage-uri", help="--task canary: where that version's MLflow model files are (s3://...)"
+    )
+    render.add_argument("--namespace", help="--task canary: the InferenceService's namespace")
+    render.add_argument(
+        "--service-account", help="--task canary: the predictor's service account (storage credentials)"
     )
     render.add_argument(
         "--ds", default=today(), help="date of the sample run (renders data.partition; default: today, UTC)"

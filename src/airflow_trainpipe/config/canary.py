@@ -57,6 +57,25 @@ class LocalServing(Section):
     """How long the router waits for a model's answer before counting the request as an error."""
 
 
+class SageMakerServing(Section):
+    """`backend: sagemaker`: two production variants of one SageMaker endpoint, weights shifted."""
+
+    endpoint_name: str = Field(min_length=1, max_length=63, pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+    """The endpoint serving both models (deployed beforehand, one production variant each)."""
+
+    champion_variant: str = Field(default="champion", min_length=1, max_length=63)
+    """The production variant serving the champion."""
+
+    candidate_variant: str = Field(default="canary", min_length=1, max_length=63)
+    """The production variant serving the candidate."""
+
+    aws_conn_id: str = "aws_default"
+    """Airflow connection of the AWS account (the amazon provider's `aws` type)."""
+
+    alarms: list[str] = []
+    """CloudWatch alarms watched at every step: one in ALARM fails the step, whatever the figures."""
+
+
 class CanarySection(Section):
     """Canary release: the gate's winner takes a growing share of live traffic, step by step."""
 
@@ -73,11 +92,15 @@ class CanarySection(Section):
     alias: Alias = "canary"
     """The alias the candidate holds while it is in canary (removed when it is promoted or rolled back)."""
 
-    backend: Literal["local"] = "local"
-    """Where both models serve: `local` (`mlflow models serve` x2 and a weighted router here)."""
+    backend: Literal["local", "sagemaker"] = "local"
+    """Where both models serve: `local` (`mlflow models serve` x2 and a weighted router here) or
+    `sagemaker` (two production variants of an endpoint; figures and alarms from CloudWatch)."""
 
     local: LocalServing = LocalServing()
     """Settings of the local backend."""
+
+    sagemaker: SageMakerServing | None = None
+    """Settings of the SageMaker backend (required with `backend: sagemaker`)."""
 
     poll_interval: PositiveDuration = timedelta(seconds=30)
     """How often a waiting step (in the triggerer) reads its checks."""
@@ -94,5 +117,19 @@ class CanarySection(Section):
                 )
         if self.poll_interval > self.step_duration:
             problems.append((("poll_interval",), "must not be longer than step_duration"))
+        if self.backend == "sagemaker":
+            if self.sagemaker is None:
+                problems.append(
+                    (("sagemaker",), "backend sagemaker needs its endpoint: add sagemaker.endpoint_name")
+                )
+            # A production variant answers a request alone: nothing scores it twice to compare.
+            for check in ("max_disagreement", "max_score_distance"):
+                if getattr(self.checks, check) is not None:
+                    problems.append(
+                        (
+                            ("checks", check),
+                            "SageMaker variants never score one request twice: set it to null",
+                        )
+                    )
         field_problems(problems)
         return self

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.canary import CanarySection
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.evaluation import EvaluationSection
@@ -83,6 +84,10 @@ class PipelineConfig(Section):
     tuning: TuningSection | None = None
     """Hyperparameter search (Optuna) whose best trial becomes the candidate; null: no search."""
 
+    canary: CanarySection | None = None
+    """Canary release of the gate's winner before it becomes champion; null: the gate (and
+    approval) decide alone."""
+
     @property
     def registered_model_name(self) -> str:
         return self.registration.model_name or self.pipeline
@@ -125,6 +130,7 @@ class PipelineConfig(Section):
                 *self._evaluation_problems(),
                 *self._notify_problems(),
                 *self._tuning_problems(),
+                *self._canary_problems(),
             ]
         )
         return self
@@ -186,6 +192,34 @@ class PipelineConfig(Section):
                 except ValidationError as exc:
                     problems.append((where, f"{value!r} is not a valid {name}: {exc.errors()[0]['msg']}"))
                     break
+        return problems
+
+    def _canary_problems(self) -> FieldProblems:
+        if self.canary is None:
+            return []
+        problems: FieldProblems = []
+        registration = self.registration
+        taken = {registration.alias, registration.previous_alias}
+        if registration.approval == "required":
+            taken.add(registration.staging_alias)
+        if self.canary.alias in taken:
+            problems.append(
+                (
+                    ("canary", "alias"),
+                    f"must differ from the register section's aliases {sorted(a for a in taken if a)}",
+                )
+            )
+        if self.canary.checks.max_disagreement is not None and self.training.task not in (
+            "binary_classification",
+            "multiclass_classification",
+        ):
+            problems.append(
+                (
+                    ("canary", "checks", "max_disagreement"),
+                    f"a {self.training.task} model makes no decision to disagree on: set it to null "
+                    "and compare scores with max_score_distance",
+                )
+            )
         return problems
 
     def _notify_problems(self) -> FieldProblems:

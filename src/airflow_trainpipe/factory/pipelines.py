@@ -178,18 +178,28 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         force=params.force_template(),
         **task_defaults,
     )
+    wait >> validate >> train >> gate
+    _registration_tasks(config, dag, gate, asset, task_defaults)
+    return dag
+
+
+def _registration_tasks(
+    config: PipelineConfig, dag: DAG, gate: Any, asset: Asset, task_defaults: dict[str, Any]
+) -> None:
+    """register; with approval -> approve (-> promote); with a canary -> the canary task group."""
     approval = config.registration.approval == "required"
+    stages = approval or config.canary is not None  # register only stages; a later task promotes
     register = RegisterModelOperator(
         task_id="register",
         config=config,
         gate_task_id=gate.task_id,
-        outlets=[] if approval else [asset],
-        **_with_promotion_notice(task_defaults, config, not approval),
+        outlets=[] if stages else [asset],
+        **_with_promotion_notice(task_defaults, config, not stages),
     )
-    wait >> validate >> train >> gate >> register
-    if approval:
-        _approval_tasks(config, register, asset, task_defaults)
-    return dag
+    gate >> register
+    approved = _approval_tasks(config, register, asset, task_defaults) if approval else register
+    if config.canary is not None:
+        _canary_tasks(config, dag, approved, asset, task_defaults)
 
 
 def _after_tuning(tuned: Any) -> dict[str, Any]:
@@ -251,8 +261,9 @@ def _task_defaults(config: PipelineConfig) -> dict[str, Any]:
 
 def _approval_tasks(
     config: PipelineConfig, register: Any, asset: Asset, task_defaults: dict[str, Any]
-) -> None:
-    """register -> approve (Required Actions) -> promote; a rejection skips promote."""
+) -> Any:
+    """register -> approve (Required Actions) -> promote; a rejection skips promote. With a canary,
+    approve's yes starts the canary instead, whose last task promotes; returns approve."""
     # Imported only for pipelines that ask for approval: the HITL operator is the standard
     # provider's, and most DAG folders never need it at parse time.
     from airflow_trainpipe.operators.approval import ModelApprovalOperator
@@ -267,6 +278,9 @@ def _approval_tasks(
         # The wait is the human's: no retries of a request that is answered once.
         **{**task_defaults, "retries": 0},
     )
+    register >> approve
+    if config.canary is not None:
+        return approve
     promote = PromoteModelOperator(
         task_id="promote",
         config=config,
@@ -275,7 +289,41 @@ def _approval_tasks(
         outlets=[asset],
         **_with_promotion_notice(task_defaults, config, True),
     )
-    register >> approve >> promote
+    approve >> promote
+    return approve
+
+
+def _canary_tasks(
+    config: PipelineConfig, dag: DAG, upstream: Any, asset: Asset, task_defaults: dict[str, Any]
+) -> None:
+    """canary.start -> canary.step_1 ... step_n (each waits in the triggerer) -> canary.promote."""
+    from airflow.sdk import TaskGroup, chain
+
+    from airflow_trainpipe.operators.canary import (
+        CanaryPromoteOperator,
+        CanaryStartOperator,
+        CanaryStepOperator,
+    )
+
+    assert config.canary is not None
+    with TaskGroup("canary", dag=dag, tooltip="the gate's winner beside the champion, step by step"):
+        start = CanaryStartOperator(task_id="start", config=config, dag=dag, **task_defaults)
+        # A failed step is final: the evidence would not change on a retry.
+        steps = [
+            CanaryStepOperator(
+                task_id=f"step_{n}", step=n, config=config, dag=dag, **{**task_defaults, "retries": 0}
+            )
+            for n in range(1, len(config.canary.steps) + 1)
+        ]
+        promote = CanaryPromoteOperator(
+            task_id="promote",
+            config=config,
+            dag=dag,
+            outlets=[asset],
+            trigger_rule="none_failed",  # also after a skipped start: no champion yet to canary against
+            **_with_promotion_notice(task_defaults, config, True),
+        )
+    chain(upstream, start, *steps, promote)
 
 
 def _with_promotion_notice(

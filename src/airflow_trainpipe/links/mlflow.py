@@ -60,6 +60,13 @@ class MlflowModelVersionLink(_PersistedLink):
     key: ClassVar[str] = "mlflow_model_version_url"
 
 
+class CanaryReportLink(_PersistedLink):
+    """The canary's HTML report (registry/canary_report.py) on the version's run."""
+
+    name: ClassVar[str] = "Canary report"
+    key: ClassVar[str] = "canary_report_url"
+
+
 class GateReportLink(_PersistedLink):
     """The gate's HTML report (registry/gate_report.py) on the candidate's run, in MLflow's artifact viewer."""
 

@@ -129,7 +129,8 @@ def register_candidate(
     """Find or create the version of `run_id`, tag it, and move the aliases. Safe to repeat.
 
     With `register.approval: required` the version only gets the staging alias: the champion
-    moves when a person approves (operators/promote.py)."""
+    moves when a person approves (operators/promote.py); with a `canary` section it gets the
+    canary's alias, and the champion moves when the canary's last step held (operators/canary.py)."""
     name = config.registered_model_name
     run = hook.finished_run(run_id)
     version, created = hook.find_or_create_version(name, run, f"trainpipe pipeline {config.pipeline}")
@@ -148,14 +149,16 @@ def register_candidate(
         "gate_reason": decision.reason,
         "model_version_url": hook.model_version_url(name, version),
     }
-    if config.registration.approval == "required":
-        staging = config.registration.staging_alias
+    if config.registration.approval == "required" or config.canary is not None:
+        approval = config.registration.approval == "required"
+        staging = config.registration.staging_alias if approval else config.canary.alias  # type: ignore[union-attr]
         hook.move_alias(name, staging, version, None, None)
         log.info(
-            "%s version %s is @%s: it waits for approval before it becomes @%s",
+            "%s version %s is @%s: it waits for %s before it becomes @%s",
             name,
             version,
             staging,
+            "approval" if approval else "its canary",
             config.registration.alias,
         )
         return {

@@ -1,0 +1,122 @@
+"""The canary through Airflow's own dag.test(): real training, real `mlflow models serve` processes,
+the real router, and real traffic replayed from the day's rows while the steps wait in the triggerer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import date
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_trainpipe.examples.synthetic import write_day
+from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.airflow_dags import run_factory_pipeline
+
+CANARY = {
+    "steps": [20, 100],
+    "step_duration": "8s",
+    "poll_interval": "1s",
+    "checks": {"min_requests": 20, "latency": {"percentile": 95, "max_ms": 3000}},
+}
+TASKS = ["wait_for_data", "validate_data", "train", "gate", "register",
+         "canary.start", "canary.step_1", "canary.step_2", "canary.promote"]  # fmt: skip
+
+
+class Traffic(threading.Thread):
+    """A client of the router: replays the day's rows, one per request, until stopped."""
+
+    def __init__(self, state: Path, rows: list[dict]):
+        super().__init__(daemon=True)
+        self.state, self.rows, self.stopped = state, rows, threading.Event()
+        self.statuses: list[int] = []
+
+    def run(self) -> None:
+        while not self.stopped.is_set() and not (self.state / "router.json").exists():
+            time.sleep(0.2)
+        index = 0
+        while not self.stopped.is_set():
+            router = json.loads((self.state / "router.json").read_text())["url"]
+            body = json.dumps({"dataframe_records": [self.rows[index % len(self.rows)]]}).encode()
+            request = urllib.request.Request(
+                f"{router}/invocations", data=body, headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    self.statuses.append(response.status)
+            except urllib.error.HTTPError as exc:
+                self.statuses.append(exc.code)
+            except OSError:
+                time.sleep(0.2)  # the router moved on (promoted): nothing to count
+            index += 1
+            time.sleep(0.02)
+
+
+def _config() -> dict:
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
+    config["pipeline"] = "fraud_canary"
+    config["data"]["wait"] = {"marker": "_SUCCESS", "mode": "poke", "poke_interval": "1s", "timeout": "1m"}
+    config["canary"] = CANARY
+    return config
+
+
+def _rows(home: Path, day: str) -> list[dict]:
+    import pandas as pd
+
+    frame = pd.read_parquet(next((home / "data" / "card_transactions" / f"ds={day}").glob("*.parquet")))
+    columns = ["amount", "hour", "merchant_risk", "distance_from_home_km", "account_age_days",
+               "txn_count_24h", "channel", "country"]  # fmt: skip
+    return json.loads(frame[columns].head(400).to_json(orient="records"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_first_model_is_promoted_without_a_canary_and_the_next_walks_every_step(
+    airflow_env: dict[str, str],
+) -> None:
+    from mlflow import MlflowClient
+
+    from airflow_trainpipe.canary.local import LocalCanary
+    from airflow_trainpipe.config.canary import LocalServing
+
+    home = Path(airflow_env["TRAINPIPE_HOME"])
+    for day in (date(2026, 1, 2), date(2026, 1, 3)):
+        write_day((home / "data" / "card_transactions").as_uri(), day, 3000, seed=day.day)
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    try:
+        # No champion yet: nothing to canary against; canary.promote makes the first one.
+        run, output = run_factory_pipeline(airflow_env, _config(), "2026-01-02")
+        assert run["tasks"]["canary.start"] == "skipped", output[-6000:]
+        assert run["tasks"]["canary.promote"] == "success", output[-6000:]
+        first = client.get_model_version_by_alias("fraud_canary", "champion")
+        assert first.tags["trainpipe.canary.result"] == "no_champion"
+
+        # The next day's model serves beside it while the day's rows arrive as requests.
+        traffic = Traffic(
+            home / "canary" / "fraud_canary" / f"v{int(first.version) + 1}", _rows(home, "2026-01-03")
+        )
+        traffic.start()
+        # Forced past the gate: whether a day's model beats the last is not what is tested here.
+        run, output = run_factory_pipeline(
+            airflow_env, _config(), "2026-01-03", run_conf={"force_registration": True}
+        )
+        traffic.stopped.set()
+        assert run["tasks"] == dict.fromkeys(TASKS, "success"), output[-8000:]
+        second = client.get_model_version_by_alias("fraud_canary", "champion")
+        assert int(second.version) == int(first.version) + 1
+        assert second.tags["trainpipe.canary.result"] == "promoted"
+        assert str(client.get_model_version_by_alias("fraud_canary", "previous_champion").version) == str(
+            first.version
+        )
+        assert "canary" not in client.get_registered_model("fraud_canary").aliases
+        assert "step 1: 20% of the traffic on version" in output
+        assert '"disagreement": ' in output and "running trigger in line" in output
+        assert traffic.statuses and set(traffic.statuses) == {200}
+    finally:
+        for state in (home / "canary" / "fraud_canary").glob("v*"):
+            LocalCanary(state, LocalServing()).stop()

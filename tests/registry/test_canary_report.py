@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from airflow_trainpipe.registry.canary_report import canary_report_html
+
+STEPS = [
+    {"step": 1, "percent": 5.0, "status": "held", "failed": [], "examples": [],
+     "figures": {"requests": 120, "error_rate": 0.0, "disagreement": 0.01}},
+    {"step": 2, "percent": 25.0, "status": "failed", "failed": ["disagreement 0.4000 > 0.05 (<b>x</b>)"],
+     "figures": {"requests": 90, "error_rate": 0.0, "disagreement": 0.4, "latency_p99_ms": 12.5},
+     "examples": [{"t": 1.0, "row": 0, "champion": 0.9, "candidate": 0.1}]},
+]  # fmt: skip
+TRAFFIC = [
+    {"t": 10.0 + i, "champion": 9, "candidate": 1, "percent": 5.0 if i < 3 else 25.0} for i in range(6)
+]
+
+
+def test_the_report_shows_the_outcome_every_step_the_traffic_and_the_disagreements() -> None:
+    page = canary_report_html("fraud", "7", "6", "rolled_back", STEPS, TRAFFIC, {"max_disagreement": 0.05},
+                              ["disagreement 0.4000 > 0.05 (<b>x</b>)"])  # fmt: skip
+    assert "ROLLED BACK" in page and "version 7 beside version 6" in page
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page  # text from the log is escaped
+    assert page.count("<tr>") >= 1 + 2 + 1 + 1  # the steps' header and rows, the example's header and row
+    assert "latency_p99_ms" in page  # a figure only one step has is still a column
+    assert "<svg" in page and "% on the candidate" in page
+
+
+def test_a_promoted_canary_without_traffic_still_reports() -> None:
+    page = canary_report_html("fraud", "7", "6", "promoted", STEPS[:1], [], {})
+    assert "PROMOTED" in page and "<svg" not in page
