@@ -19,21 +19,25 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
-    """Four real models in one tracking store, and the environment that reaches it."""
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict[str, str]]:
+    """Three real models in one tracking store, and the environment that reaches it."""
     import mlflow
 
     root = tmp_path_factory.mktemp("canary-models")
     uri = f"sqlite:///{root}/mlflow.db"
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
+    # Logging exports MLFLOW_TRACKING_URI (set_tracking_uri, and log_model itself): every later
+    # job and dag.test() of the session would inherit it and register into this store. Undone here.
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
     try:
-        yield (
-            {mode: log_scorer(root, mode) for mode in ("good", "flip", "flaky")},
-            {"MLFLOW_TRACKING_URI": uri},
-        )
+        mlflow.set_tracking_uri(uri)
+        uris = {mode: log_scorer(root, mode) for mode in ("good", "flip", "flaky")}
     finally:
-        mlflow.set_tracking_uri(previous)
+        mlflow.set_tracking_uri(None)
+        if saved is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
+    return uris, {"MLFLOW_TRACKING_URI": uri}
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from airflow_trainpipe.data.snapshots.errors import PartitionError, SnapshotErro
 from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
 from airflow_trainpipe.data.window import WindowError
 from airflow_trainpipe.operators.approval import ModelApprovalOperator
+from airflow_trainpipe.operators.canary import CanaryPromoteOperator, CanaryStartOperator, CanaryStepOperator
 from airflow_trainpipe.operators.config_error import ConfigErrorOperator
 from airflow_trainpipe.operators.gate import BaselineGateOperator
 from airflow_trainpipe.operators.promote import PromoteModelOperator
@@ -129,6 +130,9 @@ OPERATORS: list[type[BaseOperator]] = [
     TuningStartOperator,
     TuningTrialOperator,
     TuningResultOperator,
+    CanaryStartOperator,
+    CanaryStepOperator,
+    CanaryPromoteOperator,
 ]
 
 
@@ -141,6 +145,8 @@ def _build(cls: type[BaseOperator], **kwargs: Any) -> Any:
         return cls(config=FRAUD, study={}, slot=0, **kwargs)
     if cls is TuningResultOperator:
         return cls(config=FRAUD, study={}, **kwargs)
+    if cls is CanaryStepOperator:
+        return cls(config=FRAUD, step=1, **kwargs)
     return cls(config=FRAUD, **kwargs)
 
 
@@ -154,7 +160,10 @@ def _provider_operator_classes() -> set[type[BaseOperator]]:
         value
         for module in map(importlib.import_module, modules)
         for value in vars(module).values()
-        if inspect.isclass(value) and issubclass(value, BaseOperator) and value.__module__ == module.__name__
+        if inspect.isclass(value)
+        and issubclass(value, BaseOperator)
+        and value.__module__ == module.__name__
+        and not value.__name__.startswith("_")  # a module's private base (operators/canary.py's _CanaryTask)
     }
 
 

@@ -76,8 +76,8 @@ def _rows(home: Path, day: str) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_first_model_is_promoted_without_a_canary_and_the_next_walks_every_step(
-    airflow_env: dict[str, str],
+def test_the_first_model_is_promoted_without_a_canary_the_next_walks_every_step_and_a_third_is_rolled_back(
+    airflow_env: dict[str, str], smtp_server
 ) -> None:
     from mlflow import MlflowClient
 
@@ -85,7 +85,7 @@ def test_the_first_model_is_promoted_without_a_canary_and_the_next_walks_every_s
     from airflow_trainpipe.config.canary import LocalServing
 
     home = Path(airflow_env["TRAINPIPE_HOME"])
-    for day in (date(2026, 1, 2), date(2026, 1, 3)):
+    for day in (date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4)):
         write_day((home / "data" / "card_transactions").as_uri(), day, 3000, seed=day.day)
     client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
     try:
@@ -117,6 +117,36 @@ def test_the_first_model_is_promoted_without_a_canary_and_the_next_walks_every_s
         assert "step 1: 20% of the traffic on version" in output
         assert '"disagreement": ' in output and "running trigger in line" in output
         assert traffic.statuses and set(traffic.statuses) == {200}
+
+        # Day 3's candidate ranks as well as ever (its roc_auc is threshold-free) but flags at a
+        # mistyped fixed threshold: on live traffic it decides differently from the champion.
+        broken = _config()
+        broken["evaluation"]["threshold"] = 0.99
+        broken["notify"] = {
+            "email": ["ml-oncall@example.com"],
+            "events": ["failure"],
+            "smtp_conn_id": "smtp_test",
+            "from_email": "trainpipe@example.com",
+        }
+        env = {**airflow_env, "AIRFLOW_CONN_SMTP_TEST": smtp_server.connection_json()}
+        traffic = Traffic(
+            home / "canary" / "fraud_canary" / f"v{int(second.version) + 1}", _rows(home, "2026-01-04")
+        )
+        traffic.start()
+        run, output = run_factory_pipeline(env, broken, "2026-01-04", run_conf={"force_registration": True})
+        traffic.stopped.set()
+        assert run["tasks"]["canary.step_1"] == "failed", output[-8000:]
+        assert run["tasks"]["canary.step_2"] == run["tasks"]["canary.promote"] == "upstream_failed"
+        assert "failed: disagreement" in output
+        assert int(client.get_model_version_by_alias("fraud_canary", "champion").version) == int(
+            second.version
+        )
+        third = client.get_model_version(name="fraud_canary", version=str(int(second.version) + 1))
+        assert third.tags["trainpipe.canary.result"] == "rolled_back"
+        assert third.tags["trainpipe.canary.failed"].startswith("disagreement")
+        assert "canary" not in client.get_registered_model("fraud_canary").aliases
+        mail = smtp_server.inbox.wait_for("task canary.step_1 failed", timeout=30)
+        assert "disagreement" in mail.html
     finally:
         for state in (home / "canary" / "fraud_canary").glob("v*"):
             LocalCanary(state, LocalServing()).stop()
