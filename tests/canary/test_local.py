@@ -139,6 +139,9 @@ def test_a_restarted_router_keeps_the_traffic_share(canary: LocalCanary, models)
 
 def test_a_model_that_cannot_be_served_is_named(tmp_path: Path, models) -> None:
     backend = LocalCanary(tmp_path / "broken", LocalServing(), env=models[1])
+    started = set(_STARTED)
     with pytest.raises(ServingError, match="the candidate model models:/m-missing did not start"):
         backend.start(models[0]["good"], "models:/m-missing")
     assert backend.deployment() == {}
+    # The champion's server, which did start, is stopped too: nothing is left serving.
+    assert [pid for pid in set(_STARTED) - started if _alive(pid)] == []

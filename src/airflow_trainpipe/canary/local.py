@@ -86,9 +86,14 @@ class LocalCanary:
             "champion": self._serve(champion_uri, "champion"),
             "candidate": self._serve(candidate_uri, "candidate"),
         }
-        for role, server in servers.items():
-            self._wait_ready(server, role)
-        router = self._route(servers["champion"].url, servers["candidate"].url)
+        try:
+            for role, server in servers.items():
+                self._wait_ready(server, role)
+            router = self._route(servers["champion"].url, servers["candidate"].url)
+        except ServingError:
+            for server in servers.values():  # not in deployment.json yet: stop() cannot see them
+                _terminate(server.pid)
+            raise
         self._save({**servers, "router": router})
         return router.url
 
@@ -135,7 +140,6 @@ class LocalCanary:
                         return
             except (OSError, urllib.error.URLError):
                 time.sleep(0.5)
-        self.stop()
         _terminate(server.pid)
         tail = _tail(self.state / f"{role}.log")
         raise ServingError(
