@@ -158,3 +158,26 @@ def test_promote_after_a_skipped_canary_promotes_nothing_while_another_champion_
     ):
         CanaryPromoteOperator(task_id="promote", config=config).execute(_context(staged, None, decision))
     assert aliases(hook, name)["champion"] == champion
+
+
+def test_a_step_whose_trigger_timed_out_rolls_back_before_it_fails(registry) -> None:
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    hook, config, name, register = registry
+    champion, candidate = register("good"), register("good")
+    staged = _stage(hook, name, champion, candidate)
+    with hook.activated():
+        started = CanaryStartOperator(task_id="start", config=config).execute(_context(staged))
+    step = CanaryStepOperator(task_id="step_1", step=1, config=config)
+    candidate_pid = _backend(config, candidate).deployment()["candidate"].pid
+    with hook.activated(), pytest.raises(TaskDeferralTimeout):
+        # What the task runner calls when the triggerer let the deferral time out.
+        step.resume_execution("__fail__", {"error": "Trigger timeout"}, _context(staged, started))
+    assert not _alive(candidate_pid)
+    assert aliases(hook, name) == {"champion": champion}
+    assert (
+        hook.get_conn()
+        .get_model_version(name, candidate)
+        .tags["trainpipe.canary.failed"]
+        .startswith("no verdict from the triggerer: TaskDeferralTimeout")
+    )

@@ -214,6 +214,19 @@ class CanaryStepOperator(_CanaryTask):
             + timedelta(minutes=5),
         )
 
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """A trigger that timed out or failed gave no verdict: the step fails, and rolls back first
+        (left alone, the candidate would keep its share with nobody watching)."""
+        from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except (TaskDeferralError, TaskDeferralTimeout) as exc:  # neither derives from the other
+            started = self._started(context)
+            reason = f"no verdict from the triggerer: {type(exc).__name__}: {exc}"
+            self._roll_back(started, [reason], {})
+            raise
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
