@@ -73,13 +73,19 @@ def _settled(canary: LocalCanary, count: int) -> None:
         time.sleep(0.1)
 
 
+def _step(canary: LocalCanary, models, candidate: str, percent: float, requests: int):
+    """The `good` champion beside `candidate` at `percent`, then `requests` one-row requests through
+    the router: (the router's URL, what the clients got, the step's figures)."""
+    router = canary.start(models[0]["good"], models[0][candidate])
+    canary.set_percent(percent)
+    statuses = _send(router, requests)
+    _settled(canary, requests)
+    return router, statuses, read_step(canary.requests_log, 0, None, Thresholds())
+
+
 def test_a_good_candidate_takes_its_share_then_all_traffic(canary: LocalCanary, models) -> None:
-    uris = models[0]
-    router = canary.start(uris["good"], uris["good"])
-    canary.set_percent(10.0)
-    assert _send(router, 200) == [200] * 200
-    _settled(canary, 200)
-    figures = read_step(canary.requests_log, 0, None, Thresholds())
+    router, statuses, figures = _step(canary, models, "good", 10.0, 200)
+    assert statuses == [200] * 200
     assert figures.requests == 200  # answered or shadow-scored: every request judges the candidate
     assert 5 <= figures.served <= 40  # about 10% answered by it
     assert (figures.errors, figures.disagreement, figures.compared_rows) == (0, 0.0, 200)
@@ -95,12 +101,8 @@ def test_a_good_candidate_takes_its_share_then_all_traffic(canary: LocalCanary, 
 def test_a_candidate_that_errors_on_a_share_fails_the_first_step_and_is_rolled_back(
     canary: LocalCanary, models
 ) -> None:
-    uris = models[0]
-    router = canary.start(uris["good"], uris["flaky"])
-    canary.set_percent(5.0)
-    statuses = _send(router, 100)
-    _settled(canary, 100)
-    verdict = judge(read_step(canary.requests_log, 0, None, Thresholds()), CanaryChecks(), ended=False)
+    router, statuses, figures = _step(canary, models, "flaky", 5.0, 100)
+    verdict = judge(figures, CanaryChecks(), ended=False)
     assert verdict.holds is False and verdict.failed[0].startswith("error_rate 0.2000 > 0.01")
     assert statuses.count(200) >= 90  # the clients mostly saw the champion
     candidate = canary.deployment()["candidate"].pid
@@ -110,12 +112,8 @@ def test_a_candidate_that_errors_on_a_share_fails_the_first_step_and_is_rolled_b
 
 
 def test_a_candidate_that_answers_differently_fails_on_disagreement(canary: LocalCanary, models) -> None:
-    uris = models[0]
-    router = canary.start(uris["good"], uris["flip"])
-    canary.set_percent(5.0)
-    assert _send(router, 60) == [200] * 60
-    _settled(canary, 60)
-    figures = read_step(canary.requests_log, 0, None, Thresholds())
+    _, statuses, figures = _step(canary, models, "flip", 5.0, 60)
+    assert statuses == [200] * 60
     verdict = judge(figures, CanaryChecks(), ended=False)
     assert verdict.holds is False and verdict.failed[0].startswith("disagreement"), figures
     assert figures.disagreement > 0.9 and figures.examples

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_trainpipe.canary.router import REQUESTS_FILE, ROUTER_FILE
+from airflow_trainpipe.canary.state_files import write_json
 from airflow_trainpipe.config.canary import LocalServing
 from airflow_trainpipe.core.exceptions import TrainpipeError
 
@@ -185,9 +186,7 @@ class LocalCanary:
             self._save(deployment)
 
     def _save(self, deployment: dict[str, Process]) -> None:
-        temporary = self.state / f".{DEPLOYMENT_FILE}.tmp"
-        temporary.write_text(json.dumps({name: asdict(p) for name, p in deployment.items()}))
-        os.replace(temporary, self.state / DEPLOYMENT_FILE)
+        write_json(self.state / DEPLOYMENT_FILE, {name: asdict(p) for name, p in deployment.items()})
 
 
 def _detached(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

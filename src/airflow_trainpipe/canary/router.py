@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_trainpipe.canary.state_files import write_json
+
 REQUESTS_FILE = "requests.jsonl"
 WEIGHT_FILE = "weight.json"
 ROUTER_FILE = "router.json"
@@ -85,9 +87,7 @@ class Router:
         self.counts = {"champion": 0, "candidate": 0}
 
     def set_percent(self, percent: float) -> None:
-        temporary = self.state / f".{WEIGHT_FILE}.tmp"
-        temporary.write_text(json.dumps({"percent": percent, "at": time.time()}))
-        os.replace(temporary, self.state / WEIGHT_FILE)  # a reader never sees half a file
+        write_json(self.state / WEIGHT_FILE, {"percent": percent, "at": time.time()})
         self.percent = percent
 
     def route(self, body: bytes, content_type: str) -> Answer:
@@ -195,9 +195,8 @@ def serve(
     server = ThreadingHTTPServer((host, port), _handler(router))
     server.daemon_threads = True
     address = f"http://{host}:{server.server_address[1]}"
-    temporary = state / f".{ROUTER_FILE}.tmp"
-    temporary.write_text(json.dumps({"url": address, "pid": os.getpid()}))
-    os.replace(temporary, state / ROUTER_FILE)  # written once it listens: its presence means ready
+    # Written once it listens: the file's presence means ready.
+    write_json(state / ROUTER_FILE, {"url": address, "pid": os.getpid()})
     server.serve_forever()
 
 

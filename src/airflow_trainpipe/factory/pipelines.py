@@ -34,7 +34,7 @@ from airflow_trainpipe.factory.docs import pipeline_doc
 from airflow_trainpipe.notifications.deadline import CALLBACK_PATH
 from airflow_trainpipe.notifications.email import PipelineEmailNotifier
 from airflow_trainpipe.operators.gate import BaselineGateOperator
-from airflow_trainpipe.operators.register import RegisterModelOperator
+from airflow_trainpipe.operators.register import RegisterModelOperator, waiting_alias
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
@@ -188,7 +188,7 @@ def _registration_tasks(
 ) -> None:
     """register; with approval -> approve (-> promote); with a canary -> the canary task group."""
     approval = config.registration.approval == "required"
-    stages = approval or config.canary is not None  # register only stages; a later task promotes
+    stages = waiting_alias(config) is not None  # register only stages; a later task promotes
     register = RegisterModelOperator(
         task_id="register",
         config=config,

@@ -334,10 +334,16 @@ class MlflowHook(BaseHook):
             client.set_tag(run_id, "trainpipe.gate.forced", str(decision.forced).lower())
             client.set_tag(run_id, "trainpipe.gate.reason", decision.reason[:5000])
             client.log_figure(run_id, figure, "gate/comparison.png")
-            client.log_text(run_id, report, REPORT_PATH)
+        return self.log_page(run_id, report, REPORT_PATH)
+
+    def log_page(self, run_id: str, page: str, path: str) -> str | None:
+        """An HTML page as the run's artifact `path`; returns its URL in MLflow's UI, if it has one."""
+        with self.activated():
+            client = self.get_conn()
+            client.log_text(run_id, page, path)
             experiment_id = client.get_run(run_id).info.experiment_id
         run_url = self.run_url(experiment_id, run_id)
-        return f"{run_url}/artifacts/{REPORT_PATH}" if run_url else None
+        return f"{run_url}/artifacts/{path}" if run_url else None
 
     def find_or_create_version(self, model_name: str, run: Any, description: str) -> tuple[str, bool]:
         """The model version of `run` (created when there is none yet): (version, created).

@@ -14,7 +14,6 @@ once), so a retried or restarted task resumes the step it was in instead of star
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -57,15 +56,19 @@ def _backend(config: PipelineConfig, version: str, env: dict[str, str] | None = 
     return LocalCanary(canary_state(config, version), _section(config).local, env=env)
 
 
+def _sagemaker(section: CanarySection) -> SageMakerCanary | None:
+    """The SageMaker backend of a section that has it; None for the local one."""
+    if section.backend != "sagemaker":
+        return None
+    from airflow_trainpipe.canary.sagemaker import SageMakerCanary
+
+    assert section.sagemaker is not None  # the config requires it with this backend
+    return SageMakerCanary(section.sagemaker)
+
+
 def _serving(config: PipelineConfig, version: str) -> LocalCanary | SageMakerCanary:
     """Where the traffic moves: the local router, or the SageMaker endpoint's variant weights."""
-    section = _section(config)
-    if section.backend == "sagemaker":
-        from airflow_trainpipe.canary.sagemaker import SageMakerCanary
-
-        assert section.sagemaker is not None  # the config requires it with this backend
-        return SageMakerCanary(section.sagemaker)
-    return _backend(config, version)
+    return _sagemaker(_section(config)) or _backend(config, version)
 
 
 class _CanaryTask(TrainpipeRetryPolicyMixin, BaseOperator):
@@ -125,11 +128,8 @@ class CanaryStartOperator(_CanaryTask):
             )
         section = _section(self.config)
         hook.move_alias(name, section.alias, version, None, None)
-        if section.backend == "sagemaker":
-            from airflow_trainpipe.canary.sagemaker import SageMakerCanary
-
-            assert section.sagemaker is not None  # the config requires it with this backend
-            router = SageMakerCanary(section.sagemaker).start()
+        if (sagemaker := _sagemaker(section)) is not None:
+            router = sagemaker.start()
         else:
             _stop_earlier_canaries(self.config, version)
             backend = _backend(self.config, version, hook.environment())
@@ -159,12 +159,6 @@ def _stop_earlier_canaries(config: PipelineConfig, version: str) -> None:
             _backend(config, state.name[1:]).stop()
 
 
-def _sagemaker_settings(section: CanarySection) -> dict[str, Any] | None:
-    if section.backend != "sagemaker" or section.sagemaker is None:
-        return None
-    return section.sagemaker.model_dump(mode="json")
-
-
 def _threshold(hook: Any, name: str, version: str) -> float:
     """The version's own decision threshold (the training job tunes it; tag trainpipe.threshold)."""
     tags = hook.get_conn().get_model_version(name, version).tags
@@ -186,10 +180,13 @@ class CanaryStepOperator(_CanaryTask):
         started = self._started(context)
         section = _section(self.config)
         percent = section.steps[self.step - 1]
-        _serving(self.config, started["version"]).set_percent(percent)
-        local = _backend(self.config, started["version"])
-        local.state.mkdir(parents=True, exist_ok=True)  # a SageMaker canary keeps its windows here too
-        since = _step_window(local.state, self.step)
+        from airflow_trainpipe.canary.router import REQUESTS_FILE
+
+        sagemaker = _sagemaker(section)
+        (sagemaker or _backend(self.config, started["version"])).set_percent(percent)
+        state = canary_state(self.config, started["version"])
+        state.mkdir(parents=True, exist_ok=True)  # a SageMaker canary keeps its windows here too
+        since = _step_window(state, self.step)
         until = since + section.step_duration.total_seconds()
         self.log.info(
             "step %d: %g%% of the traffic on version %s until %s",
@@ -199,13 +196,13 @@ class CanaryStepOperator(_CanaryTask):
 
         self.defer(
             trigger=CanaryStepTrigger(
-                requests_log=str(local.requests_log),
+                requests_log=str(state / REQUESTS_FILE),
                 since=since,
                 until=until,
                 checks=section.checks.model_dump(mode="json"),
                 thresholds=started["thresholds"],
                 poll_interval=section.poll_interval.total_seconds(),
-                sagemaker=_sagemaker_settings(section),
+                sagemaker=sagemaker.settings.model_dump(mode="json") if sagemaker else None,
             ),
             method_name="execute_complete",
             # The trigger fires at `until` at the latest; the margin is the triggerer's own delay.
@@ -248,7 +245,7 @@ class CanaryStepOperator(_CanaryTask):
         self._roll_back(started, reasons, figures)
         _report(context, self, self.config, started, "rolled_back", reasons)
         raise AirflowFailException(
-            f"canary step {self.step} ({section.steps[self.step - 1]:g}% of the traffic) failed: "
+            f"canary step {self.step} ({percent:g}% of the traffic) failed: "
             f"{'; '.join(reasons)}. All traffic is back on version {started['champion_version']}."
         )
 
@@ -275,13 +272,13 @@ class CanaryStepOperator(_CanaryTask):
 
 
 def _record_verdict(state: Path, verdict: dict[str, Any]) -> None:
+    from airflow_trainpipe.canary.state_files import write_json
+
     path = state / VERDICTS_FILE
     verdicts = [
         v for v in (json.loads(path.read_text()) if path.exists() else []) if v["step"] != verdict["step"]
     ]
-    temporary = state / f".{VERDICTS_FILE}.tmp"
-    temporary.write_text(json.dumps(sorted([*verdicts, verdict], key=lambda v: v["step"])))
-    os.replace(temporary, path)
+    write_json(path, sorted([*verdicts, verdict], key=lambda v: v["step"]))
 
 
 def _report(
@@ -294,6 +291,7 @@ def _report(
 ) -> None:
     """The canary's HTML report, logged to the version's run; its URL on the version and the task's link."""
     from airflow_trainpipe.canary.checks import traffic_over_time
+    from airflow_trainpipe.canary.router import REQUESTS_FILE
     from airflow_trainpipe.hooks.mlflow import MlflowHook
     from airflow_trainpipe.registry.canary_report import canary_report_html
 
@@ -303,32 +301,29 @@ def _report(
     page = canary_report_html(
         name, version, started["champion_version"], outcome,
         json.loads(path.read_text()) if path.exists() else [],
-        traffic_over_time(state / "requests.jsonl"),
+        traffic_over_time(state / REQUESTS_FILE),
         _section(config).checks.model_dump(mode="json"), failed,
     )  # fmt: skip
     (state / "report.html").write_text(page)
     hook = MlflowHook(task.mlflow_conn_id)
     with hook.activated():
-        client = hook.get_conn()
-        run_id = client.get_model_version(name, version).run_id
-        if not run_id:
-            return
-        client.log_text(run_id, page, REPORT_PATH)
-        url = hook.run_url(client.get_run(run_id).info.experiment_id, run_id)
-    link = f"{url}/artifacts/{REPORT_PATH}" if url else None
+        run_id = hook.get_conn().get_model_version(name, version).run_id
+    if not run_id:
+        return
+    link = hook.log_page(run_id, page, REPORT_PATH)
     hook.set_version_tags(name, version, {"trainpipe.canary.report": link or f"runs:/{run_id}/{REPORT_PATH}"})
     CanaryReportLink.persist(context, link)
 
 
 def _step_window(state: Path, step: int) -> float:
     """When `step` started: the first attempt's time, kept, so a retry judges the same window."""
+    from airflow_trainpipe.canary.state_files import write_json
+
     path = state / STEPS_FILE
     steps = json.loads(path.read_text()) if path.exists() else {}
     if str(step) not in steps:
         steps[str(step)] = time.time()
-        temporary = state / f".{STEPS_FILE}.tmp"
-        temporary.write_text(json.dumps(steps))
-        os.replace(temporary, path)
+        write_json(path, steps)
     return float(steps[str(step)])
 
 

@@ -149,26 +149,35 @@ def register_candidate(
         "gate_reason": decision.reason,
         "model_version_url": hook.model_version_url(name, version),
     }
-    if config.registration.approval == "required" or config.canary is not None:
-        approval = config.registration.approval == "required"
-        staging = config.registration.staging_alias if approval else config.canary.alias  # type: ignore[union-attr]
-        hook.move_alias(name, staging, version, None, None)
+    if (staged := waiting_alias(config)) is not None:
+        staging_alias, waits_for = staged
+        hook.move_alias(name, staging_alias, version, None, None)
         log.info(
             "%s version %s is @%s: it waits for %s before it becomes @%s",
             name,
             version,
-            staging,
-            "approval" if approval else "its canary",
+            staging_alias,
+            waits_for,
             config.registration.alias,
         )
         return {
             **result,
-            "alias": staging,
+            "alias": staging_alias,
             "promoted": False,
             "previous_version": None,
             "previous_alias": None,
         }
     return {**result, **promote_version(hook, config, version, decision, log, run_id)}
+
+
+def waiting_alias(config: PipelineConfig) -> tuple[str, str] | None:
+    """(the alias a registered version waits at, what it waits for), or None when register
+    promotes at once: approval waits at `staging_alias`, a canary at `canary.alias`."""
+    if config.registration.approval == "required":
+        return config.registration.staging_alias, "approval"
+    if config.canary is not None:
+        return config.canary.alias, "its canary"
+    return None
 
 
 def check_champion_unchanged(
