@@ -59,6 +59,20 @@ def _isolated_airflow_home(
     _stop_unused_early_services()
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_experiment_forgotten() -> Iterator[None]:
+    # mlflow.set_experiment keeps the experiment's id in a module global and exports it as
+    # MLFLOW_EXPERIMENT_ID: the next test's start_run, on a store of its own, then looks for an
+    # experiment that store never had ("No Experiment with id=1 exists"). No test sets either on
+    # purpose, so both are dropped after every test (a module fixture may have set them before it).
+    yield
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is not None:
+        fluent._active_experiment_id = None  # type: ignore[attr-defined]
+    for key in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
+        os.environ.pop(key, None)
+
+
 @pytest.fixture(scope="session")
 def trainpipe_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("trainpipe_home")

@@ -178,12 +178,17 @@ def log_candidate_run(
 
     from airflow_trainpipe.core.tracking_store import artifact_location
 
-    if mlflow.get_experiment_by_name(experiment) is None:  # the embedded store keeps artifacts by its db
-        mlflow.create_experiment(
+    found = mlflow.get_experiment_by_name(experiment)
+    experiment_id = (
+        found.experiment_id
+        if found is not None
+        # the embedded store keeps artifacts by its db
+        else mlflow.create_experiment(
             experiment, artifact_location=artifact_location(mlflow.get_tracking_uri(), experiment)
         )
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run() as run:
+    )
+    # Not set_experiment: it would leave the id in mlflow's globals and MLFLOW_EXPERIMENT_ID.
+    with mlflow.start_run(experiment_id=experiment_id) as run:
         mlflow.log_metrics({f"candidate_{k}": v for k, v in candidate.items()})
         if champion is not None:
             mlflow.log_metrics({f"champion_{k}": v for k, v in champion.items()})
