@@ -1,12 +1,15 @@
 """`make up`: Airflow standalone (api-server, scheduler, dag-processor, triggerer on SQLite) with
 this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl-C, SIGTERM or
-SIGHUP (a closed terminal, `kill`, a supervisor) stops both process groups.
+SIGHUP (a closed terminal, `kill`, a supervisor) stops every process group it started, and the
+model servers of the canaries that Airflow started (they outlive tasks, not `make up`).
 
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
 synthetic data for fraud_detector, home/warehouse.db, the SQLite table fraud_detector_sql reads
 through the connection trainpipe_warehouse, home/lake, the Iceberg catalog fraud_detector_iceberg
 reads through the connection trainpipe_lake, home/lake_delta, fraud_detector_delta's Delta table, and home/feast, fraud_detector_features's
-transactions and Feast repo), mlflow/ (tracking db and artifacts). tests/integration reuses
+transactions and Feast repo), mlflow/ (tracking db and artifacts). A third child replays today's
+rows to fraud_detector_canary's canary whenever one serves (`trainpipe canary-replay`, log in
+home/canary-replay.log). tests/integration reuses
 `airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
 """
 
@@ -36,6 +39,7 @@ WAREHOUSE = "warehouse.db"  # under TRAINPIPE_HOME: dags/configs/fraud_detector_
 LAKE = "lake"  # under TRAINPIPE_HOME: the catalog of dags/configs/fraud_detector_iceberg.yaml's table
 DELTA_TABLE = "lake_delta/card_transactions"  # under TRAINPIPE_HOME: fraud_detector_delta.yaml's table
 FEAST_EXAMPLE = "feast"  # under TRAINPIPE_HOME: fraud_detector_features.yaml's transactions and Feast repo
+CANARY_EXAMPLE = REPO / "dags" / "configs" / "fraud_detector_canary.yaml"
 
 
 def port_free(port: int) -> bool:
@@ -123,9 +127,12 @@ def openlineage_env(env: dict[str, str], trainpipe_home: Path) -> dict[str, str]
     }
 
 
-def start_airflow(env: dict[str, str], log_path: Path | None = None) -> subprocess.Popen[bytes]:
+def start_airflow(
+    env: dict[str, str], log_path: Path | None = None, append: bool = False
+) -> subprocess.Popen[bytes]:
     """`airflow standalone` in its own process group (Ctrl-C in the terminal reaches only us)."""
-    output = open(log_path, "wb") if log_path else None  # noqa: SIM115 - kept open for the process's lifetime
+    mode = "ab" if append else "wb"
+    output = open(log_path, mode) if log_path else None  # noqa: SIM115 - kept open for the process's lifetime
     return subprocess.Popen(
         [str(BIN / "airflow"), "standalone"],
         env=env,
@@ -276,6 +283,17 @@ def _starting() -> Iterator[None]:
             raise Stop(signal.Signals(pending[0]).name)
 
 
+def start_canary_replay(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """The callers of the canary example: without requests its steps would fail for lack of evidence."""
+    return subprocess.Popen(
+        [str(BIN / "trainpipe"), "canary-replay", str(CANARY_EXAMPLE), "--ds", date.today().isoformat()],
+        env=env,
+        start_new_session=True,
+        stdout=open(log_path, "wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
 def start_mlflow(root: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -310,7 +328,7 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
     for signum in STOP_SIGNALS:  # Ctrl-C included: one path, and SIGINT is held back too while a child starts
         signal.signal(signum, _on_signal)
-    mlflow = airflow = None
+    mlflow = airflow = replay = None
     try:
         ensure_data(trainpipe_home)
         ensure_warehouse(trainpipe_home)
@@ -339,6 +357,8 @@ def main() -> int:
         wait_http(
             f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300
         )
+        with _starting():
+            replay = start_canary_replay(env, trainpipe_home / "canary-replay.log")
         passwords = airflow_home / "simple_auth_manager_passwords.json.generated"
         password = json.loads(passwords.read_text()).get("admin", "?") if passwords.exists() else "?"
         print(
@@ -352,7 +372,9 @@ def main() -> int:
                     f"iceberg  fraud_detector_iceberg reads the catalog {trainpipe_home / LAKE} (connection trainpipe_lake)",
                     f"delta    fraud_detector_delta reads the table {trainpipe_home / DELTA_TABLE}",
                     f"feast    fraud_detector_features joins the Feast repo {trainpipe_home / FEAST_EXAMPLE / 'repo'}",
-                    "Ctrl-C (or SIGTERM, SIGHUP) stops both.",
+                    "canary   fraud_detector_canary's router http://127.0.0.1:5055 gets today's rows while it"
+                    f" serves (log {trainpipe_home / 'canary-replay.log'})",
+                    "Ctrl-C (or SIGTERM, SIGHUP) stops everything.",
                 ]
             )
             + "\n",
@@ -371,9 +393,19 @@ def main() -> int:
     finally:
         for signum in STOP_SIGNALS:  # a second Ctrl-C or kill must not leave orphans
             signal.signal(signum, signal.SIG_IGN)
-        for process in (airflow, mlflow):
+        for process in (replay, airflow, mlflow):
             if process is not None:
                 stop(process)
+        stop_canaries(trainpipe_home)
+
+
+def stop_canaries(trainpipe_home: Path) -> None:
+    """Every local canary's router and model servers (each in a session of its own)."""
+    from airflow_trainpipe.canary.local import LocalCanary
+    from airflow_trainpipe.config.canary import LocalServing
+
+    for deployment in (trainpipe_home / "canary").glob("*/v*/deployment.json"):
+        LocalCanary(deployment.parent, LocalServing()).stop()
 
 
 if __name__ == "__main__":

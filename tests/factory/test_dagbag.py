@@ -54,8 +54,8 @@ def test_the_repository_dags_folder_parses_without_heavy_imports(tmp_path: Path)
     parsed = _parse(REPO_ROOT / "dags", tmp_path)
     assert parsed["import_errors"] == {}
     assert sorted(parsed["dags"]) == [
-        "fraud_detector", "fraud_detector_delta", "fraud_detector_features", "fraud_detector_iceberg", "fraud_detector_sql",
-        "fraud_detector_tuned",
+        "fraud_detector", "fraud_detector_canary", "fraud_detector_delta", "fraud_detector_features",
+        "fraud_detector_iceberg", "fraud_detector_sql", "fraud_detector_tuned",
         "house_prices", "search_ranking", "support_tickets", "support_tickets_finetune",
     ]  # fmt: skip
     assert _heavy(parsed["modules"]) == []

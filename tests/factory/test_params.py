@@ -25,6 +25,7 @@ def dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     dags = build_pipeline_dags(EXAMPLE_CONFIGS, EXAMPLE_CONFIGS.parent)
     assert {dag.dag_id for dag in dags} == {
         "fraud_detector",
+        "fraud_detector_canary",
         "fraud_detector_delta",
         "fraud_detector_features",
         "fraud_detector_iceberg",

@@ -41,8 +41,8 @@ def _dags(folder: Path) -> dict:
 def test_example_configs_become_the_five_task_pipeline() -> None:
     dags = {dag.dag_id: dag for dag in build_pipeline_dags(EXAMPLE_CONFIGS, EXAMPLE_CONFIGS.parent)}
     assert sorted(dags) == [
-        "fraud_detector", "fraud_detector_delta", "fraud_detector_features", "fraud_detector_iceberg", "fraud_detector_sql",
-        "fraud_detector_tuned",
+        "fraud_detector", "fraud_detector_canary", "fraud_detector_delta", "fraud_detector_features",
+        "fraud_detector_iceberg", "fraud_detector_sql", "fraud_detector_tuned",
         "house_prices", "search_ranking", "support_tickets", "support_tickets_finetune",
     ]  # fmt: skip
     dag = dags["fraud_detector"]

@@ -4,10 +4,12 @@ Logged as models from code (the file goes into the model's artifacts), so `mlflo
 loads them without this test tree on its path. `mode` is the model's config:
 `good` (sigmoid of x), `flip` (1 - that: a champion and this disagree on every row), `flaky`
 (fails every request holding a row whose `id` is a multiple of 5: a fifth of one-row requests).
+Also a day's rows as a canary's callers send them (`day_rows`).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 MODEL_CODE = """
@@ -50,6 +52,14 @@ def log_scorer(folder: Path, mode: str) -> str:
 
 
 def request_body(row_id: int, x: float) -> bytes:
-    import json
-
     return json.dumps({"dataframe_split": {"columns": ["id", "x"], "data": [[row_id, x]]}}).encode()
+
+
+def day_rows(home: Path, day: str) -> list[dict]:
+    """The first 400 rows of fraud_detector's day `day` under TRAINPIPE_HOME `home`, as request records."""
+    import pandas as pd
+
+    frame = pd.read_parquet(next((home / "data" / "card_transactions" / f"ds={day}").glob("*.parquet")))
+    columns = ["amount", "hour", "merchant_risk", "distance_from_home_km", "account_age_days",
+               "txn_count_24h", "channel", "country"]  # fmt: skip
+    return json.loads(frame[columns].head(400).to_json(orient="records"))

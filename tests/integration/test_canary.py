@@ -3,20 +3,17 @@ the real router, and real traffic replayed from the day's rows while the steps w
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-import urllib.error
-import urllib.request
 from datetime import date
 from pathlib import Path
 
 import pytest
 import yaml
 
+from airflow_trainpipe.canary.callers import CanaryCaller
 from airflow_trainpipe.examples.synthetic import write_day
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.airflow_dags import run_factory_pipeline
+from tests.helpers.canary_models import day_rows
 
 CANARY = {
     "steps": [20, 100],
@@ -28,50 +25,12 @@ TASKS = ["wait_for_data", "validate_data", "train", "gate", "register",
          "canary.start", "canary.step_1", "canary.step_2", "canary.promote"]  # fmt: skip
 
 
-class Traffic(threading.Thread):
-    """A client of the router: replays the day's rows, one per request, until stopped."""
-
-    def __init__(self, state: Path, rows: list[dict]):
-        super().__init__(daemon=True)
-        self.state, self.rows, self.stopped = state, rows, threading.Event()
-        self.statuses: list[int] = []
-
-    def run(self) -> None:
-        while not self.stopped.is_set() and not (self.state / "router.json").exists():
-            time.sleep(0.2)
-        index = 0
-        while not self.stopped.is_set():
-            router = json.loads((self.state / "router.json").read_text())["url"]
-            body = json.dumps({"dataframe_records": [self.rows[index % len(self.rows)]]}).encode()
-            request = urllib.request.Request(
-                f"{router}/invocations", data=body, headers={"Content-Type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    self.statuses.append(response.status)
-            except urllib.error.HTTPError as exc:
-                self.statuses.append(exc.code)
-            except OSError:
-                time.sleep(0.2)  # the router moved on (promoted): nothing to count
-            index += 1
-            time.sleep(0.02)
-
-
 def _config() -> dict:
     config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
     config["pipeline"] = "fraud_canary"
     config["data"]["wait"] = {"marker": "_SUCCESS", "mode": "poke", "poke_interval": "1s", "timeout": "1m"}
     config["canary"] = CANARY
     return config
-
-
-def _rows(home: Path, day: str) -> list[dict]:
-    import pandas as pd
-
-    frame = pd.read_parquet(next((home / "data" / "card_transactions" / f"ds={day}").glob("*.parquet")))
-    columns = ["amount", "hour", "merchant_risk", "distance_from_home_km", "account_age_days",
-               "txn_count_24h", "channel", "country"]  # fmt: skip
-    return json.loads(frame[columns].head(400).to_json(orient="records"))
 
 
 @pytest.mark.slow
@@ -97,15 +56,17 @@ def test_the_first_model_is_promoted_without_a_canary_the_next_walks_every_step_
         assert first.tags["trainpipe.canary.result"] == "no_champion"
 
         # The next day's model serves beside it while the day's rows arrive as requests.
-        traffic = Traffic(
-            home / "canary" / "fraud_canary" / f"v{int(first.version) + 1}", _rows(home, "2026-01-03")
+        traffic = CanaryCaller(
+            home / "canary" / "fraud_canary" / f"v{int(first.version) + 1}",
+            day_rows(home, "2026-01-03"),
+            per_second=50,
         )
         traffic.start()
         # Forced past the gate: whether a day's model beats the last is not what is tested here.
         run, output = run_factory_pipeline(
             airflow_env, _config(), "2026-01-03", run_conf={"force_registration": True}
         )
-        traffic.stopped.set()
+        traffic.stop()
         assert run["tasks"] == dict.fromkeys(TASKS, "success"), output[-8000:]
         second = client.get_model_version_by_alias("fraud_canary", "champion")
         assert int(second.version) == int(first.version) + 1
@@ -129,12 +90,14 @@ def test_the_first_model_is_promoted_without_a_canary_the_next_walks_every_step_
             "from_email": "trainpipe@example.com",
         }
         env = {**airflow_env, "AIRFLOW_CONN_SMTP_TEST": smtp_server.connection_json()}
-        traffic = Traffic(
-            home / "canary" / "fraud_canary" / f"v{int(second.version) + 1}", _rows(home, "2026-01-04")
+        traffic = CanaryCaller(
+            home / "canary" / "fraud_canary" / f"v{int(second.version) + 1}",
+            day_rows(home, "2026-01-04"),
+            per_second=50,
         )
         traffic.start()
         run, output = run_factory_pipeline(env, broken, "2026-01-04", run_conf={"force_registration": True})
-        traffic.stopped.set()
+        traffic.stop()
         assert run["tasks"]["canary.step_1"] == "failed", output[-8000:]
         assert run["tasks"]["canary.step_2"] == run["tasks"]["canary.promote"] == "upstream_failed"
         assert "failed: disagreement" in output

@@ -27,7 +27,7 @@ from tests.conftest import REPO_ROOT, free_port
 
 pytestmark = pytest.mark.slow
 
-READY = "Ctrl-C (or SIGTERM, SIGHUP) stops both."
+READY = "Ctrl-C (or SIGTERM, SIGHUP) stops everything."
 STARTED = "starting mlflow server and airflow standalone"
 
 
@@ -91,7 +91,8 @@ class Up:
             time.sleep(0.5)
 
     def children(self) -> dict[str, psutil.Process]:
-        """The two direct children by what they run: airflow standalone and mlflow server."""
+        """The direct children by what they run: airflow standalone, mlflow server and, once
+        Airflow answers, the canary example's callers (trainpipe canary-replay)."""
         found = {}
         for child in psutil.Process(self.process.pid).children():
             command = " ".join(child.cmdline())
@@ -99,6 +100,8 @@ class Up:
                 found["airflow"] = child
             elif "mlflow server" in command:
                 found["mlflow"] = child
+            elif "canary-replay" in command:
+                found["canary-replay"] = child
         return found
 
 
@@ -140,7 +143,7 @@ def test_up_stops_airflow_and_mlflow_on_signal(signum: signal.Signals, when: str
         if when == "ready":
             up.wait_for_line(READY, 360)
         deadline = time.monotonic() + 30
-        while len(children := up.children()) < 2:
+        while len(children := up.children()) < (3 if when == "ready" else 2):
             assert time.monotonic() < deadline, f"children of up.py: {children}"
             time.sleep(0.2)
         pgids = {os.getpgid(child.pid) for child in children.values()}

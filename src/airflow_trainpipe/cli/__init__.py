@@ -1,7 +1,7 @@
 """`trainpipe`: command-line entry point, one module per command group.
 
 check (check, schema), training (train, tune), render, make_data, make_encoder, models (promote, rollback,
-reproduce), snapshots (snapshots gc). Each subcommand imports what it needs inside its handler:
+reproduce), snapshots (snapshots gc), canary (canary-replay). Each subcommand imports what it needs inside its handler:
 `trainpipe check` runs in CI and pre-commit hooks and must stay as light as the DAG processor
 (no Airflow, torch or mlflow).
 """
@@ -14,14 +14,23 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     from airflow_trainpipe import __version__
-    from airflow_trainpipe.cli import check, make_data, make_encoder, models, render, snapshots, training
+    from airflow_trainpipe.cli import (
+        canary,
+        check,
+        make_data,
+        make_encoder,
+        models,
+        render,
+        snapshots,
+        training,
+    )
 
     parser = argparse.ArgumentParser(
         prog="trainpipe", description="YAML-declared ML retrain pipelines for Airflow."
     )
     parser.add_argument("--version", action="version", version=f"trainpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (check, training, make_data, make_encoder, render, models, snapshots):
+    for group in (check, training, make_data, make_encoder, render, models, snapshots, canary):
         group.register(commands)
     return parser
 
