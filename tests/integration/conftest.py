@@ -13,10 +13,11 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -57,6 +58,27 @@ class Stack:
     s3: object = None  # tests.helpers.moto_server.MotoServer (bucket BUCKET), AWS_* of every Airflow process
     username: str = "admin"
     password: str = ADMIN_PASSWORD
+    airflow: subprocess.Popen[bytes] | None = None  # the running `airflow standalone`
+    airflow_env: dict[str, str] = field(default_factory=dict)
+
+    def sign_in(self) -> None:
+        token = requests.post(
+            f"{self.url}/auth/token", json={"username": self.username, "password": self.password}, timeout=30
+        )
+        assert token.status_code == 201, token.text
+        self.session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    def restart_airflow(self) -> None:
+        """Stop `airflow standalone` (scheduler, triggerer, dag-processor, api-server: SIGTERM to
+        its process group, as Ctrl-C in `make up` does) and start it again on the same database,
+        dags folder and port, as an operator restarting the stack would; returns once it answers.
+        Its log goes on in standalone.log."""
+        up = load_up()
+        assert self.airflow is not None
+        up.stop(self.airflow)
+        self.airflow = up.start_airflow(self.airflow_env, self.airflow_home / "standalone.log", append=True)
+        up.wait_http(f"{self.url}/api/v2/monitor/health", self.airflow, "airflow standalone (restarted)", 240)
+        self.sign_in()
 
     def get(self, path: str, **params) -> dict:
         response = self.session.get(f"{self.url}{path}", params=params, timeout=30)
@@ -181,7 +203,7 @@ def running_stack(
     # the two startups overlap (the server is waited for after Airflow answers).
     mlflow = start_mlflow_server(root / "mlflow", wait=False)
     smtp = SmtpServer().__enter__()
-    airflow = s3 = None
+    airflow = s3 = stack = None
     try:
         s3 = start_moto_server(root / "moto.log")
         port = free_port()
@@ -200,14 +222,13 @@ def running_stack(
             ) from None
         mlflow.wait_healthy()
         s3.wait_ready((BUCKET,))
-        token = requests.post(
-            f"{url}/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=30
-        )
-        assert token.status_code == 201, token.text
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
-        yield Stack(url, session, dags / "configs", airflow_home, home, mlflow, smtp, s3)
+        stack = Stack(url, requests.Session(), dags / "configs", airflow_home, home, mlflow, smtp, s3)
+        stack.airflow, stack.airflow_env = airflow, env
+        stack.sign_in()
+        yield stack
     finally:
+        if stack is not None:
+            airflow = stack.airflow  # restart_airflow() replaced it
         if airflow is not None:
             up.stop(airflow)
         if s3 is not None:

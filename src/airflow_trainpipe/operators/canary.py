@@ -161,7 +161,8 @@ def _stop_earlier_canaries(config: PipelineConfig, version: str) -> None:
 
 def _threshold(hook: Any, name: str, version: str) -> float:
     """The version's own decision threshold (the training job tunes it; tag trainpipe.threshold)."""
-    tags = hook.get_conn().get_model_version(name, version).tags
+    with hook.activated():  # a tracking server's credentials apply only inside it
+        tags = hook.get_conn().get_model_version(name, version).tags
     return float(tags.get("trainpipe.threshold", 0.5))
 
 
