@@ -20,7 +20,7 @@ from tests.conftest import EXAMPLE_CONFIGS
 
 def test_check_example_configs_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(EXAMPLE_CONFIGS)]) == 0
-    assert "10 config(s) ok" in capsys.readouterr().err
+    assert "11 config(s) ok" in capsys.readouterr().err
 
 
 def test_check_reports_duplicate_pipeline_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
