@@ -120,8 +120,13 @@ def test_measure_accumulates_into_the_named_field_even_when_the_block_fails() ->
 
 
 def test_the_summary_counts_this_attempts_steps_and_separates_evaluation_from_training() -> None:
-    summary = _timing(10.0, eval_s=2.5, checkpoint_s=1.25, data_wait_s=0.5).summary(last_step=58)
+    summary = _timing(10.0, eval_s=2.5, checkpoint_s=1.25, data_wait_s=0.5, study_s=0.75).summary(
+        last_step=58
+    )
     assert summary["steps"] == 18
     assert summary["loop_s"] == pytest.approx(10.0, abs=0.5)
-    assert summary["train_s"] == summary["loop_s"] - 2.5
+    assert (
+        summary["train_s"] == summary["loop_s"] - 2.5 - 0.75
+    )  # a trial's study round trips are not training
+    assert summary["study_s"] == 0.75
     assert (summary["checkpoint_s"], summary["eval_s"], summary["data_wait_s"]) == (1.25, 2.5, 0.5)

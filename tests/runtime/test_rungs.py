@@ -99,6 +99,8 @@ def test_a_trial_behind_the_others_is_pruned_and_its_job_ends_cleanly(
     # Start-up is device time too, and the result says where it went.
     assert 0 < result["startup_compute_hours"] < result["compute_hours_cpu"]
     assert {"interpreter_and_imports", "engine", "tracking"} <= set(result["timing"]["startup"])
+    # Asking the study is timed apart: the full-budget estimate leaves it out.
+    assert 0 < result["timing"]["study_s"] < result["timing"]["loop_s"]
 
 
 def test_a_survivor_equals_a_trial_trained_in_one_go_and_its_rung_value_is_a_short_jobs(

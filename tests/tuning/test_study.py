@@ -193,3 +193,22 @@ def test_the_summary_names_the_best_complete_trial_whatever_their_order(
     assert summary.compute_hours == pytest.approx(0.04)
     assert summary.full_budget_compute_hours == pytest.approx(0.06)
     assert summary.pruned_at_first_rung == 1
+
+
+def test_a_pruned_trial_s_full_budget_estimate_scales_its_training_only(tmp_path: Path) -> None:
+    """Start-up and end once; training per epoch times the full budget; the rung's round trip to
+    the study not at all (a study without pruning never makes it): 1 epoch of 3 reached."""
+    from airflow_trainpipe.tuning.outcomes import RungReport, TrialOutcome
+    from airflow_trainpipe.tuning.trials import _end
+
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 's.db'}")
+    trial = study.ask()
+    trial.report(0.7, 1)
+    outcome = TrialOutcome(
+        number=trial.number, slot=0, state="pruned", params={}, value=0.7, rungs=[RungReport(resource=1, value=0.7)],
+        compute_hours=0.010, startup_compute_hours=0.004, end_compute_hours=0.001, study_compute_hours=0.001,
+        full_budget_compute_hours=None, mlflow_run_id=None, run_dir=None,
+    )  # fmt: skip
+    ended = _end(study, trial, outcome, optuna.trial.TrialState.PRUNED, full_resource=3)
+    assert ended.full_budget_compute_hours == pytest.approx(0.004 + 0.001 + (0.010 - 0.005 - 0.001) * 3)
+    assert study.trials[0].state == optuna.trial.TrialState.PRUNED

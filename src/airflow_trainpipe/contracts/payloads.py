@@ -152,6 +152,8 @@ class TrainTiming(Payload):
     checkpoint_s: float
     eval_s: float
     data_wait_s: float
+    study_s: float = 0.0
+    """A tuning trial's round trips to its study at rung ends (report, should_prune)."""
     startup_s: float = 0.0
     """This attempt's time from torchrun's start to the first step (runtime.startup)."""
     startup: dict[str, float] = {}

@@ -124,6 +124,9 @@ class Timing:
     data_wait_s: float = 0.0
     checkpoint_s: float = 0.0
     eval_s: float = 0.0
+    study_s: float = 0.0
+    """A tuning trial's round trips to its study at rung ends (report, should_prune): work a job
+    without rungs never does, so the full-budget estimate of a pruned trial must leave it out."""
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -150,9 +153,10 @@ class Timing:
         return {
             "steps": last_step - self.first_step,
             "loop_s": loop,
-            "train_s": loop - self.eval_s,
+            "train_s": loop - self.eval_s - self.study_s,
             "checkpoint_s": self.checkpoint_s,
             "eval_s": self.eval_s,
+            "study_s": self.study_s,
             "data_wait_s": self.data_wait_s,
             "startup_s": self.startup_s,
             "startup": self.startup,

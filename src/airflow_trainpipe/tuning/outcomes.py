@@ -39,9 +39,11 @@ class TrialOutcome(Payload):
     """The part spent before first steps."""
     end_compute_hours: float = 0.0
     """The part spent after the last step (a complete trial's includes logging its model)."""
+    study_compute_hours: float = 0.0
+    """The part spent asking the study at rung ends (a job without rungs spends none)."""
     full_budget_compute_hours: float | None
-    """What this trial would have used at the full budget: its start-up and end, and its own
-    training rate times the full budget."""
+    """What this trial would have used at the full budget without pruning: its start-up and end,
+    and its own training rate times the full budget (its rung ends' study round trips left out)."""
     mlflow_run_id: str | None
     run_dir: str | None
     result: TrainResult | None = None

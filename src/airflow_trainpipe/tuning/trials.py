@@ -202,6 +202,7 @@ def _outcome(
             "compute_hours": hours,
             "startup_compute_hours": result.startup_compute_hours if result else 0.0,
             "end_compute_hours": result.end_compute_hours if result else 0.0,
+            "study_compute_hours": result.timing.study_s * result.world_size / 3600 if result else 0.0,
             "full_budget_compute_hours": None if reached is None else hours,  # scaled by the caller
             "mlflow_run_id": trial.user_attrs.get("mlflow_run_id"),
             "run_dir": trial.user_attrs.get("run_dir"),
@@ -223,9 +224,10 @@ def _end(
     if outcome.rungs and full_resource is not None:
         # Its start-up and its end once, and its own training device-hours per unit of resource
         # times the full budget (a pruned trial's end published nothing: the summary puts the
-        # complete trials' end in its place).
+        # complete trials' end in its place). Without pruning no job asks the study: that time
+        # is neither training nor part of the estimate.
         fixed = outcome.startup_compute_hours + outcome.end_compute_hours
-        training = max(0.0, outcome.compute_hours - fixed)
+        training = max(0.0, outcome.compute_hours - fixed - outcome.study_compute_hours)
         full = fixed + training * full_resource / outcome.rungs[-1].resource
         outcome = outcome.model_copy(update={"full_budget_compute_hours": full})
     trial.set_user_attr("outcome", outcome.to_xcom())
