@@ -107,6 +107,7 @@ SECTIONS = (
     "text",
     "pretrained",
     "canary",
+    "fork_startup",
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
 # `gpu`: benchmarks/gpu_bench.py on a GPU machine (the device tool), never on the CPU machine.
@@ -118,6 +119,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from checkpoint_bench import bench_checkpoint  # benchmarks/ is on sys.path when run as a script
     from dag_parsing_bench import bench_dag_parsing
     from feature_store_bench import bench_feature_store
+    from fork_startup_bench import bench_fork_startup
     from preemption_bench import bench_preemption
     from pretrained_bench import bench_pretrained
     from scale_bench import bench_scale
@@ -145,6 +147,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "text": bench_text,
         "pretrained": bench_pretrained,
         "canary": bench_canary,
+        "fork_startup": bench_fork_startup,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
@@ -223,6 +226,7 @@ def _section_name(heading: str) -> str:
         ("pretrained", "pretrained encoders"),
         ("gpu", "gpu:"),
         ("canary", "canary:"),
+        ("fork_startup", "start-up of a training job"),
     ):
         if marker in lowered:
             return name
