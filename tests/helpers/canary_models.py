@@ -59,7 +59,9 @@ def day_rows(home: Path, day: str) -> list[dict]:
     """The first 400 rows of fraud_detector's day `day` under TRAINPIPE_HOME `home`, as request records."""
     import pandas as pd
 
+    from airflow_trainpipe.config import load_config
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    columns = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml").data.features.all
     frame = pd.read_parquet(next((home / "data" / "card_transactions" / f"ds={day}").glob("*.parquet")))
-    columns = ["amount", "hour", "merchant_risk", "distance_from_home_km", "account_age_days",
-               "txn_count_24h", "channel", "country"]  # fmt: skip
     return json.loads(frame[columns].head(400).to_json(orient="records"))

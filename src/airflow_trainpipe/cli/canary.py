@@ -61,9 +61,17 @@ def replay_rows(config: PipelineConfig, ds: str, limit: int) -> list[dict[str, A
     feature columns only (no label, no partition column)."""
     import json
 
+    import pyarrow as pa
+
     from airflow_trainpipe.data.freeze import snapshot_for_date
-    from airflow_trainpipe.runtime.data.reader import read_table
+    from airflow_trainpipe.runtime.data.reader import iter_batches
 
     manifest = snapshot_for_date(config, ds)
-    table = read_table(manifest.file_uris, manifest.format, config.data.features.all).slice(0, limit)
+    batches, rows = [], 0
+    for batch in iter_batches(manifest.file_uris, manifest.format, config.data.features.all):
+        batches.append(batch)
+        rows += batch.num_rows
+        if rows >= limit:  # the rest of the day is not read
+            break
+    table = pa.concat_tables(batches, promote_options="permissive").slice(0, limit)
     return json.loads(table.to_pandas().to_json(orient="records"))

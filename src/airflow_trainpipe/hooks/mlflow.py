@@ -217,6 +217,11 @@ class MlflowHook(BaseHook):
     # Each opens the connection for its own calls. Lookups say "not there" only on MLflow's own
     # answer (RegistryError, final) and raise RegistryUnavailable otherwise (retried).
 
+    def model_version(self, model_name: str, version: str) -> Any:
+        """The registry's ModelVersion (its run id, its tags)."""
+        with self.activated():
+            return self.get_conn().get_model_version(model_name, version)
+
     def current_champion(self, model_name: str, alias: str) -> tuple[str, str] | None:
         """(version, run id) holding `alias`, or None when no version does."""
         from airflow_trainpipe.core.registry_reads import current_champion

@@ -161,9 +161,7 @@ def _stop_earlier_canaries(config: PipelineConfig, version: str) -> None:
 
 def _threshold(hook: Any, name: str, version: str) -> float:
     """The version's own decision threshold (the training job tunes it; tag trainpipe.threshold)."""
-    with hook.activated():  # a tracking server's credentials apply only inside it
-        tags = hook.get_conn().get_model_version(name, version).tags
-    return float(tags.get("trainpipe.threshold", 0.5))
+    return float(hook.model_version(name, version).tags.get("trainpipe.threshold", 0.5))
 
 
 class CanaryStepOperator(_CanaryTask):
@@ -307,8 +305,7 @@ def _report(
     )  # fmt: skip
     (state / "report.html").write_text(page)
     hook = MlflowHook(task.mlflow_conn_id)
-    with hook.activated():
-        run_id = hook.get_conn().get_model_version(name, version).run_id
+    run_id = hook.model_version(name, version).run_id
     if not run_id:
         return
     link = hook.log_page(run_id, page, REPORT_PATH)

@@ -74,8 +74,7 @@ def load_version_online(hook: Any, model_name: str, version: str, log: Any) -> N
     from airflow_trainpipe.contracts.train_spec import TrainSpec
     from airflow_trainpipe.registry.reproduce import logged_version
 
-    with hook.activated():
-        run_id = str(hook.get_conn().get_model_version(model_name, version).run_id)
+    run_id = str(hook.model_version(model_name, version).run_id)
     if VIEWS_TAG not in hook.finished_run(run_id).data.tags:
         return
     config = TrainSpec.model_validate(logged_version(hook, f"{model_name}/{version}").spec).config
