@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.definitions.retry_policy import RetryDecision
 
 from airflow_trainpipe.contracts.events import PREFIX
-from airflow_trainpipe.core.exceptions import PayloadError
+from airflow_trainpipe.core.exceptions import PayloadError, TrainingJobError
+from airflow_trainpipe.core.retry_policy import TRAINPIPE_RETRY_POLICY
 from airflow_trainpipe.launchers.watcher import JobWatcher
 
 WHAT = "training job exited with code 1 (try 2)"
@@ -144,8 +145,13 @@ def test_a_final_failure_is_not_retried_and_names_the_first_error() -> None:
     watcher.feed(_error(3, "ChangedDataError: part-0 changed", retryable=False))
     watcher.feed(_error(0, "RuntimeError: later"))
     failure = watcher.failure(WHAT, HINT, cause=RuntimeError("ignored"))
-    assert isinstance(failure, AirflowFailException)
+    assert isinstance(failure, TrainingJobError) and failure.retryable is False
     assert str(failure) == f"{WHAT}, not retried: rank 3: ChangedDataError: part-0 changed"
+    # The package's retry policy decides, as for every other error of ours (FOUND.md: the watcher
+    # used to translate into Airflow exceptions by hand, beside the policy).
+    assert TRAINPIPE_RETRY_POLICY.evaluate(failure, 1, 3) == RetryDecision.fail(
+        reason="TrainingJobError is not retryable: another try would fail the same way"
+    )
 
 
 def test_a_retryable_failure_gives_the_error_the_hint_and_the_last_output() -> None:
@@ -153,7 +159,10 @@ def test_a_retryable_failure_gives_the_error_the_hint_and_the_last_output() -> N
     for line in ("loading", "step 1", _error(1, "RuntimeError: NCCL timeout"), "Traceback ..."):
         watcher.feed(line)
     failure = watcher.failure(WHAT, HINT, cause=RuntimeError("exit 1"))
-    assert type(failure) is AirflowException
+    assert type(failure) is TrainingJobError and failure.retryable
+    assert TRAINPIPE_RETRY_POLICY.evaluate(failure, 1, 3) == RetryDecision.retry(
+        reason="TrainingJobError is retryable: another try can succeed"
+    )
     assert (
         str(failure)
         == f"{WHAT}: rank 1: RuntimeError: NCCL timeout; {HINT}. Last output:\nstep 1\nTraceback ..."
@@ -167,7 +176,7 @@ def test_without_error_events_the_cause_is_the_reason(cause: BaseException | Non
     watcher = JobWatcher()
     watcher.feed("Killed")
     failure = watcher.failure(WHAT, HINT, cause=cause)
-    assert type(failure) is AirflowException
+    assert type(failure) is TrainingJobError and failure.retryable
     assert str(failure) == f"{WHAT}{reason}; {HINT}. Last output:\nKilled"
 
 
@@ -185,7 +194,7 @@ def test_a_preempted_job_fails_retryable_naming_the_checkpoint_it_resumes_from()
     )
     assert store["checkpoint"] == {"step": 11, "uri": "s3://ckpt/run/checkpoints/step_000000011"}
     failure = watcher.failure("training job exited with code 1 (try 1)", HINT)
-    assert type(failure) is AirflowException  # retried: Airflow's retries do the recovering
+    assert type(failure) is TrainingJobError and failure.retryable  # Airflow's retries recover it
     assert str(failure) == (
         "training job exited with code 1 (try 1): preempted (SIGTERM) after step 11; checkpoint "
         "s3://ckpt/run/checkpoints/step_000000011 was complete 0.4 s after the signal, and the next "

@@ -150,12 +150,12 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
 def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(
     tmp_path: Path, kubeconfig: str
 ) -> None:
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    from airflow_trainpipe.core.exceptions import TrainingJobError
 
     operator = _operator(tmp_path, nodes=1)
-    with pytest.raises(AirflowException, match=r"training on Kubernetes failed \(try 2\)") as caught:
+    with pytest.raises(TrainingJobError, match=r"training on Kubernetes failed \(try 2\)") as caught:
         operator.execute(task_context())
-    assert not isinstance(caught.value, AirflowFailException)  # Airflow retries it
+    assert caught.value.retryable  # the retry policy retries it
     message = str(caught.value)
     assert (
         "Failed to establish a new connection" in message and "/api/v1/namespaces/ml-training/pods" in message
@@ -178,7 +178,7 @@ def test_the_example_s_pod_labels_find_earlier_tries(tmp_path: Path) -> None:
 def test_connection_credentials_stay_out_of_the_pod_and_the_error(
     tmp_path: Path, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow.sdk.exceptions import AirflowException
+    from airflow_trainpipe.core.exceptions import TrainingJobError
 
     secret_value = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
     monkeypatch.setenv(
@@ -203,7 +203,7 @@ def test_connection_credentials_stay_out_of_the_pod_and_the_error(
     ]
     assert secret_value not in json.dumps(pod)
     # The try reaches the API for the Secret first; nothing of the connection leaks into the error.
-    with pytest.raises(AirflowException, match="/api/v1/namespaces/ml-training/secrets") as caught:
+    with pytest.raises(TrainingJobError, match="/api/v1/namespaces/ml-training/secrets") as caught:
         operator.execute(context)
     assert secret_value not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)
 

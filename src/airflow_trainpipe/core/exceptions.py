@@ -66,9 +66,14 @@ class ConfigError(TrainpipeError):
 
 
 class TrainingJobError(TrainpipeError):
-    """A training job could not run or finish (its pods, its world size); the message names it."""
+    """A training job could not run or finish (its pods, its world size, its ranks' errors); the
+    message names it. Retryable unless the job said otherwise (a rank's bad-data error)."""
 
     retryable = True  # a new try starts new processes, possibly on other nodes
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class PayloadError(TrainpipeError):
