@@ -2,12 +2,11 @@
 
 Issue 40's wall-time target needs a trial's fixed cost (start-up + end) at most 1.5 epochs (see
 docs/tuning.md); a cold job's start-up is mostly library imports that every job pays again. This
-measures what a parent that imported them once (torch, deepspeed, mlflow, optuna, torch._dynamo,
-the runtime) saves when each job is a fork of it: the same spec (fraud_detector.yaml on one
-synthetic day), a new run id per job, alternately cold (LocalLauncher: torchrun, one rank, as the
-train task and `trainpipe tune` start a job) and forked (RANK/WORLD_SIZE/MASTER_* set as torchrun
-sets them, then `runtime.train.main`), 3 of each; medians. It is a measurement, not a launcher:
-no code path of the package forks jobs.
+measures what the warm parent (launchers/forked.py: torch, deepspeed, mlflow, optuna,
+torch._dynamo and the runtime imported once) saves when each job is a fork of it: the same spec
+(fraud_detector.yaml on one synthetic day), a new run id per job, alternately cold
+(LocalLauncher: torchrun, one rank, as the train task starts a job) and forked (ForkedLauncher,
+as `trainpipe tune` starts a one-rank trial), 3 of each; medians.
 
 `python benchmarks/fork_startup_bench.py` prints the section; `make bench ONLY=fork_startup` writes it.
 """
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,37 +51,17 @@ def _measure(work: Path) -> list[dict]:
             pass
         assert launcher.wait() == 0, run_id
 
-    t0 = time.perf_counter()
-    import deepspeed  # noqa: F401
-    import mlflow  # noqa: F401
-    import optuna  # noqa: F401
-    import torch._dynamo  # noqa: F401
+    from airflow_trainpipe.launchers.forked import ForkedLauncher, warm_parent
+    from airflow_trainpipe.launchers.local import job_environment
 
-    import airflow_trainpipe.runtime.train as runtime_train
-
-    imports_s = time.perf_counter() - t0
+    imports_s = warm_parent(job_environment(0, 1))
 
     def forked(run_id: str) -> None:
-        spec = work / f"{run_id}.json"
-        spec.write_text(base.model_copy(update={"run_id": run_id}).to_json())
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        log = work / f"{run_id}.log"
-        pid = os.fork()
-        if pid == 0:  # the job: this process's imports, nothing else shared
-            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-            out = os.open(log, os.O_WRONLY | os.O_CREAT)
-            os.dup2(out, 1)
-            os.dup2(out, 2)
-            code = 1
-            try:
-                code = runtime_train.main(["--spec", f"@{spec}"])
-            finally:
-                os._exit(code or 0)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0, log.read_text()[-3000:]
+        launcher = ForkedLauncher(base.model_copy(update={"run_id": run_id}))
+        launcher.start()
+        for _ in launcher.lines():
+            pass
+        assert launcher.wait() == 0, run_id
 
     records = []
     for round_number in range(ROUNDS):
@@ -128,12 +106,13 @@ def bench_fork_startup() -> list[str]:
         f"{median('torchrun', 'startup_s'):.2f} s vs {median('forked', 'startup_s'):.2f} s; the loop "
         f"{median('torchrun', 'loop_s'):.2f} s vs {median('forked', 'loop_s'):.2f} s; after the last step "
         f"{median('torchrun', 'end_s'):.2f} s vs {median('forked', 'end_s'):.2f} s. The parent's imports took "
-        f"{records[0]['imports_s']:.2f} s, once.",
+        f"{records[0]['imports_s']:.2f} s, once (its interpreter, the imports and a first fork).",
         "",
         f"Start-up phases (s), under torchrun: {phases('torchrun')}; forked: {phases('forked')}.",
         "",
-        "Not a launcher: nothing in the package forks jobs. It sizes the lever issue 40 still needs "
-        "(a trial's fixed cost at most 1.5 epochs for a wall ratio of 0.75; docs/tuning.md).",
+        "`trainpipe tune` forks its one-rank trials this way (launchers/forked.py); the train task "
+        "and jobs of more ranks start under torchrun. Issue 40's wall ratio of 0.75 needs a trial's "
+        "fixed cost at most 1.5 epochs (docs/tuning.md).",
         "",
         "Command: `make bench ONLY=fork_startup` (benchmarks/fork_startup_bench.py).",
         "",

@@ -131,6 +131,8 @@ def _first_step(source: Path, spec: Path, home: Path, run: int) -> tuple[float, 
     """Seconds from torchrun's launch to the job's `start` event, and its start-up phases."""
     spec_json = json.loads(spec.read_text())
     spec_json["run_id"] = f"startup-{source.name}-{run}"  # a fresh run directory: nothing to resume
+    # Sections added since BEFORE (canary, ...) are unset here; the older code forbids their keys.
+    spec_json["config"] = {k: v for k, v in spec_json["config"].items() if v is not None}
     run_spec = spec.with_name(f"spec-{source.name}-{run}.json")
     run_spec.write_text(json.dumps(spec_json))
     env = {
@@ -200,8 +202,9 @@ def bench_tuning() -> list[str]:
         f"`trainpipe tune` on one demo day ({DAY}, {DEMO_ROWS:,} rows) with the example study's 16 configurations",
         f"([{CONFIG.relative_to(REPO)}]({CONFIG.relative_to(REPO)}) with the random sampler: every study trains the same 16),",
         "successive halving (rungs at 1 and 3 epochs) vs no pruning, `--max-parallel 1` and `2` (one process per",
-        "trial). Each trial is one training job through its rungs (issue 40). Device-hours are the jobs' own,",
-        "start-up included (processes x wall time from torchrun's start to the result); wall is the whole command.",
+        "trial). Each trial is one training job through its rungs, forked from the study's warm parent (issue 40,",
+        "launchers/forked.py). Device-hours are the jobs' own, start-up included (processes x wall time from the",
+        "job's start to its result), plus the warm parent's start once; wall is the whole command.",
         f"The same on a day of {LARGE_ROWS:,} rows (`make-data --rows {LARGE_ROWS}`), where training is no longer",
         "small beside a job's start-up. Command: `make bench ONLY=tuning` (benchmarks/tune_bench.py).",
         "",

@@ -99,13 +99,20 @@ def run_job(
     before_kill: Callable[[], None] | None = None,
     timeout: float | None = None,
     on_line: Callable[[Line, LocalLauncher], None] | None = None,
+    forked: bool = False,
 ) -> JobRun:
     """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL (after
     `before_kill` returns, when given), or until `timeout` seconds, when it is killed too.
-    `on_line` sees every line of output with the launcher, to signal the job itself."""
-    launcher = LocalLauncher(
-        spec, nproc, env={**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})}
-    )
+    `on_line` sees every line of output with the launcher, to signal the job itself. `forked`:
+    a one-rank job forked from the warm parent (ForkedLauncher) instead of torchrun."""
+    job_env = {**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})}
+    if forked:
+        from airflow_trainpipe.launchers.forked import ForkedLauncher
+
+        assert nproc == 1
+        launcher: LocalLauncher = ForkedLauncher(spec, env=job_env)
+    else:
+        launcher = LocalLauncher(spec, nproc, env=job_env)
     launcher.start()
     run = JobRun(code=-1)
     killer = threading.Timer(timeout, launcher.kill) if timeout else None

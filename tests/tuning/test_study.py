@@ -193,6 +193,13 @@ def test_the_summary_names_the_best_complete_trial_whatever_their_order(
     assert summary.compute_hours == pytest.approx(0.04)
     assert summary.full_budget_compute_hours == pytest.approx(0.06)
     assert summary.pruned_at_first_rung == 1
+    # The warm parent the trials' jobs were forked from: once, in what was used and in the
+    # estimate (a study without pruning forks its jobs the same way), and in the wall time.
+    shared = summarize(study, ref, warm_parent_s=36.0)
+    assert shared.compute_hours == pytest.approx(0.04 + 0.01)
+    assert shared.full_budget_compute_hours == pytest.approx(0.06 + 0.01)
+    assert shared.startup_compute_hours == pytest.approx(summary.startup_compute_hours + 0.01)
+    assert shared.wall_s == pytest.approx(summary.wall_s + 36.0)
 
 
 def test_a_pruned_trial_s_full_budget_estimate_scales_its_training_only(tmp_path: Path) -> None:

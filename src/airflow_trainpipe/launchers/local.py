@@ -42,18 +42,26 @@ def threads_per_rank(nproc: int, jobs_on_host: int = 1) -> int:
     return max(1, len(os.sched_getaffinity(0)) // (nproc * jobs_on_host))
 
 
+def job_environment(
+    gpus_per_node: int, nproc: int, jobs_on_host: int = 1, env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """This process's environment with `env` over it, as every rank of a local job gets it."""
+    job = {**os.environ, **(env or {})}
+    # A value the user set wins: they know their host.
+    job.setdefault("OMP_NUM_THREADS", str(threads_per_rank(nproc, jobs_on_host)))
+    if gpus_per_node == 0:
+        job.setdefault("DS_ACCELERATOR", "cpu")
+    job.setdefault("PYTHONUNBUFFERED", "1")
+    job.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched from a model hub, ever
+    return job
+
+
 class LocalLauncher:
     """`jobs_on_host`: how many jobs this one runs beside (trials side by side), to share the cores."""
 
     def __init__(self, spec: TrainSpec, nproc: int, env: dict[str, str] | None = None, jobs_on_host: int = 1):
         self.spec, self.nproc = spec, nproc
-        self.env = {**os.environ, **(env or {})}
-        # A value the user set wins: they know their host.
-        self.env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(nproc, jobs_on_host)))
-        if spec.config.training.resources.gpus_per_node == 0:
-            self.env.setdefault("DS_ACCELERATOR", "cpu")
-        self.env.setdefault("PYTHONUNBUFFERED", "1")
-        self.env.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched from a model hub, ever
+        self.env = job_environment(spec.config.training.resources.gpus_per_node, nproc, jobs_on_host, env)
         self.process: subprocess.Popen[str] | None = None
         self._spec_dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -94,18 +102,7 @@ class LocalLauncher:
         # A reaped process's pid may already belong to someone else: never signal it.
         if self.process is None or self.process.poll() is not None:
             return
-        import psutil
-
-        groups = {self.process.pid}  # start_new_session: torchrun leads its own group
-        try:
-            for child in psutil.Process(self.process.pid).children(recursive=True):
-                with contextlib.suppress(ProcessLookupError):
-                    groups.add(os.getpgid(child.pid))
-        except psutil.NoSuchProcess:
-            pass
-        for group in groups:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, sig)
+        signal_job_tree(self.process.pid, sig)
 
     def stop(self, grace_s: float) -> None:
         """SIGTERM the job (the ranks save a checkpoint), SIGKILL what is left after `grace_s`."""
@@ -119,3 +116,19 @@ class LocalLauncher:
         if self._spec_dir is not None:
             self._spec_dir.cleanup()
             self._spec_dir = None
+
+
+def signal_job_tree(leader: int, sig: int) -> None:
+    """Signal every process group of the tree under `leader`, which leads a session of its own."""
+    import psutil
+
+    groups = {leader}
+    try:
+        for child in psutil.Process(leader).children(recursive=True):
+            with contextlib.suppress(ProcessLookupError):
+                groups.add(os.getpgid(child.pid))
+    except psutil.NoSuchProcess:
+        pass
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, sig)

@@ -184,6 +184,7 @@ class Trainer:
             resumed_from=resumed_from,
             steps_recomputed=recomputed,
             world_size=self.world_size,
+            threads=torch.get_num_threads(),  # per rank: jobs side by side share the host's cores
             global_batch=global_batch,
             train_rows=prepared.train_rows,
             holdout_rows=prepared.holdout_rows,

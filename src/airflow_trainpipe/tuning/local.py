@@ -48,13 +48,19 @@ def launch_locally(
     env: dict[str, str] | None = None,
     jobs_on_host: int = 1,
 ) -> Callable[[TrainSpec], TrainResult]:
-    """Run a job under torchrun here and return its result (TrainingJobFailed if it fails);
-    `jobs_on_host` jobs run at once, sharing the cores."""
+    """Run a job here and return its result (TrainingJobFailed if it fails); `jobs_on_host` jobs
+    run at once, sharing the cores. A one-rank CPU job is forked from the warm parent (its imports
+    paid once per study, not per trial: launchers/forked.py); any other runs under torchrun."""
+    from airflow_trainpipe.launchers.forked import ForkedLauncher, forkable
     from airflow_trainpipe.launchers.local import LocalLauncher
     from airflow_trainpipe.launchers.watcher import JobWatcher
 
     def launch(spec: TrainSpec) -> TrainResult:
-        launcher = LocalLauncher(spec, nproc, env=env, jobs_on_host=jobs_on_host)
+        launcher = (
+            ForkedLauncher(spec, env=env, jobs_on_host=jobs_on_host)
+            if forkable(spec.config.training.resources.gpus_per_node, nproc)
+            else LocalLauncher(spec, nproc, env=env, jobs_on_host=jobs_on_host)
+        )
         watcher = JobWatcher(show_raw=False, tail=40)
         launcher.start()
         try:
@@ -99,6 +105,7 @@ def tune_locally(
     ref = StudyRef(study_name=name, storage=url, parent_run_id=parent, run_id=base.run_id)
     parallel = max(1, max_parallel or config.tuning.budget.max_parallel)
     launch = launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url}, jobs_on_host=parallel)
+    warm_parent_s = _start_warm_parent(config, nproc, printer)
     from concurrent.futures import ThreadPoolExecutor
 
     def one(slot: int) -> None:
@@ -107,11 +114,25 @@ def tune_locally(
 
     with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
         list(pool.map(one, range(config.tuning.budget.trials)))
-    summary = summarize(study, ref)
+    summary = summarize(study, ref, warm_parent_s=warm_parent_s)
     # The baseline runs alone: it gets the whole host.
     baseline = _baseline(config, base, ref, launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url}))
     log_study(client, study, summary)
     return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric))
+
+
+def _start_warm_parent(config: PipelineConfig, nproc: int, printer: Printer) -> float:
+    """Before the trial threads: forking the warm parent is safe only while it has started no
+    thread, and it is started with this process's environment. Its seconds are the study's."""
+    from airflow_trainpipe.launchers.forked import forkable, warm_parent
+    from airflow_trainpipe.launchers.local import job_environment
+
+    gpus = config.training.resources.gpus_per_node
+    if not forkable(gpus, nproc):
+        return 0.0
+    seconds = warm_parent(job_environment(gpus, nproc))
+    printer(f"warm parent: torch, DeepSpeed, MLflow and Optuna imported once, in {seconds:.1f} s")
+    return seconds
 
 
 def _trial(

@@ -18,8 +18,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def summarize(study: optuna.Study, ref: StudyRef) -> TuningSummary:
-    """Read from the study itself (the storage is the record, not the tasks' XComs)."""
+def summarize(study: optuna.Study, ref: StudyRef, warm_parent_s: float = 0.0) -> TuningSummary:
+    """Read from the study itself (the storage is the record, not the tasks' XComs).
+
+    `warm_parent_s`: start-up the trials' jobs shared (the process they were forked from,
+    launchers/forked.py): one process's, once, in the study's device-hours and wall time and in
+    its estimate at full budget, which would have forked its jobs the same way."""
+    shared = warm_parent_s / 3600
     outcomes = [stored_outcome(t) for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     complete = [o for o in outcomes if o.state == "complete" and o.value is not None]
     maximize = study.direction.name == "MAXIMIZE"
@@ -39,10 +44,10 @@ def summarize(study: optuna.Study, ref: StudyRef) -> TuningSummary:
         best_trial=best.number if best else None,
         best=best.value if best else None,
         best_params=best.params if best else {},
-        compute_hours=sum(o.compute_hours for o in outcomes),
-        full_budget_compute_hours=_full_budget(outcomes),
-        startup_compute_hours=sum(o.startup_compute_hours for o in outcomes),
-        wall_s=_wall_s(study),
+        compute_hours=shared + sum(o.compute_hours for o in outcomes),
+        full_budget_compute_hours=shared + _full_budget(outcomes),
+        startup_compute_hours=shared + sum(o.startup_compute_hours for o in outcomes),
+        wall_s=warm_parent_s + _wall_s(study),
         pruned_at_first_rung=sum(o.state == "pruned" and len(o.rungs) == 1 for o in outcomes),
         parent_run_id=ref.parent_run_id,
         candidate=best.result if best else None,

@@ -1,0 +1,90 @@
+"""One-rank jobs forked from the warm parent: the same training as under torchrun, a job of
+their own, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_trainpipe.launchers.forked import ForkedLauncher, warm_parent
+from airflow_trainpipe.launchers.local import job_environment
+from tests.helpers.jobs import make_spec, run_job
+
+
+def _gone(pids: list[int], within_s: float = 10) -> list[int]:
+    deadline = time.monotonic() + within_s
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [
+            pid
+            for pid in alive
+            if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ]
+        time.sleep(0.1)
+    return alive
+
+
+@pytest.mark.slow
+def test_a_forked_job_trains_exactly_what_the_same_job_under_torchrun_trains(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    one_thread = {"OMP_NUM_THREADS": "1"}  # the same reduction order in both
+    torchrun = run_job(make_spec(tmp_path / "a", job_files, "under-torchrun"), 1, env=one_thread)
+    forked = run_job(make_spec(tmp_path / "b", job_files, "forked"), 1, env=one_thread, forked=True)
+    assert torchrun.code == 0, torchrun.text[-3000:]
+    assert forked.code == 0, forked.text[-3000:]
+    assert forked.losses == torchrun.losses and len(forked.losses) > 10
+    assert forked.result is not None and torchrun.result is not None
+    assert forked.result["holdout_metrics"] == torchrun.result["holdout_metrics"]
+    assert forked.start is not None and torchrun.start is not None
+    assert forked.start["threads"] == torchrun.start["threads"] == 1
+    # Its own job: its own MLflow run and run directory.
+    assert forked.start["mlflow_run_id"] != torchrun.start["mlflow_run_id"]
+    # Forked after the imports: its start-up has no torchrun and next to no import phase.
+    startup = forked.start["startup"]
+    assert "torchrun" not in startup and startup["interpreter_and_imports"] < 0.5
+    assert "torchrun" in torchrun.start["startup"]
+
+
+@pytest.mark.slow
+def test_a_forked_job_gets_its_share_of_the_cores_and_leaves_nothing_when_killed(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The warm parent loaded OpenMP with its own environment: the job sets its threads itself.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    spec = make_spec(tmp_path, job_files, "forked-share", preemption_grace=3)
+    launcher = ForkedLauncher(spec, env={"TRAINPIPE_PAUSE_AT": "step:3"}, jobs_on_host=2)
+    launcher.start()
+    try:
+        for line in launcher.lines():
+            if line.event and line.event.get("event") == "start":
+                assert line.event["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
+            if "TRAINPIPE PAUSED step:3" in line.text:
+                break
+        assert launcher.job is not None and launcher.job.pid is not None
+        job = psutil.Process(launcher.job.pid)
+        assert os.getpgid(job.pid) == job.pid  # a process group of its own, like torchrun's ranks
+        pids = [job.pid, *(c.pid for c in job.children(recursive=True))]
+        launcher.kill()
+        assert launcher.wait() == 128 + 9  # SIGKILL, reported as a shell reports it
+        assert _gone(pids) == []
+    finally:
+        launcher.kill()
+
+
+@pytest.mark.slow
+def test_a_forked_job_that_fails_says_why_and_exits_non_zero(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    run = run_job(make_spec(tmp_path, ["file:///nowhere/part-0.parquet"], "forked-missing"), 1, forked=True)
+    assert run.code != 0
+    assert any('"event": "error"' in line for line in run.output), run.text[-3000:]
+
+
+def test_the_warm_parent_is_started_once() -> None:
+    warm_parent(job_environment(0, 1))
+    assert warm_parent(job_environment(0, 1)) == 0.0
