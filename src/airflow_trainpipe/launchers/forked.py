@@ -9,9 +9,13 @@ time on small data (issue 40). Python's own forkserver imports them once in a pa
 A forked job is still a job of its own: its own process and session (signalled as a group, like
 torchrun's), its own run directory, checkpoints and MLflow run, output and exit code; it runs
 the entrypoint's `main` (launchers/command.py) exactly as a torchrun rank does, with the environment torchrun would give a
-single rank. Only one-rank CPU jobs are forked (`forkable`). The warm parent holds nothing but imported modules (no thread, no connection,
-no CUDA context), which is what makes forking it safe; it ends when this process does, and a
-job whose warm parent died gets SIGTERM (a preemption notice: it saves and exits).
+single rank. Only one-rank CPU jobs are forked (`forkable`).
+
+The warm parent only imports: no Python thread, no open connection or store, no CUDA context,
+no OpenMP pool (no tensor op has run), which is what makes forking it safe. The imports do start
+two native threads (one of torch's, and jemalloc's background thread), which a fork does not
+copy; jemalloc re-arms its own after a fork. It ends when this process does, and a job whose
+warm parent died gets SIGTERM (a preemption notice: it saves and exits).
 """
 
 from __future__ import annotations
