@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from airflow_trainpipe.launchers.forked import ForkedLauncher, warm_parent
+from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
 from airflow_trainpipe.launchers.local import job_environment
 from tests.helpers.jobs import make_spec, run_job
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _warm_parent_stopped_after() -> Iterator[None]:
+    """The warm parent is a child of this process: later tests find no training process under it."""
+    yield
+    stop_warm_parent()
 
 
 def _gone(pids: list[int], within_s: float = 10) -> list[int]:
@@ -85,6 +93,19 @@ def test_a_forked_job_that_fails_says_why_and_exits_non_zero(
     assert any('"event": "error"' in line for line in run.output), run.text[-3000:]
 
 
-def test_the_warm_parent_is_started_once() -> None:
+def test_the_warm_parent_is_started_once_and_stopped() -> None:
     warm_parent(job_environment(0, 1))
     assert warm_parent(job_environment(0, 1)) == 0.0
+    parents = _warm_parents()
+    assert len(parents) == 1
+    stop_warm_parent()
+    assert _gone(parents) == []
+    assert warm_parent(job_environment(0, 1)) > 0.0  # a new one
+
+
+def _warm_parents() -> list[int]:
+    return [
+        p.pid
+        for p in psutil.Process().children()
+        if "multiprocessing.forkserver" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+    ]

@@ -86,6 +86,18 @@ def warm_parent(env: dict[str, str]) -> float:
     return 0.0
 
 
+def stop_warm_parent() -> None:
+    """End the warm parent once no job forked from it runs (a job still running would get its
+    SIGTERM); the next `warm_parent()` starts a new one. A process that ends needs no call: the
+    warm parent ends with it."""
+    from multiprocessing import forkserver
+
+    with _warm_lock:
+        # The standard library's own stop (its tests use it): closes the parent's alive pipe.
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]  # private, not in typeshed
+        _warm["seconds"] = None
+
+
 class ForkedLauncher(LocalLauncher):
     """LocalLauncher's interface (start, lines, wait, kill, stop) for a one-rank job forked from
     the warm parent instead of started under torchrun."""
@@ -205,8 +217,6 @@ def _thread_lock_for_progress_bars() -> None:
     semaphore registered with the warm parent's resource tracker; a job ends with os._exit and
     never unregisters it, so the tracker warned of a leak at the end of every study. Bars are
     never shared between jobs: a thread lock is enough."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return
+    from tqdm import tqdm
+
     tqdm.set_lock(threading.RLock())

@@ -112,11 +112,19 @@ def tune_locally(
         # A study object per trial: a trial sets the study's sampler for its own draw.
         _trial(config, open_study(config, name, url), ref, slot, base, launch, client, printer)
 
-    with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
-        list(pool.map(one, range(config.tuning.budget.trials)))
-    summary = summarize(study, ref, warm_parent_s=warm_parent_s)
-    # The baseline runs alone: it gets the whole host.
-    baseline = _baseline(config, base, ref, launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url}))
+    try:
+        with ThreadPoolExecutor(parallel, thread_name_prefix="trial") as pool:
+            list(pool.map(one, range(config.tuning.budget.trials)))
+        summary = summarize(study, ref, warm_parent_s=warm_parent_s)
+        # The baseline runs alone: it gets the whole host.
+        baseline = _baseline(
+            config, base, ref, launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url})
+        )
+    finally:
+        if warm_parent_s:  # a caller that goes on (not the CLI) keeps no idle parent of torch
+            from airflow_trainpipe.launchers.forked import stop_warm_parent
+
+            stop_warm_parent()
     log_study(client, study, summary)
     return LocalTuning(summary, baseline.holdout_metrics.get(summary.metric))
 
