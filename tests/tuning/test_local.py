@@ -1,7 +1,7 @@
 """`trainpipe tune`: the study without Airflow, killed mid-way and run again.
 
-The first run is SIGKILLed (its whole process group, torchrun and ranks included) while the second
-trial is mid-rung with a complete checkpoint; the second run with the same arguments finds the
+The first run is SIGKILLed (its whole process group, the warm parent its one-rank jobs are forked
+from included) while the second trial is mid-rung with a complete checkpoint; the second run with the same arguments finds the
 same study: the finished trial is not trained again, the interrupted trial continues from its
 checkpoint, the study goes on with the next trial, and the last line is the study's JSON summary.
 
@@ -89,8 +89,8 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path
         seen.append(line)
         if f"{RUN}.trial-001/checkpoints/step_000000015" in line and line.startswith("checkpoint complete"):
             job = psutil.Process(first.pid).children(recursive=True)
-            # The CLI dies; torchrun (a session of its own) gets SIGTERM from the kernel and its
-            # rank checkpoints the step it stops at before exiting.
+            # The CLI and its warm parent die; the trial's job (forked from it, a session of its
+            # own) gets SIGTERM from the kernel and checkpoints the step it stops at before exiting.
             os.killpg(first.pid, signal.SIGKILL)
             break
     first.wait()
