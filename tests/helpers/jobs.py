@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,3 +175,17 @@ def served_in_a_fresh_interpreter(model_uri: str, rows: Any, tracking_uri: str, 
         [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True, timeout=300
     )
     return np.array(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def still_running(processes: list[Any], within_s: float = 10) -> list[int]:
+    """The pids of `processes` (psutil.Process) still running, zombies aside, after up to
+    `within_s` seconds of waiting for them to end."""
+    import psutil
+
+    def running() -> list[int]:
+        return [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and running():
+        time.sleep(0.1)
+    return running()

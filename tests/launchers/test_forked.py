@@ -4,7 +4,6 @@ their own, and nothing left behind."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
 from airflow_trainpipe.launchers.local import job_environment
-from tests.helpers.jobs import make_spec, run_job
+from tests.helpers.jobs import make_spec, run_job, still_running
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -21,19 +20,6 @@ def _warm_parent_stopped_after() -> Iterator[None]:
     """The warm parent is a child of this process: later tests find no training process under it."""
     yield
     stop_warm_parent()
-
-
-def _gone(pids: list[int], within_s: float = 10) -> list[int]:
-    deadline = time.monotonic() + within_s
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        alive = [
-            pid
-            for pid in alive
-            if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        ]
-        time.sleep(0.1)
-    return alive
 
 
 @pytest.mark.slow
@@ -76,10 +62,10 @@ def test_a_forked_job_gets_its_share_of_the_cores_and_leaves_nothing_when_killed
         assert launcher.job is not None and launcher.job.pid is not None
         job = psutil.Process(launcher.job.pid)
         assert os.getpgid(job.pid) == job.pid  # a process group of its own, like torchrun's ranks
-        pids = [job.pid, *(c.pid for c in job.children(recursive=True))]
+        processes = [job, *job.children(recursive=True)]
         launcher.kill()
         assert launcher.wait() == 128 + 9  # SIGKILL, reported as a shell reports it
-        assert _gone(pids) == []
+        assert still_running(processes) == []
     finally:
         launcher.kill()
 
@@ -99,13 +85,13 @@ def test_the_warm_parent_is_started_once_and_stopped() -> None:
     parents = _warm_parents()
     assert len(parents) == 1
     stop_warm_parent()
-    assert _gone(parents) == []
+    assert still_running(parents) == []
     assert warm_parent(job_environment(0, 1)) > 0.0  # a new one
 
 
-def _warm_parents() -> list[int]:
+def _warm_parents() -> list[psutil.Process]:
     return [
-        p.pid
+        p
         for p in psutil.Process().children()
         if "multiprocessing.forkserver" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
     ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -14,7 +13,7 @@ import pytest
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.launchers.command import torchrun_command
 from airflow_trainpipe.launchers.local import LocalLauncher, threads_per_rank
-from tests.helpers.jobs import make_spec
+from tests.helpers.jobs import make_spec, still_running
 
 
 def test_torchrun_command_runs_the_single_entrypoint() -> None:
@@ -53,12 +52,7 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
         # Only torchrun dies: the ranks get SIGTERM through PR_SET_PDEATHSIG and follow it.
         launcher.process.send_signal(signal.SIGKILL)
     launcher.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(
-        p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes
-    ):
-        time.sleep(0.1)
-    assert [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert still_running(processes) == []
 
 
 @pytest.mark.parametrize(

@@ -22,21 +22,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import IO
 
-from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.command import ENTRYPOINT
-from airflow_trainpipe.launchers.local import Line, LocalLauncher, signal_job_tree
+from airflow_trainpipe.launchers.local import LocalLauncher
 
 PRELOAD = [
     "torch",
@@ -99,8 +94,8 @@ def stop_warm_parent() -> None:
 
 
 class ForkedLauncher(LocalLauncher):
-    """LocalLauncher's interface (start, lines, wait, kill, stop) for a one-rank job forked from
-    the warm parent instead of started under torchrun."""
+    """LocalLauncher (start, lines, wait, kill, stop) for a one-rank job forked from the warm
+    parent instead of started under torchrun: only the process handle differs."""
 
     def __init__(self, spec: TrainSpec, env: dict[str, str] | None = None, jobs_on_host: int = 1):
         super().__init__(spec, 1, env=env, jobs_on_host=jobs_on_host)
@@ -109,12 +104,10 @@ class ForkedLauncher(LocalLauncher):
 
     def start(self) -> None:
         warm_parent(self.env)
-        self._spec_dir = tempfile.TemporaryDirectory(prefix="trainpipe-spec-")
-        spec_file = Path(self._spec_dir.name) / "spec.json"
-        spec_file.write_text(self.spec.to_json())
+        spec_file = self._write_spec()
         context = multiprocessing.get_context("forkserver")
         reader, writer = context.Pipe(duplex=False)
-        env = {**self.env, **_single_rank(), "TRAINPIPE_FORKED_JOB": "1"}
+        env = {**self.env, **_single_rank()}
         self.job = context.Process(
             target=_job, args=(str(spec_file), env, writer), name=f"trainpipe-job-{self.spec.run_id}"
         )
@@ -123,32 +116,22 @@ class ForkedLauncher(LocalLauncher):
         self._output = os.fdopen(os.dup(reader.fileno()), "r", buffering=1, errors="replace")
         reader.close()
 
-    def lines(self) -> Iterator[Line]:
+    def _stream(self) -> IO[str]:
         assert self._output is not None
-        for raw in self._output:
-            text = raw.rstrip("\n")
-            yield Line(text, parse(text))
+        return self._output
 
-    def wait(self) -> int:
-        assert self.job is not None
-        self.job.join()
-        self._cleanup()
+    def _running_pid(self) -> int | None:
+        if self.job is None or self.job.exitcode is not None:  # exitcode polls: reaped, never signalled
+            return None
+        return self.job.pid
+
+    def _join(self, timeout: float | None = None) -> int | None:
+        if self.job is None:
+            return None
+        self.job.join(timeout)
         code = self.job.exitcode
-        assert code is not None
         # As a shell (and torchrun) reports a process ended by a signal.
-        return 128 - code if code < 0 else code
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signal the job's process group and any group under it."""
-        if self.job is None or self.job.pid is None or self.job.exitcode is not None:
-            return
-        signal_job_tree(self.job.pid, sig)
-
-    def stop(self, grace_s: float) -> None:
-        self.kill(signal.SIGTERM)
-        if self.job is not None:
-            self.job.join(timeout=grace_s)
-        self.kill(signal.SIGKILL)
+        return None if code is None else 128 - code if code < 0 else code
 
     def _cleanup(self) -> None:
         if self._output is not None:

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
@@ -66,9 +66,7 @@ class LocalLauncher:
         self._spec_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def start(self) -> None:
-        self._spec_dir = tempfile.TemporaryDirectory(prefix="trainpipe-spec-")
-        spec_file = Path(self._spec_dir.name) / "spec.json"
-        spec_file.write_text(self.spec.to_json())
+        spec_file = self._write_spec()
         checkpoint = self.spec.config.training.checkpoint
         self.process = subprocess.Popen(
             torchrun_command(
@@ -86,31 +84,50 @@ class LocalLauncher:
         )
 
     def lines(self) -> Iterator[Line]:
-        assert self.process is not None and self.process.stdout is not None
-        for raw in self.process.stdout:
+        for raw in self._stream():
             text = raw.rstrip("\n")
             yield Line(text, parse(text))
 
     def wait(self) -> int:
-        assert self.process is not None
-        code = self.process.wait()
+        code = self._join()
+        assert code is not None
         self._cleanup()
         return code
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal every process of the job: torchrun, every rank, and their children."""
         # A reaped process's pid may already belong to someone else: never signal it.
-        if self.process is None or self.process.poll() is not None:
-            return
-        signal_job_tree(self.process.pid, sig)
+        if (pid := self._running_pid()) is not None:
+            signal_job_tree(pid, sig)
 
     def stop(self, grace_s: float) -> None:
         """SIGTERM the job (the ranks save a checkpoint), SIGKILL what is left after `grace_s`."""
         self.kill(signal.SIGTERM)
-        if self.process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=grace_s)
+        self._join(grace_s)
         self.kill(signal.SIGKILL)
+
+    def _write_spec(self) -> Path:
+        self._spec_dir = tempfile.TemporaryDirectory(prefix="trainpipe-spec-")
+        spec_file = Path(self._spec_dir.name) / "spec.json"
+        spec_file.write_text(self.spec.to_json())
+        return spec_file
+
+    # The job's process handle: what a torchrun child and a forked job (launchers/forked.py) differ in.
+
+    def _stream(self) -> IO[str]:
+        assert self.process is not None and self.process.stdout is not None
+        return self.process.stdout
+
+    def _running_pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    def _join(self, timeout: float | None = None) -> int | None:
+        """The exit code, or None when the job still runs after `timeout` seconds."""
+        if self.process is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.process.wait(timeout=timeout)
+        return None
 
     def _cleanup(self) -> None:
         if self._spec_dir is not None:
