@@ -53,6 +53,9 @@ def _isolated_airflow_home(
     # (pip's ninja) and the system's hash build commands differently, so jobs started with
     # and without the venv's bin first (pods, the local launcher) would rebuild it in turn.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # Every training job the suite starts keeps a GPU node's rule for its collectives: a host
+    # tensor on the default group (nccl there) fails here too (runtime/collectives.py).
+    os.environ.setdefault("TRAINPIPE_CHECK_COLLECTIVES", "nccl")
     # After the environment above: the services inherit it.
     _start_early_services(request.session, tmp_path_factory)
     yield

@@ -48,8 +48,8 @@ class RunEnd:
     device: torch.device
     dtype: torch.dtype
     world_size: int
-    data_group: Any
-    """The gloo group the host-side collectives use (None: the default group)."""
+    host_group: Any
+    """The gloo group the runtime's collectives use (None: the default group, on a CPU job)."""
     scored: str
     """What the metrics are named after: `holdout`, or `validation` in a tuning trial."""
     build_model: Callable[[], torch.nn.Module]
@@ -189,7 +189,7 @@ class RunEnd:
     def _gather_peak_rss(self) -> list[float]:
         """Collective: every rank's peak resident memory so far."""
         peak_rss: list[Any] = [None] * self.world_size
-        dist.all_gather_object(peak_rss, _peak_rss_mib(), group=self.data_group)
+        dist.all_gather_object(peak_rss, _peak_rss_mib(), group=self.host_group)
         return peak_rss
 
     def _publish(self, result: TrainResult, tracker: Tracker) -> None:

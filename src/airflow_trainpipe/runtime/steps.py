@@ -102,6 +102,8 @@ class PeriodicSync:
     world_size: int
     tracker: Tracker | None  # rank 0 reports; the others pass None
     notice: PreemptionNotice | None = None
+    group: Any = None
+    """The host group (runtime/collectives.py): the stats are a host tensor, which nccl refuses."""
     _losses: list[float] = field(default_factory=list)
     _stride: int = 0  # 0: `every` until the first sync has measured a step
     _since: float = field(default_factory=time.perf_counter)
@@ -130,7 +132,7 @@ class PeriodicSync:
             ],
             dtype=torch.float64,
         )
-        dist.all_reduce(stats)
+        dist.all_reduce(stats, group=self.group)
         first = step - len(self._losses) + 1
         losses = {first + i: v / self.world_size for i, v in enumerate(stats[:-4].tolist())}
         self._losses = []

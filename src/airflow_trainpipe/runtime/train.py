@@ -30,6 +30,7 @@ from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.core.storage import join
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
+from airflow_trainpipe.runtime.collectives import checked, host_group
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.data.reader import data_columns
@@ -91,8 +92,9 @@ class Trainer:
         self.device = torch.device("cuda", self.local_rank) if self.on_gpu else torch.device("cpu")
         if self.on_gpu:
             torch.cuda.set_device(self.device)
-        # The data collectives move host arrays: gloo, beside the training group when that is nccl.
-        self.data_group = dist.new_group(backend="gloo") if self.on_gpu else None
+        # Every collective of ours moves host data: gloo, beside the training group when that is
+        # nccl, which refuses host tensors (runtime/collectives.py).
+        self.host_group = host_group(self.on_gpu)
         self._lap("rendezvous")
         self.notice = notice  # None: nobody listens for SIGTERM (a Trainer built by a test)
         self.task = self.training.task
@@ -116,6 +118,7 @@ class Trainer:
             local_rank=self.local_rank,
             world_size=self.world_size,
             higher_is_better=self.higher_is_better,
+            group=self.host_group,
         )
 
     # -- setup --------------------------------------------------------------------------------
@@ -211,7 +214,7 @@ class Trainer:
         # holdout share one encoder, so each block is tokenized once on this node.
         self.encoder = BlockEncoder(self.reader, prepared.transform, self.spec.data_digest or prepared.key)
         self.holdout = ShardedHoldout(
-            prepared, self.reader, self.task, self.rank, self.world_size, self.data_group,
+            prepared, self.reader, self.task, self.rank, self.world_size, self.host_group,
             threshold=self.config.evaluation.threshold, validation=self.validation is not None,
             encoder=self.encoder,
         )  # fmt: skip
@@ -294,7 +297,7 @@ class Trainer:
         self.pinned = PretrainedPin.model_validate(self._from_rank0(pin_and_check, Exception))
         if self.local_rank == 0 and self.rank != 0:
             fetch(self.pinned)  # another node: its own copy, checked against the pin
-        dist.barrier(group=self.data_group)  # every node's copy is in place
+        dist.barrier(group=self.host_group)  # every node's copy is in place
         return PretrainedDirectory(node_directory(self.pinned.source), self.pinned.source, self.pinned.sha256)
 
     def _prepare(self) -> PreparedData:
@@ -324,9 +327,9 @@ class Trainer:
                 box = [compute()]
             except errors as exc:
                 box = [exc]
-                dist.broadcast_object_list(box, src=0, group=self.data_group)
+                dist.broadcast_object_list(box, src=0, group=self.host_group)
                 raise
-        dist.broadcast_object_list(box, src=0, group=self.data_group)
+        dist.broadcast_object_list(box, src=0, group=self.host_group)
         if isinstance(box[0], BaseException):
             raise box[0]
         return box[0]
@@ -346,7 +349,7 @@ class Trainer:
     def _stream(self) -> BlockStream:
         return BlockStream(
             self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
-            self.rank, self.world_size, self.data_group, epochs=self.hp.epochs,
+            self.rank, self.world_size, self.host_group, epochs=self.hp.epochs,
             cache_bytes=self.config.data.encoded_cache_mib << 20, encoder=self.encoder,
         )  # fmt: skip
 
@@ -356,7 +359,7 @@ class Trainer:
 
     def _broadcast(self, value: Any) -> Any:
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=self.host_group)
         return box[0]
 
     # -- training -----------------------------------------------------------------------------
@@ -432,6 +435,7 @@ class Trainer:
             self.world_size,
             tracker,
             self.notice,
+            group=self.host_group,
         )
         epoch_end = EpochEnd(
             EpochEndConfig(
@@ -581,7 +585,7 @@ class Trainer:
 
     def _client_state(self, state: dict[str, Any], sampler: ResumableSampler, step: int) -> dict[str, Any]:
         rng: list[Any] = [None] * self.world_size
-        dist.all_gather_object(rng, rng_state())
+        dist.all_gather_object(rng, rng_state(), group=self.host_group)
         return {"trainpipe": {**state, "step": step, "sampler": sampler.state_dict(), "rng": rng}}
 
     def _evaluate(self) -> dict[str, float]:
@@ -596,7 +600,7 @@ class Trainer:
             device=self.device,
             dtype=self.dtype,
             world_size=self.world_size,
-            data_group=self.data_group,
+            host_group=self.host_group,
             scored=self.scored,
             build_model=self._build_model,
             evaluate=self._evaluate,
@@ -650,7 +654,10 @@ def main(argv: list[str] | None = None) -> int:
     load_comm_op()
     clock.lap("ops")
     try:
-        Trainer(spec, notice, clock).run()
+        with checked():  # TRAINPIPE_CHECK_COLLECTIVES=nccl: a GPU node's rule, kept on CPU
+            trainer = Trainer(spec, notice, clock)
+            trainer.run()
+            dist.barrier(group=trainer.host_group)
     except Preempted:
         return PREEMPTED_EXIT  # the `preempted` event said where; not an error of the job
     except Exception as exc:
@@ -660,7 +667,6 @@ def main(argv: list[str] | None = None) -> int:
         retryable = exc.retryable if isinstance(exc, TrainpipeError) else True
         emit("error", rank=int(rank), error=f"{type(exc).__name__}: {exc}", retryable=retryable)
         raise
-    dist.barrier()
     return 0
 
 

@@ -107,8 +107,11 @@ class CheckpointManager:
         local_rank: int,
         world_size: int,
         higher_is_better: bool,
+        group: Any = None,
     ):
+        """`group`: the host group its barriers and gathers run on (runtime/collectives.py)."""
         self.cfg = cfg
+        self.group = group
         self.root = join(run_dir, "checkpoints")
         self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
         self.higher_is_better = higher_is_better
@@ -154,7 +157,7 @@ class CheckpointManager:
         tag = tag_for(step)
         self.staging.mkdir(parents=True, exist_ok=True)
         engine.save_checkpoint(str(self.staging), tag=tag, client_state=client_state, save_latest=False)
-        dist.barrier()
+        dist.barrier(group=self.group)
         fault_point("save", step)
         pending = _PendingSave(tag, step, metric, extra or {})
         if self.local_rank == 0:
@@ -214,7 +217,7 @@ class CheckpointManager:
                 f"checkpoint {join(self.root, pending.tag)} could not be written: {pending.error}"
             ) from pending.error
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, pending.files if self.local_rank == 0 else {})
+        dist.all_gather_object(gathered, pending.files if self.local_rank == 0 else {}, group=self.group)
         if self.rank == 0:
             files: dict[str, Any] = {}
             for part in gathered:
@@ -235,7 +238,7 @@ class CheckpointManager:
             if pending.metric is not None and self.cfg.keep_best:
                 self._update_best(pending.tag, pending.metric)
             self._prune()
-        dist.barrier()
+        dist.barrier(group=self.group)
 
     def _write_json(self, relative: str, payload: dict[str, Any]) -> None:
         text = json.dumps(payload, indent=1, sort_keys=True)
@@ -361,7 +364,7 @@ class CheckpointManager:
                 target = self.staging / checkpoint.tag
                 shutil.rmtree(target, ignore_errors=True)
                 self._fs.get(f"{self._root_path}/{checkpoint.tag}/", str(target), recursive=True)
-        dist.barrier()
+        dist.barrier(group=self.group)
         return str(self._loadable(checkpoint)), checkpoint.tag
 
     def _unpack(self, checkpoint: CompleteCheckpoint) -> None:
@@ -415,5 +418,5 @@ class CheckpointManager:
             (scratch / MARKER).write_text(json.dumps(checkpoint.marker))
             shutil.rmtree(target, ignore_errors=True)
             os.replace(scratch, target)
-        dist.barrier()
+        dist.barrier(group=self.group)
         return universal

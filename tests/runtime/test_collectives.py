@@ -1,0 +1,99 @@
+"""The runtime's collectives on a GPU node's terms, checked on CPU (runtime/collectives.py).
+
+On a GPU node the default process group is nccl, which refuses host tensors; on CPU it is gloo,
+which takes anything, so a host tensor sent there passed every CPU test and crashed every GPU job
+at its first sync. Under TRAINPIPE_CHECK_COLLECTIVES=nccl a CPU job refuses what nccl refuses;
+every job the suite starts runs that way (tests/conftest.py). Here: the check catches that very
+crash, and a whole job keeps the rule through its syncs, epoch-end evaluation, checkpoints,
+resume and end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from airflow_trainpipe.config.training import CheckpointSection
+from airflow_trainpipe.runtime.accounting import Timing
+from airflow_trainpipe.runtime.collectives import CHECK_ENV, checked, host_group
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
+from airflow_trainpipe.runtime.steps import PeriodicSync, SyncConfig
+from tests.conftest import free_port
+from tests.helpers.jobs import make_spec, run_job
+
+NCCL_ERROR = "No backend type associated with device type cpu"
+
+
+@pytest.fixture(scope="module")
+def one_rank_world() -> Iterator[None]:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _sync(tmp_path: Path, group: object) -> PeriodicSync:
+    manager = CheckpointManager(
+        CheckpointSection(every_steps=100), tmp_path.as_uri(), rank=0, local_rank=0, world_size=1,
+        higher_is_better=True, group=group,
+    )  # fmt: skip
+    return PeriodicSync(SyncConfig(every=1), manager, world_size=1, tracker=None, group=group)
+
+
+def _one_step(sync: PeriodicSync) -> None:
+    sampler = ResumableSampler(40, 4, 1, 1, 0, seed=1)
+    sampler.step_positions()
+    sync.add(0.5)
+    assert sync.after_step(1, 10, sampler, Timing(0, 0.0)) is not None
+
+
+def test_the_periodic_sync_on_the_default_group_fails_as_nccl_fails_it(
+    one_rank_world: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHECK_ENV, "nccl")
+    with checked(), pytest.raises(RuntimeError, match=f"{NCCL_ERROR}: all_reduce.*airflow_trainpipe.runtime.steps"):
+        _one_step(_sync(tmp_path, group=None))
+
+
+def test_the_periodic_sync_on_the_host_group_passes_the_check(
+    one_rank_world: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHECK_ENV, "nccl")
+    group = host_group(on_gpu=False)  # apart from the default group while checking, as on a GPU node
+    assert group is not None
+    with checked():
+        _one_step(_sync(tmp_path, group=group))
+
+
+def test_only_the_runtimes_own_calls_are_checked_and_the_functions_are_put_back(
+    one_rank_world: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHECK_ENV, "nccl")
+    original = dist.all_reduce
+    with checked():
+        assert dist.all_reduce is not original
+        dist.all_reduce(torch.ones(1))  # DeepSpeed's (here the test's) own traffic is not ours to judge
+    assert dist.all_reduce is original
+    monkeypatch.delenv(CHECK_ENV)
+    with checked():
+        assert dist.all_reduce is original  # unset: nothing is wrapped
+    assert host_group(on_gpu=False) is None  # a CPU job's host group is its default group
+
+
+def test_a_whole_job_keeps_the_rule_through_syncs_evaluation_checkpoints_resume_and_the_end(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    env = {CHECK_ENV: "nccl"}  # what tests/conftest.py sets for every job, said here in so many words
+    spec = make_spec(tmp_path, job_files, "nccl_rule")  # 2 ranks, 19 steps an epoch, saves every 10
+    # Killed after step 25: past syncs, saves at 10, 19 (the epoch end, with its evaluation) and 20.
+    killed = run_job(spec, pause_at="step:25", env=env)
+    assert NCCL_ERROR not in killed.text, killed.text[-3000:]
+    assert "TRAINPIPE PAUSED step:25" in killed.text, killed.text[-3000:]
+    resumed = run_job(spec, env=env)
+    assert resumed.code == 0, resumed.text[-3000:]
+    assert resumed.start is not None and resumed.start["resumed_from"] == 20
+    assert resumed.result is not None and resumed.result["final_step"] == 38
