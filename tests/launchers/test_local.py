@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -11,18 +12,52 @@ import psutil
 import pytest
 
 from airflow_trainpipe.config.training import CheckpointSection
-from airflow_trainpipe.launchers.command import torchrun_command
+from airflow_trainpipe.launchers.command import torchrun_command, torchrun_environment
 from airflow_trainpipe.launchers.local import LocalLauncher, threads_per_rank
+from airflow_trainpipe.runtime.train import shutdown_timeout_note
 from tests.helpers.jobs import make_spec, still_running
 
 
 def test_torchrun_command_runs_the_single_entrypoint() -> None:
-    command = torchrun_command(
-        2, "@/tmp/spec.json", CheckpointSection().shutdown_timeout_s, python=sys.executable
-    )
+    command = torchrun_command(2, "@/tmp/spec.json", python=sys.executable)
     assert command[1:3] == ["-m", "torch.distributed.run"]
     assert command[-4:] == ["-m", "airflow_trainpipe.runtime.train", "--spec", "@/tmp/spec.json"]
-    assert command[command.index("--shutdown-timeout") + 1] == "35"
+
+
+def _torchrun_parser(shutdown_timeout: bool) -> argparse.ArgumentParser:
+    """This torch's torchrun parser, or the same without `--shutdown-timeout`, as torch 2.11's is."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    if not shutdown_timeout:
+        (action,) = [a for a in parser._actions if "--shutdown-timeout" in a.option_strings]
+        parser._remove_action(action)
+        for option in action.option_strings:
+            del parser._option_string_actions[option]
+    return parser
+
+
+def test_torchrun_reads_the_shutdown_timeout_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    command = torchrun_command(2, "@/tmp/spec.json", python=sys.executable)
+    for name, value in torchrun_environment(CheckpointSection().shutdown_timeout_s).items():
+        monkeypatch.setenv(name, value)
+    # The grace (30 s by default) and the ranks' exit before torchrun SIGKILLs them.
+    assert _torchrun_parser(shutdown_timeout=True).parse_args(command[3:]).shutdown_timeout == 35
+
+
+def test_a_torchrun_without_a_shutdown_timeout_option_takes_the_command_and_the_job_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torch 2.11's torchrun (a CUDA image's) refused `--shutdown-timeout` with a bare usage dump.
+    command = torchrun_command(2, "@/tmp/spec.json", python=sys.executable)
+    monkeypatch.setenv("PET_SHUTDOWN_TIMEOUT", "35")
+    old = _torchrun_parser(shutdown_timeout=False)
+    assert old.parse_args(command[3:]).training_script == "airflow_trainpipe.runtime.train"
+    note = shutdown_timeout_note(35, old)
+    assert note is not None and "has no --shutdown-timeout" in note and "not the 35 s" in note
+    assert shutdown_timeout_note(25, old) is None  # its own 30 s are enough for what was asked
+    assert shutdown_timeout_note(35, _torchrun_parser(shutdown_timeout=True)) is None
+    assert shutdown_timeout_note(35) is None  # this torch's own torchrun honours it
 
 
 def _job_processes(launcher: LocalLauncher) -> list[psutil.Process]:

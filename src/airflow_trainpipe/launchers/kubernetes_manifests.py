@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.contracts.train_spec import TrainSpec
-from airflow_trainpipe.launchers.command import torchrun_command
+from airflow_trainpipe.launchers.command import torchrun_command, torchrun_environment
 
 CONTAINER = "base"  # KubernetesPodOperator follows the logs of the container with this name
 RENDEZVOUS_PORT = 29500
@@ -95,11 +95,7 @@ def container_command(
                 "--max-restarts", "3",
             )  # fmt: skip
     return torchrun_command(
-        resources.nproc_per_node,
-        "$(TRAINPIPE_SPEC)",
-        config.training.checkpoint.shutdown_timeout_s,
-        python="python",
-        rendezvous=rendezvous,
+        resources.nproc_per_node, "$(TRAINPIPE_SPEC)", python="python", rendezvous=rendezvous
     )
 
 
@@ -117,6 +113,8 @@ def _env(spec: TrainSpec, labels: RunLabels, multi_node: bool) -> list[dict]:
         # fetched from a model hub, and a pod must not try (it would wait on the network).
         {"name": "HF_HUB_OFFLINE", "value": "1"},
     ]
+    shutdown = torchrun_environment(config.training.checkpoint.shutdown_timeout_s)
+    env += [{"name": name, "value": value} for name, value in shutdown.items()]
     if config.training.resources.gpus_per_node == 0:
         env.append({"name": "DS_ACCELERATOR", "value": "cpu"})
     if multi_node:

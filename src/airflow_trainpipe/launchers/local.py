@@ -23,7 +23,7 @@ from typing import IO, Any
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.processes import signal_on_parent_death
-from airflow_trainpipe.launchers.command import torchrun_command
+from airflow_trainpipe.launchers.command import torchrun_command, torchrun_environment
 
 
 @dataclass
@@ -69,14 +69,12 @@ class LocalLauncher:
         spec_file = self._write_spec()
         checkpoint = self.spec.config.training.checkpoint
         self.process = subprocess.Popen(
-            torchrun_command(
-                self.nproc, f"@{spec_file}", checkpoint.shutdown_timeout_s, python=sys.executable
-            ),
+            torchrun_command(self.nproc, f"@{spec_file}", python=sys.executable),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
-            env=self.env,
+            env={**self.env, **torchrun_environment(checkpoint.shutdown_timeout_s)},
             start_new_session=True,  # its own process group, see kill()
             # This process SIGKILLed (an Airflow task process killed) must not leave torchrun
             # training unseen beside the retry: it gets SIGTERM, which the ranks save on.

@@ -620,6 +620,30 @@ def _held(model: torch.nn.Module) -> str:
     return f"{total:,} parameters, partitioned as built: this rank holds {held:,}"
 
 
+TORCHRUN_FIXED_SHUTDOWN_S = 30  # what a torchrun without --shutdown-timeout waits before SIGKILL
+
+
+def shutdown_timeout_note(asked_s: int, parser: argparse.ArgumentParser | None = None) -> str | None:
+    """A torchrun without `--shutdown-timeout` (torch 2.11's: the launchers pass it as
+    PET_SHUTDOWN_TIMEOUT, which that torchrun ignores) SIGKILLs the ranks 30 s after it forwards a
+    SIGTERM, whatever the config asks. The job runs anyway (a save cut short is never resumed
+    from); this says so, once, when the config asks for longer. `parser`: torchrun's (a test's)."""
+    if parser is None:
+        from torch.distributed.run import get_args_parser
+
+        parser = get_args_parser()
+    if any("--shutdown-timeout" in action.option_strings for action in parser._actions):
+        return None
+    if asked_s <= TORCHRUN_FIXED_SHUTDOWN_S:
+        return None
+    return (
+        f"torchrun of torch {torch.__version__} has no --shutdown-timeout: after a SIGTERM it "
+        f"SIGKILLs the ranks within its own {TORCHRUN_FIXED_SHUTDOWN_S} s, not the {asked_s} s that "
+        "training.checkpoint.preemption_grace asks for; a preemption save that needs longer is "
+        "abandoned and the retry resumes from the checkpoint before it (torch 2.13, the pinned one, honours it)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     clock = StartupClock()  # the imports above are start-up too: it reads the process start times
     if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun: end with it, saving first
@@ -645,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format=f"[rank{rank}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    if "TORCHELASTIC_RUN_ID" in os.environ and rank == "0":
+        note = shutdown_timeout_note(spec.config.training.checkpoint.shutdown_timeout_s)
+        if note is not None:
+            log.warning("%s", note)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
