@@ -55,7 +55,10 @@ def test_the_periodic_sync_on_the_default_group_fails_as_nccl_fails_it(
     one_rank_world: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(CHECK_ENV, "nccl")
-    with checked(), pytest.raises(RuntimeError, match=f"{NCCL_ERROR}: all_reduce.*airflow_trainpipe.runtime.steps"):
+    with (
+        checked(),
+        pytest.raises(RuntimeError, match=f"{NCCL_ERROR}: all_reduce.*airflow_trainpipe.runtime.steps"),
+    ):
         _one_step(_sync(tmp_path, group=None))
 
 

@@ -160,6 +160,8 @@ class TrainTiming(Payload):
     """Where that time went, phase by phase."""
     end_s: float = 0.0
     """After the last step: final evaluation, weights, the logged model, candidate vs champion."""
+    end: dict[str, float] = {}
+    """Where that time went, phase by phase (runtime/finish.py)."""
 
 
 class RungValue(Payload):

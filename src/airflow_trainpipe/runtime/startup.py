@@ -53,3 +53,19 @@ class StartupClock:
 
     def rounded(self) -> dict[str, float]:
         return {name: round(seconds, 3) for name, seconds in self.phases.items()}
+
+
+class Laps:
+    """Named laps of a stretch of the job that is not its start (the end: runtime/finish.py)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def rounded(self) -> dict[str, float]:
+        return {name: round(seconds, 3) for name, seconds in self.phases.items()}

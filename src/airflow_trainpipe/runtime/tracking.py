@@ -142,19 +142,22 @@ class Tracker:
             self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])]
         )
 
-    def log_model(self, model: Any, transform: Any, input_example: Any, hf_directory: Any = None) -> str:
+    def log_model(
+        self, model: Any, transform: Any, input_example: Any, hf_directory: Any = None, laps: Any = None
+    ) -> str:
         """Log the final model as a pyfunc that takes raw rows; called once, at the end.
 
         `transform` is the run's FittedTransform, `input_example` a few raw rows (a DataFrame),
         `hf_directory` the model as a Hugging Face directory (a pretrained pipeline's), logged
-        among the model's artifacts. Leaving the fluent run context ends the run.
+        among the model's artifacts; `laps` (runtime.startup.Laps) times its steps. Leaving the fluent
+        run context ends the run.
         """
         import mlflow
 
         from airflow_trainpipe.runtime.serving import log_raw_row_model
 
         with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
-            info = log_raw_row_model(model, transform, input_example, hf_directory=hf_directory)
+            info = log_raw_row_model(model, transform, input_example, hf_directory=hf_directory, laps=laps)
         return info.model_uri
 
     def log_dict(self, payload: dict[str, Any], artifact_file: str) -> None:

@@ -137,9 +137,12 @@ def _column_names(holdout: HoldoutRows) -> list[str]:
     return next(iter(holdout())).column_names
 
 
-def candidate_predictor(model: torch.nn.Module, transform: FittedTransform) -> Callable[[Any], np.ndarray]:
-    """The candidate exactly as its logged pyfunc will predict: same class, same `predict`."""
-    predictor = TransformedNetwork.of(transform, model)
+def candidate_predictor(
+    model: torch.nn.Module, transform: FittedTransform, device: torch.device | None = None
+) -> Callable[[Any], np.ndarray]:
+    """The candidate exactly as its logged pyfunc will predict: same class, same `predict`, on
+    `device` (None: the CPU, as served)."""
+    predictor = TransformedNetwork.of(transform, model, device)
     return lambda rows: predictor.predict(None, rows)
 
 
@@ -167,9 +170,11 @@ def score_champion(
     holdout: HoldoutRows,
     classes: list[str] | None = None,
     groups: np.ndarray | None = None,
+    device: torch.device | None = None,
 ) -> ChampionScore:
     """The champion's scores of the holdout rows: its class probabilities in the candidate's
-    `classes` order (multiclass), its ranking within the candidate's `groups` (ranking)."""
+    `classes` order (multiclass), its ranking within the candidate's `groups` (ranking); its
+    network on `device` (None: the CPU)."""
     name, alias = config.registered_model_name, config.registration.alias
     result = ChampionScore(model_name=name, alias=alias)
     found = current_champion(client, name, alias)
@@ -181,7 +186,7 @@ def score_champion(
         # The version number, not the alias: the model scored is exactly the one named in the tags.
         # Read from its artifacts (transform JSON + exported program), never its pickled pyfunc.
         with tempfile.TemporaryDirectory(prefix="trainpipe-champion-") as directory:
-            model, inputs = load_registered(f"models:/{name}/{result.version}", directory)
+            model, inputs = load_registered(f"models:/{name}/{result.version}", directory, device)
         if inputs is None or inputs.is_tensor_spec():
             raise ValueError(
                 "its model takes encoded tensors, not raw rows (logged before feature transforms "
@@ -199,6 +204,13 @@ def score_champion(
         result.metrics = _scored(config, labels, prediction, groups, classes)
         result.predictions = prediction
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
+        if device is not None:
+            # Moving an exported program is torch's pass, not ours: a program it cannot move, or a
+            # device short of memory, may cost time, never the champion's score.
+            log.warning(
+                "champion version %s did not score on %s (%s): on the CPU", result.version, device, exc
+            )
+            return score_champion(client, config, holdout, classes, groups, device=None)
         result.error = f"cannot score champion {name} version {result.version} (run {result.run_id}): {type(exc).__name__}: {exc}"
         log.error("%s", result.error)
     return result
@@ -211,14 +223,22 @@ def evaluate_final(
     config: PipelineConfig,
     tracker: Tracker,
     step: int,
+    laps: Any = None,
+    device: torch.device | None = None,
 ) -> dict[str, Any]:
-    """Score candidate and champion, record both on the candidate's run; returns the summary."""
+    """Score candidate and champion, record both on the candidate's run; returns the summary.
+    `laps` (runtime.startup.Laps): the end of the job's clock, lapped after each model. `device`:
+    where both models score (the training device; None: the CPU)."""
     model.eval()
     classes, groups = transform.classes, group_codes(holdout, transform)
-    predict = candidate_predictor(model, transform)
+    predict = candidate_predictor(model, transform, device)
     prediction, labels = predictions(predict, holdout, config.data.label, classes=classes)
     candidate = _scored(config, labels, prediction, groups, classes)
-    champion = score_champion(tracker.client, config, holdout, classes, groups)
+    if laps is not None:
+        laps.lap("candidate_scored")
+    champion = score_champion(tracker.client, config, holdout, classes, groups, device)
+    if laps is not None:
+        laps.lap("champion_scored")
     metrics = {f"candidate_{k}": v for k, v in candidate.items()}
     metrics.update({f"champion_{k}": v for k, v in (champion.metrics or {}).items()})
     ours, theirs = (prediction, candidate.get("threshold", 0.5)), champion.scored()
@@ -251,6 +271,8 @@ def evaluate_final(
             "champion": None if champion.predictions is None else binary_curves(labels, champion.predictions),
         }
     tracker.log_dict({**summary, "curves": curves}, EVALUATION_ARTIFACT)
+    if laps is not None:
+        laps.lap("comparison_logged")
     return summary
 
 

@@ -51,8 +51,10 @@ def _resolve(dotted: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def load_exported_program(path: str | Path) -> Any:
-    """A torch.export program from an untrusted archive, as a callable module.
+def load_exported_program(path: str | Path, device: Any = None) -> Any:
+    """A torch.export program from an untrusted archive, as a callable module on `device` (None:
+    where it was exported, the CPU; another device through torch's `move_to_device_pass`, which
+    also moves the devices the program's graph names).
 
     torch.export.load unpickles pickled tensors, custom objects and opaque objects, and falls
     back to a full unpickle when weights-only fails; the archive's payload configs say which
@@ -67,7 +69,12 @@ def load_exported_program(path: str | Path) -> Any:
     previous = os.environ.get(FORCE_ENV)
     os.environ[FORCE_ENV] = "1"
     try:
-        return torch.export.load(str(path)).module()
+        program = torch.export.load(str(path))
+        if device is not None and torch.device(device).type != "cpu":
+            from torch.export.passes import move_to_device_pass
+
+            program = move_to_device_pass(program, torch.device(device))
+        return program.module()
     finally:
         if previous is None:
             os.environ.pop(FORCE_ENV, None)
