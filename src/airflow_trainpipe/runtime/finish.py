@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -28,7 +29,7 @@ from airflow_trainpipe.core.storage import filesystem, join
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData
-from airflow_trainpipe.runtime.engine import full_state_dict, predict, weights_sha256
+from airflow_trainpipe.runtime.engine import full_state_dict, weights_sha256
 from airflow_trainpipe.runtime.evaluation.final import evaluate_final
 from airflow_trainpipe.runtime.evaluation.holdout import first_holdout_rows, holdout_tables
 from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
@@ -78,25 +79,32 @@ class RunEnd:
             if state["history"] and state["history"][-1]["step"] == state["step"]
             else None
         )
-        metrics = last or {"step": state["step"], **self.evaluate()}
-        laps.lap("final_metrics")
         # A pruned tuning trial publishes no model: it reads no holdout row here.
         publishes = self.spec.trial is None or (  # the same on every rank (a collective decision)
             self.spec.trial.final and not state.get("pruned", False)
         )
-        first_rows, sample = self._prediction_sample() if publishes else (None, None)
-        laps.lap("prediction_sample")
+        # Final weights not scored at an epoch end (max_steps, a rung): a published candidate's
+        # holdout metrics are its scoring below, the same rows through the same metrics, not a
+        # second pass of the engine over the holdout (it was a third of the end).
+        metrics = last
+        if metrics is None and not (publishes and self.scored == "holdout"):
+            metrics = {"step": state["step"], **self.evaluate()}
+        laps.lap("final_metrics")
         weights = full_state_dict(self.engine, self.spec.config.training.deepspeed.zero_stage)
         peak_rss = self._gather_peak_rss()
         laps.lap("weights")
         if tracker is None:
             return None
-        holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
-        published = (
-            self._candidate(weights, first_rows, tracker, state["step"])
+        published, sample = (
+            self._candidate(weights, tracker, state["step"])
             if publishes
-            else {"evaluation": None, "model_uri": None}
+            else ({"evaluation": None, "model_uri": None}, None)
         )
+        if metrics is None:
+            evaluation = published["evaluation"]
+            assert evaluation is not None  # published: scored on the holdout rows
+            metrics = evaluation["candidate"]
+        holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
         device_s = self.timing.device_s() if self.timing else state["device_seconds"]
         hours = device_s / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.device.type == "cuda" else "cpu"
@@ -148,41 +156,31 @@ class RunEnd:
             ),
         }
 
-    def _prediction_sample(self) -> tuple[Any, Any]:
-        """Collective: the first holdout rows and the job's own predictions of them, computed by the
-        training engine on every rank (ZeRO-3 gathers inside forward): what the logged model must
-        reproduce from the same raw rows."""
-        transform = self.prepared.transform
-        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
-        sample = transform.predictions(
-            predict(self.engine, transform.features(first_rows), self.device, self.dtype)
-        )
-        return first_rows, sample
-
     def _candidate(
-        self, weights: dict[str, Any], first_rows: Any, tracker: Tracker, step: int
-    ) -> dict[str, Any]:
-        """The logged model and its evaluation against the champion (the gate's input)."""
+        self, weights: dict[str, Any], tracker: Tracker, step: int
+    ) -> tuple[dict[str, Any], np.ndarray]:
+        """The logged model and its evaluation against the champion (the gate's input), and its
+        predictions of the first holdout rows: what the logged model must reproduce from them."""
         model = self.build_model()
         model.load_state_dict(weights)
         model.eval()
         device = scoring_device(model, self.device)
         self.laps.lap("candidate_built")
-        transform = self.prepared.transform
-        return {
-            # Candidate and champion scored by one function on the same raw holdout rows.
-            "evaluation": evaluate_final(
-                model,
-                transform,
-                lambda: holdout_tables(self.prepared, self.reader),
-                self.spec.config,
-                tracker,
-                step,
-                laps=self.laps,
-                device=device,
-            ),
-            "model_uri": self._log_model(model.cpu(), tracker, first_rows),
-        }
+        # Candidate and champion scored by one function on the same raw holdout rows; the holdout
+        # is read and predicted once, the sample being its first rows.
+        evaluation, prediction = evaluate_final(
+            model,
+            self.prepared.transform,
+            lambda: holdout_tables(self.prepared, self.reader),
+            self.spec.config,
+            tracker,
+            step,
+            laps=self.laps,
+            device=device,
+        )
+        first_rows = first_holdout_rows(self.prepared, self.reader, PREDICTION_SAMPLE)
+        model_uri = self._log_model(model.cpu(), tracker, first_rows)
+        return {"evaluation": evaluation, "model_uri": model_uri}, prediction[:PREDICTION_SAMPLE]
 
     def _log_model(self, model: torch.nn.Module, tracker: Tracker, first_rows: Any) -> str:
         transform = self.prepared.transform

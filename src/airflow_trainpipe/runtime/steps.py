@@ -47,8 +47,10 @@ class StepRunner:
         self.dtype = input_dtype(engine, dtype)
         self.loss_fn = loss_function(task, ranking_loss)
 
-    def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> float:
-        """Optimizer step number `step`; returns this rank's mean micro-batch loss."""
+    def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> torch.Tensor:
+        """Optimizer step number `step`; returns this rank's mean micro-batch loss, a scalar on the
+        device: read on the host only at the next sync, so that a GPU step is not waited for by the
+        host before it queues the next one (an `.item()` per micro-batch did that)."""
         t0 = time.perf_counter()
         epoch = sampler.epoch
         global_range, ranges = sampler.step_positions()
@@ -57,14 +59,14 @@ class StepRunner:
             for x, y in self.stream.take(epoch, global_range, ranges)
         ]
         timing.data_wait_s += time.perf_counter() - t0
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=self.device)
         for k, (x, y) in enumerate(inputs):
             loss = self.loss_fn(self.engine(x).float(), y)
             self.engine.backward(loss)
             if k == len(inputs) - 1:
                 fault_point("mid_step", step)
             self.engine.step()
-            loss_sum += loss.item()
+            loss_sum += loss.detach()
         return loss_sum / len(inputs)
 
 
@@ -104,12 +106,12 @@ class PeriodicSync:
     notice: PreemptionNotice | None = None
     group: Any = None
     """The host group (runtime/collectives.py): the stats are a host tensor, which nccl refuses."""
-    _losses: list[float] = field(default_factory=list)
+    _losses: list[torch.Tensor] = field(default_factory=list)  # each step's, on the device
     _stride: int = 0  # 0: `every` until the first sync has measured a step
     _since: float = field(default_factory=time.perf_counter)
 
-    def add(self, loss: float) -> None:
-        self._losses.append(loss)
+    def add(self, loss: torch.Tensor | float) -> None:
+        self._losses.append(torch.as_tensor(loss))
 
     def after_step(
         self, step: int, total_steps: int, sampler: ResumableSampler, timing: Timing
@@ -122,16 +124,15 @@ class PeriodicSync:
             return None
         signalled = self.notice is not None and self.notice.signalled
         step_s = (time.perf_counter() - self._since) / len(self._losses)
-        stats = torch.tensor(
-            [
-                *self._losses,
-                float(self.checkpoints.due(step)),
-                float(self.checkpoints.pending_ready()),
-                float(signalled),
-                step_s,
-            ],
-            dtype=torch.float64,
-        )
+        votes = [
+            float(self.checkpoints.due(step)),
+            float(self.checkpoints.pending_ready()),
+            float(signalled),
+            step_s,
+        ]
+        # The steps' losses come to the host here, in one copy: the only wait on the device.
+        on_host = torch.stack([loss.to(torch.float64) for loss in self._losses]).cpu()
+        stats = torch.cat([on_host, torch.tensor(votes, dtype=torch.float64)])
         dist.all_reduce(stats, group=self.group)
         first = step - len(self._losses) + 1
         losses = {first + i: v / self.world_size for i, v in enumerate(stats[:-4].tolist())}

@@ -126,6 +126,31 @@ def test_champion_is_scored_by_the_same_function_on_the_given_rows(registry, tmp
     )
 
 
+def test_a_champion_that_cannot_score_on_the_training_device_is_scored_on_the_cpu(
+    registry, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The end scores the champion on the job's device (a GPU); where torch cannot move its program
+    # there or run it, the CPU scores it: the gate still gets the champion's metrics, never an error.
+    # "meta" stands in for such a device on a CPU machine: the program moves, its outputs hold no data.
+    config = load_config(write_config(tmp_path / "p.yaml", "moved"))
+    holdout = _holdout()
+    transform = _transform(["amount"], ["atm", "pos", "web"])
+    _champion(registry, "moved", transform)
+    with caplog.at_level(logging.WARNING):
+        result = score_champion(registry, config, holdout, device=torch.device("meta"))
+    assert (result.version, result.error) == ("1", None)
+    assert result.metrics == score_champion(registry, config, holdout).metrics
+    assert "did not score on meta" in caplog.text
+
+
+def test_the_candidate_scored_on_a_device_puts_its_rows_there_and_its_outputs_back() -> None:
+    transform = _transform(["amount"], ["atm", "pos", "web"])
+    model = torch.nn.Sequential(torch.nn.Linear(transform.width, 1))
+    rows = _holdout().drop_columns(["is_fraud"]).to_pandas()
+    on_cpu = candidate_predictor(model, transform)(rows)
+    assert np.array_equal(candidate_predictor(model, transform, torch.device("cpu"))(rows), on_cpu)
+
+
 def test_with_confidence_the_champion_itself_as_candidate_is_a_tie_not_an_improvement(
     registry, tmp_path: Path
 ) -> None:

@@ -225,10 +225,11 @@ def evaluate_final(
     step: int,
     laps: Any = None,
     device: torch.device | None = None,
-) -> dict[str, Any]:
-    """Score candidate and champion, record both on the candidate's run; returns the summary.
-    `laps` (runtime.startup.Laps): the end of the job's clock, lapped after each model. `device`:
-    where both models score (the training device; None: the CPU)."""
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Score candidate and champion, record both on the candidate's run; returns the summary and
+    the candidate's predictions of the holdout rows, in their order. `laps` (runtime.startup.Laps):
+    the end of the job's clock, lapped after each model. `device`: where both models score (the
+    training device; None: the CPU)."""
     model.eval()
     classes, groups = transform.classes, group_codes(holdout, transform)
     predict = candidate_predictor(model, transform, device)
@@ -273,7 +274,7 @@ def evaluate_final(
     tracker.log_dict({**summary, "curves": curves}, EVALUATION_ARTIFACT)
     if laps is not None:
         laps.lap("comparison_logged")
-    return summary
+    return summary, prediction
 
 
 def _improvement_interval(
