@@ -52,11 +52,6 @@ def _section_models(model: type[BaseModel], seen: set[type[BaseModel]] | None = 
     return seen
 
 
-def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The first Section model inside `X`, `X | None`, `list[X]` or `dict[str, X]`, if any."""
-    return next(iter(section_models_in(annotation)), None)
-
-
 def section_models_in(annotation: Any) -> list[type[BaseModel]]:
     """Every Section model inside `X`, `X | Y`, `X | None`, `list[X | Y]` or `dict[str, X]`: each
     kind of a union such as `data.source` is documented."""

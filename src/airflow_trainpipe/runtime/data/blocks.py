@@ -156,8 +156,3 @@ class BlockReader:
     def sides(self, block: Block, table: pa.Table) -> tuple[Any, Any]:
         """(holdout, validation) masks of a block's rows as read; the rest trains."""
         return self.split.sides_at(table, block.first_row)
-
-    def validation_part(self, block: Block) -> pa.Table:
-        """A tuning trial's validation rows of one block."""
-        table = self.read(block)
-        return table.filter(pa.array(self.split.sides_at(table, block.first_row)[1]))
