@@ -32,27 +32,25 @@ def failed(config: str, exc: Exception) -> int:
 
 
 def run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None = None) -> int:
-    """The training job under torchrun here, its progress printed as the train task logs it."""
-    from airflow_trainpipe.launchers.local import LocalLauncher
-    from airflow_trainpipe.launchers.watcher import JobWatcher
+    """The training job under torchrun here (launchers/runner.py), its progress printed as the
+    train task logs it; `verbose`: its plain output too. Returns the job's exit code."""
+    from airflow_trainpipe.core.exceptions import TrainingJobError
+    from airflow_trainpipe.launchers.runner import Placement, run_training
 
-    launcher = LocalLauncher(spec, nproc, env=env)
-    watcher = JobWatcher(show_raw=False, tail=40)
-    launcher.start()
+    def show(text: str) -> None:
+        print(text, flush=True)
+
     try:
-        for line in launcher.lines():
-            if (shown := watcher.feed(line.text)) is not None:
-                print(shown, flush=True)
-            elif verbose and line.event is None:
-                print(line.text, file=sys.stderr)
-        code = launcher.wait()
-    except KeyboardInterrupt:
-        launcher.kill()
+        run_training(spec, Placement(nproc=nproc, env=env or {}, show_raw=verbose), on_line=show)
+    except KeyboardInterrupt:  # the runner has killed every process of the job
         return 130
-    if code != 0 and not verbose:
-        print(f"training job exited with code {code}; its last output:", file=sys.stderr)
-        print("\n".join(watcher.tail), file=sys.stderr)
-    return code
+    except TrainingJobError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code or 1
+    return 0
+
+
+CLI_TAGS = {"trainpipe.launched_by": "cli"}  # on the MLflow run of a job the CLI started
 
 
 def stdout_log() -> logging.Logger:

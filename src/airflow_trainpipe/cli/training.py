@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from airflow_trainpipe.cli.common import failed, run_job, today
+from airflow_trainpipe.cli.common import CLI_TAGS, failed, run_job, today
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -21,29 +21,18 @@ def _train(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         manifest = None
-        if args.data:
-            files, digest = args.data, None
-        elif args.snapshot:
+        if args.snapshot:
             manifest = load_manifest(config.data, args.snapshot)
-            files, digest = manifest.file_uris, manifest.digest
-        else:
+        elif not args.data:
             manifest = snapshot_for_date(config, args.ds)
-            files, digest = manifest.file_uris, manifest.digest
     except TrainpipeError as exc:
         return failed(args.config, exc)
-    spec = TrainSpec(
-        config=config,
-        run_id=args.run_id,
-        data_files=files,
-        data_digest=digest,
-        manifest=manifest,
-        hyperparameters=config.training.hyperparameters,
-        tags={"trainpipe.launched_by": "cli"},
-    )
+    spec = TrainSpec.from_manifest(config, args.run_id, manifest, args.data, tags=CLI_TAGS)
     spec = spec.limited_to(args.max_steps) if args.max_steps else spec
     nproc = args.nproc or config.training.resources.nproc_per_node
+    digest = spec.data_digest
     print(
-        f"run directory {spec.run_dir}; {len(files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)",
+        f"run directory {spec.run_dir}; {len(spec.data_files)} data file(s){f' (snapshot {digest})' if digest else ''}; torchrun with {nproc} process(es)",
         file=sys.stderr,
     )
     return run_job(spec, nproc, verbose=args.verbose)
@@ -64,15 +53,7 @@ def _tune(args: argparse.Namespace) -> int:
             print(f"{args.config}: pipeline {config.pipeline} has no `tuning` section", file=sys.stderr)
             return 2
         manifest = snapshot_for_date(config, args.ds)
-        base = TrainSpec(
-            config=config,
-            run_id=args.run_id or f"tune-{args.ds}",
-            data_files=manifest.file_uris,
-            data_digest=manifest.digest,
-            manifest=manifest,
-            hyperparameters=config.training.hyperparameters,
-            tags={"trainpipe.launched_by": "cli"},
-        )
+        base = TrainSpec.from_manifest(config, args.run_id or f"tune-{args.ds}", manifest, tags=CLI_TAGS)
         nproc = args.nproc or config.tuning.nproc_per_trial or config.training.resources.nproc_per_node
         done = tune_locally(
             config,

@@ -106,6 +106,21 @@ class TrainSpec(BaseModel):
     """Read exactly these pretrained bytes (`trainpipe reproduce`); None: pin what
     `training.pretrained` names when the run first reads it."""
 
+    @classmethod
+    def from_manifest(
+        cls,
+        config: PipelineConfig,
+        run_id: str,
+        manifest: Manifest | None,
+        files: list[str] | None = None,
+        **fields: Any,
+    ) -> TrainSpec:
+        """A job on a snapshot: its files and digest are the manifest's. Without a manifest, on
+        `files` as given (a hand-written task, `trainpipe train --data`): unverified."""
+        if manifest is None:
+            return cls(config=config, run_id=run_id, data_files=files or [], **fields)
+        return cls(config=config, run_id=run_id, manifest=manifest, **fields)
+
     @model_validator(mode="before")
     @classmethod
     def _config_hyperparameters_by_default(cls, data: Any) -> Any:
@@ -115,6 +130,16 @@ class TrainSpec(BaseModel):
             and isinstance(data.get("config"), PipelineConfig)
         ):
             return {**data, "hyperparameters": data["config"].training.hyperparameters}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _files_and_digest_from_the_manifest(cls, data: Any) -> Any:
+        """A spec given its manifest alone reads the manifest's files and digest (they are written
+        out in the JSON all the same: a pod reads them without resolving anything)."""
+        if isinstance(data, dict) and data.get("manifest") is not None and "data_files" not in data:
+            manifest = Manifest.model_validate(data["manifest"])
+            return {**data, "data_files": manifest.file_uris, "data_digest": manifest.digest}
         return data
 
     @property

@@ -71,9 +71,11 @@ class TrainingJobError(TrainpipeError):
 
     retryable = True  # a new try starts new processes, possibly on other nodes
 
-    def __init__(self, message: str, *, retryable: bool = True):
+    def __init__(self, message: str, *, retryable: bool = True, exit_code: int | None = None):
         super().__init__(message)
         self.retryable = retryable
+        self.exit_code = exit_code
+        """The job's exit code, when it ran here (`trainpipe train` exits with it)."""
 
 
 class PayloadError(TrainpipeError):

@@ -62,18 +62,25 @@ class JobWatcher:
         if self.store is not None:
             self.store.set(key, value)
 
-    def failure(self, what: str, retry_hint: str, cause: BaseException | None = None) -> TrainingJobError:
+    def failure(
+        self, what: str, retry_hint: str, cause: BaseException | None = None, exit_code: int | None = None
+    ) -> TrainingJobError:
         """The task's exception for a job that failed. Whether Airflow retries it is the package's
         retry policy's to decide (core/retry_policy.py), from the error's `retryable`: not when a
         rank said a retry cannot help (bad data), else yes."""
         if self.final:
-            return TrainingJobError(f"{what}, not retried: {self.errors[0]}", retryable=False)
+            return TrainingJobError(
+                f"{what}, not retried: {self.errors[0]}", retryable=False, exit_code=exit_code
+            )
         if self.preempted is not None and not self.errors:
             # Retryable: the ranks checkpointed the step they stopped at, nothing is recomputed.
             return TrainingJobError(
                 f"{what}: preempted (SIGTERM) after step {self.preempted['step']}; checkpoint "
                 f"{self.preempted['checkpoint']} was complete {self.preempted['signal_to_saved_s']} s "
-                "after the signal, and the next try resumes from it"
+                "after the signal, and the next try resumes from it",
+                exit_code=exit_code,
             )
         reason = f": {self.errors[0]}" if self.errors else f": {cause}" if cause is not None else ""
-        return TrainingJobError(f"{what}{reason}; {retry_hint}. Last output:\n" + "\n".join(self.tail))
+        return TrainingJobError(
+            f"{what}{reason}; {retry_hint}. Last output:\n" + "\n".join(self.tail), exit_code=exit_code
+        )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from airflow_trainpipe.contracts.manifest import Manifest
     from airflow_trainpipe.contracts.payloads import TrainResult
     from airflow_trainpipe.contracts.train_spec import TrainSpec
-    from airflow_trainpipe.launchers.local import LocalLauncher
-    from airflow_trainpipe.launchers.watcher import JobWatcher
+    from airflow_trainpipe.launchers.runner import Placement, TrainingJob
     from airflow_trainpipe.tuning.outcomes import TuningSummary
 
 
@@ -105,9 +104,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         self._lineage_manifest: Manifest | None = None
         self._lineage_result: TrainResult | None = None
         self._lineage_tracking_uri = ""
-        self._launcher: LocalLauncher | None = None
-        self._k8s_operator: Any = None  # the KubernetesPodOperator / KubernetesJobOperator of this try
-        self._secret_env: dict[str, str] = {}  # put in the try's Secret beside connection credentials
+        self._job: TrainingJob | None = None  # this try's, for on_kill
         self._jobs_on_host = 1  # local jobs that share this worker's cores (trials side by side)
 
     # -- what to run ----------------------------------------------------------------------------
@@ -120,14 +117,12 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
             self.log.info(
                 "snapshot %s: %d file(s), %d rows", manifest.digest, len(manifest.files), manifest.rows
             )
-        files = manifest.file_uris if manifest is not None else self._given_files()
         self._lineage_manifest = manifest
-        return TrainSpec(
-            config=self.config,
-            run_id=self.run_id,
-            data_files=files,
-            data_digest=manifest.digest if manifest is not None else None,
-            manifest=manifest,
+        return TrainSpec.from_manifest(
+            self.config,
+            self.run_id,
+            manifest,
+            self._given_files(),
             hyperparameters=self._hyperparameters(retrain),
             mlflow_run_id=store.get("mlflow_run_id") if store is not None else None,
             tags={"airflow.dag_id": self.dag_id, "airflow.task_id": self.task_id},
@@ -155,7 +150,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         if digest is None:
             return None
         manifest = load_manifest(self.config.data, digest)
-        if manifest.file_uris != files:
+        if manifest.file_uris != files:  # the one check: the spec takes its files from the manifest
             raise AirflowFailException(
                 f"data_files are not the files of the validated snapshot {digest} "
                 f"({len(files)} given, {len(manifest.files)} in its manifest)"
@@ -236,7 +231,6 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.launchers.watcher import JobWatcher
 
         summary = self._tuning_summary()
         if summary is not None and not (self.config.tuning is not None and self.config.tuning.retrain):
@@ -252,16 +246,12 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
                 previous["step"],
                 previous["uri"],
             )
-        watcher = JobWatcher(store)
         hook = MlflowHook(self.mlflow_conn_id)
         self._lineage_tracking_uri = hook.tracking_uri
-        if self.config.training.launcher == "kubernetes":
-            result = self._run_on_kubernetes(context, spec, watcher, try_number)
-        else:
-            result = self._run_locally(spec, watcher, hook, try_number)
+        result = self._run(context, spec, hook, store)
         self._lineage_result = result
         MlflowRunLink.persist(context, hook.run_url(result.mlflow_experiment_id, result.mlflow_run_id))
-        return result.model_copy(update={"run_dir": spec.run_dir}).to_xcom()
+        return result.to_xcom()
 
     def _openlineage(self) -> Any:
         from airflow_trainpipe.openlineage import lineage
@@ -270,94 +260,60 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
             self.config, self._lineage_manifest, self._lineage_result, self._lineage_tracking_uri
         )
 
-    def _run_locally(self, spec: TrainSpec, watcher: JobWatcher, hook: Any, try_number: int) -> TrainResult:
+    def placement(
+        self,
+        context: Context,
+        hook: Any,
+        extra_env: dict[str, str] | None = None,
+        secret_env: dict[str, str] | None = None,
+    ) -> Placement:
+        """Where this try's job runs: here under torchrun, or in pods (`training.launcher`).
+        Credentials travel as environment only: never on a command line or in the spec file."""
+        from airflow_trainpipe.launchers.runner import Placement, Pods
+
+        pods = None
+        if self.config.training.launcher == "kubernetes":
+            pods = Pods(
+                context=context, task_id=self.task_id, log=self.log, dag_id=self.dag_id,
+                airflow_run_id=context["run_id"], secret_env=secret_env or {},
+            )  # fmt: skip
+        return Placement(
+            nproc=self.nproc, env={**self.env, **hook.environment(), **(extra_env or {})}, jobs_on_host=self._jobs_on_host,
+            pods=pods, try_number=context["ti"].try_number,
+        )  # fmt: skip
+
+    def _run(self, context: Context, spec: TrainSpec, hook: Any, store: Any, **placed: Any) -> TrainResult:
+        """This try's job to its end (launchers/runner.py); a failed one's MLflow run is marked
+        FAILED here, as a job killed hard could not do it itself."""
         from airflow_trainpipe.config.secrets import redact_uri
-        from airflow_trainpipe.launchers.local import LocalLauncher
+        from airflow_trainpipe.core.exceptions import TrainingJobError
+        from airflow_trainpipe.launchers.runner import TrainingJob
 
-        nproc = self.nproc or self.config.training.resources.nproc_per_node
-        self.log.info("starting torchrun with %d process(es); run directory %s", nproc, spec.run_dir)
-        self.log.info("MLflow tracking URI %s", redact_uri(hook.tracking_uri))
-        # Credentials travel as environment only: never on the command line or in the spec file.
-        env = {**self.env, **hook.environment(), "TRAINPIPE_TRY_NUMBER": str(try_number)}
-        launcher = self._launcher = LocalLauncher(spec, nproc, env=env, jobs_on_host=self._jobs_on_host)
-        launcher.start()
+        job = self._job = TrainingJob(spec, self.placement(context, hook, **placed), store)
+        if job.placement.pods is None:
+            self.log.info("starting torchrun with %d process(es); run directory %s", job.nproc, spec.run_dir)
+            self.log.info("MLflow tracking URI %s", redact_uri(hook.tracking_uri))
         try:
-            for line in launcher.lines():
-                if (shown := watcher.feed(line.text)) is not None:
-                    self.log.info("%s", shown)
-            code = launcher.wait()
-        finally:
-            launcher.kill()  # timeouts and exceptions land here: no rank outlives the task
-        if code != 0:
-            if run_id := watcher.mlflow_run_id or spec.mlflow_run_id:
-                _mark_run_failed(hook, run_id, self.log)  # a job killed hard could not do it itself
-            raise watcher.failure(
-                f"training job exited with code {code} (try {try_number})",
-                f"a retry resumes from the newest complete checkpoint under {spec.run_dir}/checkpoints",
-            )
-        if watcher.result is None:
-            raise AirflowException("training job exited 0 without reporting a result")
-        return watcher.result
+            return job.run(on_line=lambda text: self.log.info("%s", text))
+        except TrainingJobError:
+            if job.placement.pods is None and (run_id := job.watcher.mlflow_run_id or spec.mlflow_run_id):
+                _mark_run_failed(hook, run_id, self.log)
+            raise
 
-    def kubernetes_operator(
-        self, context: Context, spec: TrainSpec, watcher: JobWatcher | None = None
-    ) -> Any:
+    def kubernetes_operator(self, context: Context, spec: TrainSpec) -> Any:
         """The KubernetesPodOperator (one node) or KubernetesJobOperator (several) of this try."""
-        from airflow_trainpipe.launchers import kubernetes_cluster as cluster
-        from airflow_trainpipe.launchers.watcher import JobWatcher
+        from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.launchers.runner import TrainingJob
 
-        watcher = watcher or JobWatcher()
-
-        labels = self._labels(context, spec, context["ti"].try_number)
-        build = cluster.pod_operator if self.config.training.resources.nodes == 1 else cluster.job_operator
-        return build(spec, labels, self.task_id, watcher)
-
-    def _run_on_kubernetes(
-        self, context: Context, spec: TrainSpec, watcher: JobWatcher, try_number: int
-    ) -> TrainResult:
-        from airflow_trainpipe.launchers import kubernetes_cluster as cluster
-
-        operator = self._k8s_operator = self.kubernetes_operator(context, spec, watcher)
-        resources = self.config.training.resources
-        self.log.info(
-            "starting %d pod(s) x %d process(es) on Kubernetes; run directory %s",
-            resources.nodes,
-            resources.nproc_per_node,
-            spec.run_dir,
-        )
-        labels = self._labels(context, spec, try_number)
-        try:
-            run = cluster.run_pod if resources.nodes == 1 else cluster.run_job
-            run(operator, self.config, labels, context, self.log, self._secret_env)
-        except Exception as exc:
-            raise watcher.failure(
-                f"training on Kubernetes failed (try {try_number})",
-                "a retry starts new pods that resume "
-                f"from the newest complete checkpoint under {spec.run_dir}/checkpoints",
-                cause=exc,
-            ) from exc
-        return watcher.result if watcher.result is not None else _stored_result(spec.run_dir)
-
-    def _labels(self, context: Context, spec: TrainSpec, try_number: int) -> Any:
-        """Who the pods belong to. The mapped task instances of tuning trials share their task id:
-        the trial's run id and budget make each one's name its own."""
-        from airflow_trainpipe.launchers.kubernetes_manifests import RunLabels
-
-        run = context["run_id"]
-        if spec.trial is not None:
-            hp = spec.hyperparameters
-            run = f"{spec.run_id}.e{hp.epochs}s{hp.max_steps or 0}"
-        return RunLabels(self.dag_id, self.task_id, run, try_number)
+        placement = self.placement(context, MlflowHook(self.mlflow_conn_id))
+        assert placement.pods is not None, "launcher: kubernetes"
+        return TrainingJob(spec, placement).pod_operator(placement.pods)
 
     def on_kill(self) -> None:
-        if self._k8s_operator is not None:
-            self._k8s_operator.on_kill()  # deletes the pod / the Job (and with it the Service)
-            return
-        if self._launcher is None:
-            return
-        # SIGTERM: every rank finishes its step and checkpoints it (the next try recomputes
-        # nothing); SIGKILL whatever is left once the configured grace is over.
-        self._launcher.stop(self.config.training.checkpoint.termination_grace_s)
+        # Pods: the provider's on_kill deletes them. Here: SIGTERM, every rank finishes its step
+        # and checkpoints it (the next try recomputes nothing); SIGKILL what is left after the grace.
+        if self._job is not None:
+            self._job.stop(self.config.training.checkpoint.termination_grace_s)
 
 
 def _mapping(raw: Any) -> dict[str, Any]:
@@ -385,22 +341,3 @@ def _mark_run_failed(hook: Any, run_id: str, log: Any) -> None:
         hook.mark_run_failed(run_id)
     except Exception as exc:  # the job's failure is what the task reports, not this
         log.warning("could not mark MLflow run %s FAILED: %s", run_id, exc)
-
-
-def _stored_result(run_dir: str) -> TrainResult:
-    """The job's result.json, when the followed log did not carry the result event (a worker
-    that reattached after the pod finished)."""
-    import json
-
-    from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
-    from airflow_trainpipe.contracts.payloads import TrainResult, read_payload
-    from airflow_trainpipe.core.storage import filesystem, join
-
-    fs, path = filesystem(join(run_dir, RESULT_ARTIFACT))
-    try:
-        text = fs.cat_file(path)
-    except FileNotFoundError as exc:
-        raise AirflowException(
-            f"the training pods finished but {run_dir}/result.json does not exist"
-        ) from exc
-    return read_payload(TrainResult, json.loads(text), f"{run_dir}/result.json")

@@ -121,7 +121,6 @@ class TuningTrialOperator(DistributedTrainOperator):
         super().__init__(**kwargs)
         self.study = study
         self.slot = slot
-        self._study_url = ""  # the study storage's URL, resolved by execute()
         if self.config.tuning is not None:
             self.nproc = self.nproc or self.config.tuning.nproc_per_trial
             # The grid runs up to max_parallel trials at once; on one worker they share its cores.
@@ -129,7 +128,6 @@ class TuningTrialOperator(DistributedTrainOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.runtime.rungs import STORAGE_ENV
         from airflow_trainpipe.tuning.report import tag_trial_run
         from airflow_trainpipe.tuning.study import open_study
         from airflow_trainpipe.tuning.trials import run_trial
@@ -139,20 +137,13 @@ class TuningTrialOperator(DistributedTrainOperator):
         base = self._spec(None, context)
         url = _storage_url(self.config)
         study = open_study(self.config, ref.study_name, url)
-        # The job reports its rungs to the study itself: the URL (with its password) travels as
-        # the environment of the local job, or in the try's Secret for pods, never in the spec.
-        self.env = {**self.env, STORAGE_ENV: url}
-        self._study_url = url
         hook = MlflowHook(self.mlflow_conn_id)
         self._lineage_tracking_uri = hook.tracking_uri
-
-        def launch(spec: TrainSpec) -> TrainResult:
-            return self._launch(context, spec, hook, ti.try_number)
-
         # The last try tells the study the trial failed; an earlier one leaves it running for the retry.
         outcome = run_trial(
-            self.config, study, ref, self.slot, base, launch, last_attempt=ti.try_number > ti.max_tries
-        )
+            self.config, study, ref, self.slot, base, TrialJobs(self, context, hook, url),
+            last_attempt=ti.try_number > ti.max_tries,
+        )  # fmt: skip
         with hook.activated():
             client = hook.get_conn()
             tag_trial_run(client, outcome)
@@ -161,21 +152,27 @@ class TuningTrialOperator(DistributedTrainOperator):
                 MlflowRunLink.persist(context, hook.run_url(run.info.experiment_id, run.info.run_id))
         return outcome.to_xcom()
 
-    def _launch(self, context: Context, spec: TrainSpec, hook: Any, try_number: int) -> TrainResult:
-        from airflow_trainpipe.launchers.watcher import JobWatcher
+
+class TrialJobs:
+    """A trial's jobs, one per rung (tuning/trials.py calls it with each rung's spec), run as the
+    train task runs its job (launchers/runner.py). The study's URL, with its password, reaches the
+    job as the environment of a local job or in the try's Secret for pods, never in the spec."""
+
+    def __init__(self, task: TuningTrialOperator, context: Context, hook: Any, study_url: str):
+        self.task, self.context, self.hook, self.study_url = task, context, hook, study_url
+
+    def __call__(self, spec: TrainSpec) -> TrainResult:
         from airflow_trainpipe.runtime.rungs import STORAGE_ENV
 
-        watcher = JobWatcher(None)  # the trial's run directory, not the task's state, carries the resume
         # Pods reference the Secret only when their job has rungs to report (kubernetes_manifests).
-        self._secret_env = (
-            {STORAGE_ENV: self._study_url} if spec.trial is not None and spec.trial.rungs else {}
-        )
-        if self.config.training.launcher == "kubernetes":
-            result = self._run_on_kubernetes(context, spec, watcher, try_number)
-        else:
-            result = self._run_locally(spec, watcher, hook, try_number)
-        self._lineage_result = result  # the trial's last rung: a model only at the full budget
-        return result.model_copy(update={"run_dir": spec.run_dir})
+        rungs = spec.trial is not None and bool(spec.trial.rungs)
+        # No task_state_store: the trial's run directory, not the task's state, carries the resume.
+        result = self.task._run(
+            self.context, spec, self.hook, None,
+            extra_env={STORAGE_ENV: self.study_url}, secret_env={STORAGE_ENV: self.study_url} if rungs else {},
+        )  # fmt: skip
+        self.task._lineage_result = result  # the trial's last rung: a model only at the full budget
+        return result
 
 
 class TuningResultOperator(TrainpipeRetryPolicyMixin, BaseOperator):

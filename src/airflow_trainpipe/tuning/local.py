@@ -7,6 +7,7 @@ finished trials are read back, the interrupted one continues from its checkpoint
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.contracts.payloads import TrainResult
 from airflow_trainpipe.contracts.train_spec import TrainSpec
-from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.tuning.outcomes import StudyRef, TuningSummary
 from airflow_trainpipe.tuning.trials import run_trial, rung_spec
 
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Printer = Callable[[str], None]
-
-
-class TrainingJobFailed(TrainpipeError):
-    retryable = True
 
 
 @dataclass(frozen=True)
@@ -48,34 +44,14 @@ def launch_locally(
     env: dict[str, str] | None = None,
     jobs_on_host: int = 1,
 ) -> Callable[[TrainSpec], TrainResult]:
-    """Run a job here and return its result (TrainingJobFailed if it fails); `jobs_on_host` jobs
-    run at once, sharing the cores. A one-rank CPU job is forked from the warm parent (its imports
-    paid once per study, not per trial: launchers/forked.py); any other runs under torchrun."""
-    from airflow_trainpipe.launchers.forked import ForkedLauncher, forkable
-    from airflow_trainpipe.launchers.local import LocalLauncher
-    from airflow_trainpipe.launchers.watcher import JobWatcher
+    """A job run here to its result (launchers/runner.py; TrainingJobError if it fails), up to
+    `jobs_on_host` at once, sharing the cores. A one-rank CPU job is forked from the warm parent
+    (its imports paid once per study, not per trial: launchers/forked.py); any other runs under
+    torchrun."""
+    from airflow_trainpipe.launchers.runner import Placement, run_training
 
-    def launch(spec: TrainSpec) -> TrainResult:
-        launcher = (
-            ForkedLauncher(spec, env=env, jobs_on_host=jobs_on_host)
-            if forkable(spec.config.training.resources.gpus_per_node, nproc)
-            else LocalLauncher(spec, nproc, env=env, jobs_on_host=jobs_on_host)
-        )
-        watcher = JobWatcher(show_raw=False, tail=40)
-        launcher.start()
-        try:
-            for line in launcher.lines():
-                if (shown := watcher.feed(line.text)) is not None and verbose:
-                    printer(shown)
-            code = launcher.wait()
-        finally:
-            launcher.kill()
-        if code != 0 or watcher.result is None:
-            tail = "\n".join(watcher.tail)
-            raise TrainingJobFailed(f"the training job of {spec.run_id} exited with code {code}:\n{tail}")
-        return watcher.result.model_copy(update={"run_dir": spec.run_dir})
-
-    return launch
+    placement = Placement(nproc=nproc, env=env or {}, jobs_on_host=jobs_on_host, fork=True, show_raw=False)
+    return functools.partial(run_training, placement=placement, on_line=printer if verbose else None)
 
 
 def tune_locally(
