@@ -227,3 +227,21 @@ def test_seed_001_s_ranking_gate_is_written_in_yaml() -> None:
         "query_id",
         "query_id",
     )
+
+
+def test_cross_section_problems_come_in_the_order_of_their_rules(raw: dict[str, Any]) -> None:
+    # The rules live beside their sections; PipelineConfig gathers them in one fixed order.
+    raw["gate"] = {"metric": "auc"}
+    raw["features"] = {"categorical": {"zip": {}}}
+    raw["data"]["holdout"] = {"key_column": "price"}
+    raw["evaluation"] = {"threshold": "max_f1"}
+    raw["schedule"]["deadline"] = "6h"
+    raw["canary"] = {"alias": "champion", "checks": {"max_disagreement": None}}
+    assert list(_cross_field(raw)) == [
+        "gate.metric",
+        "features.categorical.zip",
+        "data.holdout.key_column",
+        "evaluation.threshold",
+        "schedule.deadline",
+        "canary.alias",
+    ]

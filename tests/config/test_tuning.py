@@ -115,6 +115,15 @@ def test_the_objective_must_be_a_metric_of_the_task_in_its_direction() -> None:
     assert config.tuning_objective == ("log_loss", "minimize")
 
 
+def test_a_direction_beside_an_unknown_gate_metric_is_the_gates_located_error_not_a_crash() -> None:
+    # The objective defaults to the gate's metric: when that is not a metric of the task, the gate
+    # says so (located), and the direction is not checked against a metric that does not exist.
+    text = _with_tuning(objective={"direction": "maximize"}).replace("metric: roc_auc", "metric: rocauc", 1)
+    assert "metric: rocauc" in text
+    problems = _problems(text)
+    assert [path for path, _ in problems] == ["gate.metric"], problems
+
+
 def test_rungs_in_steps_need_a_step_budget() -> None:
     [(path, message)] = _problems(_with_tuning(pruning={"resource": "steps", "min_resource": 10}))
     assert path == "tuning.pruning.resource" and "max_steps" in message

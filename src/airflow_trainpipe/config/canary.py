@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.catalog import Task
+from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.types import Alias, PositiveDuration
 
 
@@ -133,3 +135,34 @@ class CanarySection(Section):
                     )
         field_problems(problems)
         return self
+
+
+def canary_fit_problems(
+    canary: CanarySection | None, registration: RegisterSection, task: Task
+) -> FieldProblems:
+    """The canary holds an alias the register section never moves, and checks what the task can decide."""
+    if canary is None:
+        return []
+    problems: FieldProblems = []
+    taken = {registration.alias, registration.previous_alias}
+    if registration.approval == "required":
+        taken.add(registration.staging_alias)
+    if canary.alias in taken:
+        problems.append(
+            (
+                ("canary", "alias"),
+                f"must differ from the register section's aliases {sorted(a for a in taken if a)}",
+            )
+        )
+    if canary.checks.max_disagreement is not None and task not in (
+        "binary_classification",
+        "multiclass_classification",
+    ):
+        problems.append(
+            (
+                ("canary", "checks", "max_disagreement"),
+                f"a {task} model makes no decision to disagree on: set it to null "
+                "and compare scores with max_score_distance",
+            )
+        )
+    return problems

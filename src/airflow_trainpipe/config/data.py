@@ -8,9 +8,18 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.catalog import Task
 from airflow_trainpipe.config.feature_store import FeatureStoreSection
-from airflow_trainpipe.config.sources import DeltaSource, FilesSource, IcebergSource, SqlSource
+from airflow_trainpipe.config.sources import (
+    DeltaSource,
+    FilesSource,
+    IcebergSource,
+    SnapshotsSection,
+    SqlSource,
+)
 from airflow_trainpipe.config.templates import renders_one_path, template_syntax_error
+from airflow_trainpipe.config.training import TrainingSection, pod_storage_problems
+from airflow_trainpipe.config.tuning import TuningSection
 from airflow_trainpipe.config.types import ColumnName, PositiveDuration, StorageUri
 
 # Sources exported into the snapshot store: rows, not files, so no marker file and always Parquet.
@@ -292,3 +301,49 @@ class DataSection(Section):
                 ]
             )
         return self
+
+
+def pod_reach_problems(
+    data: DataSection, snapshots: SnapshotsSection, training: TrainingSection, tuning: TuningSection | None
+) -> FieldProblems:
+    """With launcher kubernetes, the pods reach the data, the snapshot store and the study's storage."""
+    if training.launcher != "kubernetes":
+        return []
+    problems = pod_storage_problems(data.uri, training.kubernetes, ("data", "uri"))
+    if tuning is not None and tuning.pruning.kind != "none" and tuning.storage_conn_id is None:
+        problems.append(
+            (
+                ("tuning", "storage_conn_id"),
+                "a trial's pod reports its rungs to the study: name the connection of a database "
+                "the pods reach (the default SQLite file is on the Airflow worker)",
+            )
+        )
+    if data.source.kind != "files" or data.freeze is True:
+        problems.extend(pod_storage_problems(snapshots.uri, training.kubernetes, ("snapshots", "uri")))
+    return problems
+
+
+def holdout_key_problems(data: DataSection) -> FieldProblems:
+    """The holdout is not split by the label it predicts."""
+    if data.holdout.key_column == data.label:
+        return [(("data", "holdout", "key_column"), "the split key cannot be the label column")]
+    return []
+
+
+def ranking_problems(data: DataSection, task: Task) -> FieldProblems:
+    """`data.group` exactly when the task ranks, and a ranking holdout split by that group alone."""
+    # (training.ranking_loss is not checked: a serialized config carries its default everywhere.)
+    if task != "ranking":
+        if data.group is not None:
+            return [(("data", "group"), f"group applies to task ranking, not {task}")]
+    elif data.group is None:
+        return [(("data", "group"), "task ranking needs the query column its rows are ranked within")]
+    elif data.holdout.key_column not in (None, data.group):
+        return [
+            (
+                ("data", "holdout", "key_column"),
+                f"a ranking holdout keeps whole groups, split by data.group {data.group!r}; "
+                f"remove key_column {data.holdout.key_column!r}",
+            )
+        ]
+    return []

@@ -7,7 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.base import FieldProblems, Section
+from airflow_trainpipe.config.catalog import Task
+from airflow_trainpipe.config.data import FeatureColumns
+from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import ColumnName
 
 _THRESHOLD_FORMS = "a number in [0, 1], 'max_f1', or {precision_at: p} with 0 < p <= 1"
@@ -71,3 +74,45 @@ class EvaluationSection(Section):
     own scores of the same holdout rows, and the candidate's threshold is recorded on its model
     version (`trainpipe.threshold`), where serving reads the score to flag rows at (the model
     itself predicts probabilities)."""
+
+
+def scoring_problems(evaluation: EvaluationSection, task: Task, columns: FeatureColumns) -> FieldProblems:
+    """A threshold only where the task has one, and each slice on a feature column, binned by its kind."""
+    problems: FieldProblems = []
+    if task != "binary_classification" and evaluation.threshold != 0.5:
+        why = {
+            "multiclass_classification": "predicts the most probable class",
+            "ranking": "orders rows by score",
+        }.get(task, "predicts values, not classes")
+        problems.append(
+            (
+                ("evaluation", "threshold"),
+                f"a {task} model {why}: a threshold applies to binary_classification only",
+            )
+        )
+    for i, spec in enumerate(evaluation.slices):
+        where = ("evaluation", "slices", i)
+        if spec.column in columns.numeric and spec.bins is None:
+            problems.append(
+                ((*where, "bins"), f"numeric column {spec.column!r} is sliced by bins: give edges")
+            )
+        elif spec.column in columns.categorical and spec.bins is not None:
+            problems.append(
+                ((*where, "bins"), f"categorical column {spec.column!r} is sliced by value, not bins")
+            )
+        elif spec.column in columns.text and spec.bins is None:
+            problems.append(
+                (
+                    (*where, "bins"),
+                    f"text column {spec.column!r} is sliced by its length: give bins (characters)",
+                )
+            )
+        elif spec.column not in columns.all:
+            problems.append(
+                (
+                    (*where, "column"),
+                    f"{spec.column!r} is not a feature column{did_you_mean(spec.column, columns.all)}; "
+                    "a slice is read with the features",
+                )
+            )
+    return problems

@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.data import FeatureColumns
+from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.text import TextTransform
 from airflow_trainpipe.config.types import ColumnName
 
@@ -143,3 +145,20 @@ class FeaturesSection(Section):
 
     def text_transform(self, column: str) -> TextTransform:
         return self.text.get(column) or TextTransform()
+
+
+def transform_column_problems(transforms: FeaturesSection, columns: FeatureColumns) -> FieldProblems:
+    """Every numeric or categorical transform names a column that `data.features` has, of its kind."""
+    problems: FieldProblems = []
+    for kind, declared in (("numeric", columns.numeric), ("categorical", columns.categorical)):
+        other = columns.categorical if kind == "numeric" else columns.numeric
+        for name in getattr(transforms, kind):
+            if name in declared:
+                continue
+            where = (
+                f"it is a {'categorical' if kind == 'numeric' else 'numeric'} feature in data.features"
+                if name in other
+                else f"it is not a {kind} feature in data.features{did_you_mean(name, declared)}"
+            )
+            problems.append((("features", kind, name), f"no {kind} transform for {name!r}: {where}"))
+    return problems

@@ -6,8 +6,10 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat
 
-from airflow_trainpipe.config.base import Section
-from airflow_trainpipe.config.catalog import Direction
+from airflow_trainpipe.config.base import FieldProblems, Section
+from airflow_trainpipe.config.catalog import METRICS, Direction, Task
+from airflow_trainpipe.config.evaluation import EvaluationSection
+from airflow_trainpipe.config.suggest import did_you_mean
 
 
 class Guardrail(Section):
@@ -89,3 +91,60 @@ class GateSection(Section):
 
     bootstrap_seed: int = Field(default=0, ge=0)
     """Seed of the resamples: the same holdout and predictions give the same interval."""
+
+
+def gate_metric_problems(gate: GateSection, task: Task) -> FieldProblems:
+    """The gate decides on metrics of the task, each in its own direction, the primary one once."""
+    problems: FieldProblems = []
+    metrics = METRICS[task]
+    if gate.metric not in metrics:
+        problems.append(
+            (
+                ("gate", "metric"),
+                f"{gate.metric!r} is not a {task} metric"
+                f"{did_you_mean(gate.metric, metrics)}; expected one of {', '.join(metrics)}",
+            )
+        )
+    elif gate.direction and gate.direction != metrics[gate.metric]:
+        problems.append(
+            (
+                ("gate", "direction"),
+                f"{gate.metric} is better when it is "
+                f"{'higher' if metrics[gate.metric] == 'maximize' else 'lower'}; "
+                f"direction must be {metrics[gate.metric]!r}, got {gate.direction!r}",
+            )
+        )
+    for i, guardrail in enumerate(gate.guardrails):
+        if guardrail.metric not in metrics:
+            problems.append(
+                (
+                    ("gate", "guardrails", i, "metric"),
+                    f"{guardrail.metric!r} is not a {task} metric"
+                    f"{did_you_mean(guardrail.metric, metrics)}; expected one of {', '.join(metrics)}",
+                )
+            )
+        elif guardrail.metric == gate.metric:
+            problems.append(
+                (("gate", "guardrails", i, "metric"), "the primary metric cannot also be a guardrail")
+            )
+    return problems
+
+
+def slice_guardrail_problems(gate: GateSection, task: Task, evaluation: EvaluationSection) -> FieldProblems:
+    """The slice guardrail compares a metric of the task, on slices that `evaluation` defines."""
+    guardrail = gate.slice_guardrail
+    if guardrail is None:
+        return []
+    problems: FieldProblems = []
+    metrics = METRICS[task]
+    if guardrail.metric is not None and guardrail.metric not in metrics:
+        problems.append(
+            (
+                ("gate", "slice_guardrail", "metric"),
+                f"{guardrail.metric!r} is not a {task} metric"
+                f"{did_you_mean(guardrail.metric, metrics)}; expected one of {', '.join(metrics)}",
+            )
+        )
+    if not evaluation.slices:
+        problems.append((("gate", "slice_guardrail"), "there are no evaluation.slices to guard"))
+    return problems

@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from airflow_trainpipe.config.base import Section
+from airflow_trainpipe.config.base import FieldProblems, Section
+from airflow_trainpipe.config.schedule import ScheduleSection
 
 NotifyEvent = Literal["failure", "validation_failure", "promotion", "approval_needed", "deadline_missed"]
 NOTIFY_EVENTS: tuple[NotifyEvent, ...] = (
@@ -42,3 +43,17 @@ class NotifySection(Section):
 
     from_email: EmailAddress | None = None
     """Sender; default: the connection's `from_email` extra."""
+
+
+def deadline_alert_problems(schedule: ScheduleSection, notify: NotifySection | None) -> FieldProblems:
+    """A missed deadline is announced to someone: an alert that goes nowhere is a silent misconfiguration."""
+    events = notify.events if notify is not None else []
+    if schedule.deadline is not None and "deadline_missed" not in events:
+        return [
+            (
+                ("schedule", "deadline"),
+                "a missed deadline is announced by e-mail: add a `notify` section whose events "
+                "include deadline_missed",
+            )
+        ]
+    return []

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.training import TrainingSection
 from airflow_trainpipe.config.types import ColumnName
 
 TOKENIZER_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "lowercase", "normalization", "max_length")
@@ -147,3 +148,79 @@ def text_inputs(text_columns: list[str], transforms: dict[str, TextTransform]) -
         for name in text_columns
         if (transforms.get(name) or TextTransform()).pair_with is None
     ]
+
+
+def text_model_problems(
+    training: TrainingSection, text_columns: list[str], transforms: dict[str, TextTransform]
+) -> FieldProblems:
+    """A text model is given text, a tabular one none, and each text input fits the encoder's positions."""
+    problems: FieldProblems = []
+    model = training.model
+    if model == "text_encoder" and not text_columns:
+        problems.append((("training", "model"), "text_encoder reads text: declare data.features.text"))
+    if model == "tabular_mlp" and text_columns:
+        problems.append(
+            (
+                ("data", "features", "text"),
+                "tabular_mlp reads no text: use training.model text_encoder, "
+                "or a model plugin that reads text",
+            )
+        )
+    if training.pretrained is not None:
+        return problems + pretrained_encoder_problems(training, text_columns, transforms)
+    if model == "text_encoder":
+        positions = training.hyperparameters.model_args.get("max_position_embeddings", 512)
+        for name in text_columns:
+            length = (transforms.get(name) or TextTransform()).max_length
+            if isinstance(positions, int) and length > positions:
+                problems.append(
+                    (
+                        ("features", "text", name, "max_length"),
+                        f"{length} tokens is more than the encoder's {positions} positions "
+                        "(training.hyperparameters.model_args.max_position_embeddings)",
+                    )
+                )
+    return problems
+
+
+def pretrained_encoder_problems(
+    training: TrainingSection, text_columns: list[str], transforms: dict[str, TextTransform]
+) -> FieldProblems:
+    """A pretrained directory brings the encoder's shape and tokenizer: the config sets neither, one input."""
+    where, model = ("training", "pretrained"), training.model
+    if model != "text_encoder":
+        return [
+            (
+                where,
+                f"a pretrained directory is read by model text_encoder; {model!r} builds its own weights",
+            )
+        ]
+    inputs = text_inputs(text_columns, transforms)
+    if len(inputs) != 1:
+        names = ", ".join(name for name, _ in inputs)
+        return [
+            (
+                where,
+                f"a pretrained encoder reads one text input (a column, or two joined with pair_with); "
+                f"data.features.text gives {len(inputs)}: {names}",
+            )
+        ]
+    problems: FieldProblems = []
+    for key in sorted(set(training.hyperparameters.model_args) & set(ENCODER_SHAPE_ARGS)):
+        problems.append(
+            (
+                ("training", "hyperparameters", "model_args", key),
+                f"comes from the pretrained directory's config.json ({training.pretrained}); remove it",
+            )
+        )
+    for name, transform in transforms.items():
+        for field in tokenizer_fields_set(transform):
+            if field != "max_length":
+                problems.append(
+                    (
+                        ("features", "text", name, field),
+                        f"the pretrained directory's tokenizer applies ({training.pretrained}); "
+                        "remove it (max_length and pair_with still apply)",
+                    )
+                )
+    return problems

@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
-from airflow_trainpipe.config.base import Section
-from airflow_trainpipe.config.training import Hyperparameters, Scalar
+from airflow_trainpipe.config.base import FieldProblems, Section
+from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.training import Hyperparameters, Scalar, TrainingSection
 
 # Hyperparameters a search may vary; `model_args.<name>` may be varied too. The others are the
 # study's own (epochs or max_steps are the pruner's resource, the seed is held fixed so trials
@@ -197,3 +199,66 @@ class TuningSection(Section):
 
     def validation_split(self, holdout_seed: int) -> ValidationSplit:
         return ValidationSplit(fraction=self.validation_fraction, seed=holdout_seed)
+
+
+def objective_problems(
+    tuning: TuningSection | None, training: TrainingSection, gate_metric: str
+) -> FieldProblems:
+    """The study optimises a metric of the task, in its direction, over a resource the training has."""
+    if tuning is None:
+        return []
+    problems: FieldProblems = []
+    metrics, task, objective = METRICS[training.task], training.task, tuning.objective
+    metric = objective.metric or gate_metric
+    if objective.metric is not None and objective.metric not in metrics:
+        problems.append(
+            (
+                ("tuning", "objective", "metric"),
+                f"{objective.metric!r} is not a {task} metric"
+                f"{did_you_mean(objective.metric, metrics)}; expected one of {', '.join(metrics)}",
+            )
+        )
+    elif objective.direction and metric in metrics and objective.direction != metrics[metric]:
+        # An unknown gate.metric is the gate's own problem (gate_metric_problems), said there.
+        problems.append(
+            (
+                ("tuning", "objective", "direction"),
+                f"{metric} is better when it is {'higher' if metrics[metric] == 'maximize' else 'lower'}",
+            )
+        )
+    if tuning.pruning.resource == "steps" and training.hyperparameters.max_steps is None:
+        problems.append(
+            (
+                ("tuning", "pruning", "resource"),
+                "rungs in steps need training.hyperparameters.max_steps (a trial's full budget)",
+            )
+        )
+    return problems
+
+
+def search_space_problems(tuning: TuningSection | None, hp: Hyperparameters) -> FieldProblems:
+    """Every name is tunable, and every bound and choice is a valid value of its hyperparameter."""
+    if tuning is None:
+        return []
+    problems: FieldProblems = []
+    for name, dimension in tuning.space.items():
+        where = ("tuning", "space", name)
+        if not (
+            name in TUNABLE or (name.startswith(MODEL_ARGS_PREFIX) and len(name) > len(MODEL_ARGS_PREFIX))
+        ):
+            problems.append(
+                (
+                    where,
+                    f"{name!r} cannot be tuned{did_you_mean(name, TUNABLE)}; expected one of "
+                    f"{', '.join(TUNABLE)} or model_args.<argument>",
+                )
+            )
+            continue
+        values = dimension.choices if dimension.type == "categorical" else [dimension.low, dimension.high]
+        for value in values:
+            try:
+                hp.with_overrides(hyperparameter_overrides(hp.model_args, {name: value}))
+            except ValidationError as exc:
+                problems.append((where, f"{value!r} is not a valid {name}: {exc.errors()[0]['msg']}"))
+                break
+    return problems

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.data import DataSection, FeatureColumns
 from airflow_trainpipe.config.gx_catalog import ENGINES, EXPECTATIONS, ORDER_DEPENDENT
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import ColumnName
@@ -231,3 +232,70 @@ def _why_not(engine: str, expectation: str) -> str:
             f"it compares each row with the one before, and rows have no defined order on engine {engine!r}"
         )
     return f"Great Expectations has no {_GX_ENGINES[engine]} implementation of its metrics"
+
+
+def drift_threshold_problems(drift: DriftRule | None, columns: FeatureColumns) -> FieldProblems:
+    """A per-feature drift threshold names a feature column: a typo would silently keep the default."""
+    if drift is None:
+        return []
+    return [
+        (
+            ("validation", "drift", "feature_thresholds", name),
+            f"{name!r} is not a feature in data.features{did_you_mean(name, columns.all)}",
+        )
+        for name in drift.feature_thresholds
+        if name not in columns.all
+    ]
+
+
+def contract_coverage_problems(contract: SchemaContract, data: DataSection) -> FieldProblems:
+    """A written schema contract lists every column the data section reads."""
+    if not contract.columns:
+        return []
+    needed = [data.label, *data.features.all, *filter(None, [data.holdout.key_column, data.group])]
+    missing = [name for name in needed if name not in contract.columns]
+    if not missing:
+        return []
+    return [
+        (
+            ("validation", "schema", "columns"),
+            f"the contract leaves out {', '.join(map(repr, missing))}, which data uses "
+            "(label, features, holdout key, group)",
+        )
+    ]
+
+
+def engine_problems(validation: ValidationSection, data: DataSection) -> FieldProblems:
+    """`validation.engine` can read the data where it lies, and `spark_remote` is read by its engine."""
+    engine = validation.engine
+    rules = [
+        (
+            engine == "sql" and data.source.kind != "sql",
+            "engine",
+            "engine 'sql' runs the checks in the source's database: it needs a data.source of kind 'sql'",
+        ),
+        (
+            engine == "spark" and data.format != "parquet",
+            "engine",
+            "engine 'spark' reads the snapshot's Parquet files: it needs data.format parquet",
+        ),
+        (
+            engine == "spark" and data.freeze == "versions",
+            "engine",
+            "engine 'spark' reads files by path, and Hadoop's s3a cannot read a pinned object "
+            "version: use data.freeze: true (copies) or engine stream",
+        ),
+        (
+            data.feature_store is not None and engine == "sql",
+            "engine",
+            "engine 'sql' checks the query's rows in the database, but the run trains on them joined "
+            "with the feature store's features: use engine stream (or spark), "
+            "which reads the joined snapshot",
+        ),
+        (
+            validation.spark_remote is not None and engine != "spark",
+            "spark_remote",
+            "only engine 'spark' reads spark_remote; set validation.engine: spark or remove it",
+        ),
+    ]
+    return [(("validation", field), message) for broken, field, message in rules if broken]
