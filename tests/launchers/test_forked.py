@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
 from airflow_trainpipe.launchers.local import job_environment
 from tests.helpers.jobs import make_spec, run_job, still_running
@@ -54,11 +55,17 @@ def test_a_forked_job_gets_its_share_of_the_cores_and_leaves_nothing_when_killed
     launcher = ForkedLauncher(spec, env={"TRAINPIPE_PAUSE_AT": "step:3"}, jobs_on_host=2)
     launcher.start()
     try:
+        start, paused, seen = None, False, []
         for line in launcher.lines():
+            seen.append(line.text)
             if line.event and line.event.get("event") == "start":
-                assert line.event["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
+                start = line.event
             if "TRAINPIPE PAUSED step:3" in line.text:
+                paused = True
                 break
+        # Both seen, or the job ended on its own: nothing below would then be about a running job.
+        assert start is not None and paused, "\n".join(seen[-40:])
+        assert start["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
         assert launcher.job is not None and launcher.job.pid is not None
         job = psutil.Process(launcher.job.pid)
         assert os.getpgid(job.pid) == job.pid  # a process group of its own, like torchrun's ranks
@@ -75,8 +82,10 @@ def test_a_forked_job_that_fails_says_why_and_exits_non_zero(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
     run = run_job(make_spec(tmp_path, ["file:///nowhere/part-0.parquet"], "forked-missing"), 1, forked=True)
-    assert run.code != 0
-    assert any('"event": "error"' in line for line in run.output), run.text[-3000:]
+    assert run.code not in (0, 128 + 9), run.text[-3000:]  # its own failure, not a kill
+    errors = [e for e in map(parse, run.output) if e and e["event"] == "error"]
+    assert len(errors) == 1 and errors[0]["retryable"] is False, run.text[-3000:]  # bad data
+    assert "nowhere/part-0.parquet" in errors[0]["error"]
 
 
 def test_the_warm_parent_is_started_once_and_stopped() -> None:

@@ -50,23 +50,28 @@ def _spec(tickets: dict[str, Any], run_id: str) -> TrainSpec:
 
 
 @pytest.fixture(scope="module")
-def resumed(tickets: dict[str, Any]) -> tuple[JobRun, JobRun]:
-    """(the killed first attempt, its retry): the first attempt tokenizes every block and is
-    SIGKILLed at step 13, past its checkpoint of step 10."""
+def resumed(tickets: dict[str, Any], trainpipe_home: Path) -> tuple[JobRun, JobRun, set[Path]]:
+    """(the killed first attempt, its retry, the token id files the first attempt wrote): the first
+    attempt tokenizes every block and is SIGKILLed at step 13, past its checkpoint of step 10."""
     spec = _spec(tickets, "killed_and_resumed")
+    cache = trainpipe_home / "tokens"  # runtime/data/tokens.py: per node, per snapshot and tokenizer
+    before = set(cache.rglob("*.npy"))
     killed = run_job(spec, pause_at="step:13")
     assert killed.code != 0 and killed.result is None, killed.text[-3000:]
-    return killed, run_job(spec)
+    written = set(cache.rglob("*.npy")) - before
+    return killed, run_job(spec), written
 
 
 def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
-    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun]
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun, set[Path]]
 ) -> None:
-    killed, retry = resumed
+    killed, retry, written = resumed
     assert retry.code == 0, retry.text[-3000:]
     assert retry.result is not None and retry.result["resumed_from_step"] == 10
-    # The first attempt tokenized its blocks; the retry read every one from the cache.
-    assert "token ids: 0 block(s) tokenized on this rank" not in killed.text
+    # The first attempt tokenized its blocks into the cache (it was killed before it could say
+    # so); the retry read every one from there, tokenizing none.
+    assert "TRAINPIPE PAUSED step:13" in killed.text  # killed past its step-10 checkpoint, mid-epoch
+    assert written and all(path.name.startswith("subject-") for path in written), written
     assert retry.text.count("token ids: 0 block(s) tokenized on this rank") == 2  # both ranks
     uninterrupted = run_job(_spec(tickets, "uninterrupted"))
     assert uninterrupted.code == 0, uninterrupted.text[-3000:]
@@ -76,7 +81,7 @@ def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
 
 
 def test_the_registered_model_tokenizes_raw_text_as_the_job_did(
-    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun], trainpipe_home: Path, tmp_path: Path
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun, set[Path]], trainpipe_home: Path, tmp_path: Path
 ) -> None:
     result = resumed[1].result
     assert result is not None
@@ -96,7 +101,7 @@ def test_the_registered_model_tokenizes_raw_text_as_the_job_did(
 
 
 def test_trainpipe_train_of_the_example_trains_the_same_model(
-    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun], capsys: pytest.CaptureFixture[str]
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun, set[Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from airflow_trainpipe.cli import main
 

@@ -74,3 +74,20 @@ def test_trainpipe_tune_of_a_fine_tuned_pipeline(tmp_path: Path) -> None:
         run.data.tags.get("trainpipe.pretrained_sha256") for run in runs if "trainpipe.trial" in run.data.tags
     }
     assert shas == {json.loads(pin.read_text())["sha256"]}
+    # Through their rungs: every trial reported its first rung (1 epoch) to the study, the pruner
+    # decided on it, and a trial that went on reported its second.
+    import optuna
+
+    study = optuna.load_study(
+        study_name="support_tickets_finetune:tune-2026-01-02",
+        storage=f"sqlite:///{home / 'optuna' / 'support_tickets_finetune.db'}",
+    )
+    trials = study.get_trials()
+    assert len(trials) == 2 and all(1 in t.intermediate_values for t in trials), [
+        (t.number, t.state.name, t.intermediate_values) for t in trials
+    ]
+    for trial in trials:
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            assert sorted(trial.intermediate_values) == [1, 2] and trial.value == trial.intermediate_values[2]
+        else:
+            assert trial.state == optuna.trial.TrialState.PRUNED and sorted(trial.intermediate_values) == [1]

@@ -256,7 +256,7 @@ def test_zero3_with_optimizer_and_parameters_offloaded_to_cpu_trains_as_without(
 
 
 def test_bf16_on_cpu_ranks_with_activation_checkpointing_trains_and_registers_fp32_weights(
-    tickets: dict[str, Any], tmp_path: Path
+    tickets: dict[str, Any], tmp_path: Path, uninterrupted: JobRun
 ) -> None:
     from safetensors import safe_open
 
@@ -267,6 +267,13 @@ def test_bf16_on_cpu_ranks_with_activation_checkpointing_trains_and_registers_fp
     run = run_job(spec.model_copy(update={"config": config}))
     assert run.code == 0, run.text[-4000:]
     assert run.result is not None and run.result["final_step"] == 4
+    # Both really on in the engine that trained, not only asked for in the config.
+    assert run.start is not None and run.start["dtype"] == "bfloat16", run.start
+    assert run.start["activation_checkpointing"] is True
+    assert uninterrupted.start is not None  # the same pipeline as configured: neither
+    assert (uninterrupted.start["dtype"], uninterrupted.start["activation_checkpointing"]) == ("float32", False)
+    params = mlflow.get_run(run.result["mlflow_run_id"]).data.params
+    assert params["deepspeed_config.bf16.enabled"] == "True"
     assert all(np.isfinite(loss) for loss in run.losses.values())
     with safe_open(str(_hf_directory(run.result, tmp_path) / "model.safetensors"), framework="pt") as handle:
         assert {handle.get_slice(k).get_dtype() for k in handle.keys()} == {"F32"}  # noqa: SIM118
