@@ -17,7 +17,6 @@ from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem, PayloadError, TrainingJobError
-from airflow_trainpipe.core.registry_reads import RegistryError, RegistryUnavailable
 from airflow_trainpipe.core.retry_policy import (
     TRAINPIPE_RETRY_POLICY,
     TrainpipeRetryPolicy,
@@ -35,6 +34,7 @@ from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.tune import TuningResultOperator, TuningStartOperator, TuningTrialOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.registry.reads import RegistryError, RegistryUnavailable
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 from tests.conftest import EXAMPLE_CONFIGS
 
@@ -239,6 +239,7 @@ from airflow.sdk import DAG
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.registry.reads import RegistryError, RegistryUnavailable
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 
 retried_at_once = {{"retries": 2, "retry_delay": timedelta(0)}}

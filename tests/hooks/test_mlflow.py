@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.core.registry_reads import RegistryError
 from airflow_trainpipe.hooks.mlflow import MlflowHook
+from airflow_trainpipe.registry.reads import RegistryError
 
 
 @pytest.fixture
@@ -135,6 +135,25 @@ def test_activated_sets_the_environment_for_the_block_only(
     assert (
         os.environ["MLFLOW_TRACKING_TOKEN"] == "stale-token" and "MLFLOW_TRACKING_USERNAME" not in os.environ
     )
+
+
+def test_call_runs_a_client_function_with_the_connection_active(
+    connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # How the tasks run registry/reads.py: the function gets this connection's client, and the
+    # credentials are in the environment only while it runs.
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    connection("mlflow_c", host="http://h:2", extra={"token": "tok-123456"})
+
+    def read(client, model: str, *, alias: str) -> tuple[str, str, str]:
+        return client.tracking_uri, os.environ["MLFLOW_TRACKING_TOKEN"], f"{model}@{alias}"
+
+    assert MlflowHook("mlflow_c").call(read, "fraud", alias="champion") == (
+        "http://h:2",
+        "tok-123456",
+        "fraud@champion",
+    )
+    assert "MLFLOW_TRACKING_TOKEN" not in os.environ
 
 
 def test_real_server_needs_the_connections_credentials(mlflow_server, connection) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.hooks.mlflow import MlflowHook
-from airflow_trainpipe.operators.register import register_candidate
+from airflow_trainpipe.registry.versions import register_candidate
 from tests.helpers.mlflow_backends import gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run
 

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trainpipe.core.registry_reads import RegistryError
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.gate import BaselineGateOperator, as_bool
+from airflow_trainpipe.registry import reads
+from airflow_trainpipe.registry.reads import RegistryError
+from airflow_trainpipe.registry.versions import register_candidate
 from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run
 
@@ -93,8 +95,6 @@ def test_metric_not_logged_fails_naming_run_and_metric(gate_setup) -> None:
 
 def test_unscored_champion_fails_with_its_error_unless_forced(gate_setup) -> None:
     hook, config, _, candidate = gate_setup
-    from airflow_trainpipe.operators.register import register_candidate
-
     champion_run = candidate(CHAMPION, None, None)
     register_candidate(
         hook,
@@ -120,8 +120,6 @@ def test_unscored_champion_fails_with_its_error_unless_forced(gate_setup) -> Non
 
 def test_champion_changed_since_scoring_fails(gate_setup) -> None:
     hook, config, model_name, candidate = gate_setup
-    from airflow_trainpipe.operators.register import register_candidate
-
     parsed = BaselineGateOperator(task_id="g", config=str(config)).config
     first = candidate(CHAMPION, None, None)
     stale = candidate({**CHAMPION, "roc_auc": 0.9}, None, None)  # scored while there was no champion yet
@@ -139,8 +137,6 @@ def test_with_confidence_the_interval_logged_by_the_job_decides(
     gate_setup, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     hook, _, model_name, candidate = gate_setup
-    from airflow_trainpipe.operators.register import register_candidate
-
     config = write_config(
         tmp_path / "confident.yaml",
         model_name,
@@ -163,14 +159,14 @@ def test_with_confidence_the_interval_logged_by_the_job_decides(
     # A losing decision skips downstream tasks, which needs a task instance: decided here, as
     # execute() decides, from what the run logged.
     gate = BaselineGateOperator(task_id="gate", config=str(config))
-    decision = gate._decide(hook, noisy, hook.run_evaluation(noisy), force=False)
+    decision = gate._decide(hook, noisy, hook.call(reads.run_evaluation, noisy), force=False)
     assert decision.promote is False and decision.improvement_interval == (-0.01, 0.11)
     assert decision.reason.startswith(
         "not significant: the 95% interval of the roc_auc improvement is [-0.01, 0.11]"
     )
 
     unmeasured = candidate(better, CHAMPION, "1")  # a run that computed no interval
-    decision = gate._decide(hook, unmeasured, hook.run_evaluation(unmeasured), force=False)
+    decision = gate._decide(hook, unmeasured, hook.call(reads.run_evaluation, unmeasured), force=False)
     assert decision.promote is False and "was computed for this candidate: not significant" in decision.reason
 
     significant = candidate(better, CHAMPION, "1")
@@ -184,8 +180,6 @@ def test_with_confidence_the_interval_logged_by_the_job_decides(
 
 def test_a_slice_regression_in_the_run_s_evaluation_blocks_the_candidate(gate_setup, tmp_path: Path) -> None:
     hook, _, model_name, candidate = gate_setup
-    from airflow_trainpipe.operators.register import register_candidate
-
     config = write_config(
         tmp_path / "sliced.yaml",
         model_name,
@@ -244,15 +238,15 @@ def test_a_slice_regression_in_the_run_s_evaluation_blocks_the_candidate(gate_se
     # The whole task on the sliced run reads its evaluation.json once, for the slices and the
     # report's curves alike (../shared/FOUND.md: it was downloaded twice).
     downloads: list[str] = []
-    logged_evaluation = hook.logged_evaluation
+    logged_evaluation = reads.logged_evaluation
 
-    def counted(run: str) -> dict | None:
+    def counted(client, run: str) -> dict | None:
         downloads.append(run)
-        return logged_evaluation(run)
+        return logged_evaluation(client, run)
 
     gate.mlflow_run_id = run_id
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(MlflowHook, "logged_evaluation", lambda self, run: counted(run))
+        patch.setattr(reads, "logged_evaluation", counted)
         pushed: dict = {}
         context = {  # what execute reads of a kept champion's context: no downstream task to skip
             "ti": type(

@@ -18,7 +18,7 @@ from airflow_trainpipe.data.feature_store import client
 from airflow_trainpipe.data.feature_store.client import FeatureStoreUnavailable
 from airflow_trainpipe.hooks.mlflow import MlflowHook
 from airflow_trainpipe.operators.promote import PromoteModelOperator
-from airflow_trainpipe.operators.register import register_candidate
+from airflow_trainpipe.registry.versions import register_candidate
 from tests.helpers.feast_repo import START, feast_repo
 from tests.helpers.mlflow_backends import gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run

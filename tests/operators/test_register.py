@@ -12,7 +12,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.hooks.mlflow import MlflowHook
-from airflow_trainpipe.operators.register import RegisterModelOperator, register_candidate
+from airflow_trainpipe.operators.register import RegisterModelOperator
+from airflow_trainpipe.registry.versions import ChampionChanged, register_candidate
 from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run
 
@@ -104,9 +105,18 @@ def test_a_champion_that_changed_after_the_gate_is_not_replaced(registry) -> Non
     register_candidate(hook, config, first, gate_decision(champion_version=None), {}, log=LOG)
     late = log_candidate_run(name, METRICS, None, None, model_name=name)  # gated while there was no champion
     with pytest.raises(
-        AirflowFailException, match=f"{name}@champion is version 1, but the gate compared against none"
+        ChampionChanged, match=f"{name}@champion is version 1, but the gate compared against none"
     ):
         register_candidate(hook, config, late, gate_decision(champion_version=None), {}, log=LOG)
+    operator = RegisterModelOperator(
+        task_id="register",
+        config=config,
+        mlflow_run_id=late,
+        gate_decision=gate_decision(champion_version=None).as_dict(),
+    )
+    with pytest.raises(AirflowFailException, match="the champion changed in between") as failed:
+        operator.execute({})  # the task fails at once: no retry makes a stale comparison fresh
+    assert isinstance(failed.value.__cause__, ChampionChanged)
     assert aliases(client, name) == {"champion": "1"}
     forced = register_candidate(
         hook, config, late, gate_decision(champion_version=None, forced=True), {}, log=LOG

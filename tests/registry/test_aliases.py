@@ -14,7 +14,7 @@ import pytest
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.hooks.mlflow import MlflowHook
-from airflow_trainpipe.operators.register import register_candidate
+from airflow_trainpipe.registry.versions import find_or_create_version, register_candidate
 from tests.helpers.mlflow_backends import BACKENDS, define_connection, gate_decision, write_config
 from tests.helpers.mlflow_server import log_candidate_run
 
@@ -144,7 +144,7 @@ def test_a_feature_store_version_has_its_views_loaded_online_before_the_alias_mo
             )
             client.log_dict(run_id, json.loads(spec.to_json()), "spec.json")  # as the job logs them
             client.log_dict(run_id, {"final_step": 1}, "result.json")
-            version, _ = hook.find_or_create_version(name, client.get_run(run_id), "test")
+            version, _ = find_or_create_version(client, name, client.get_run(run_id), "test")
             assert version == str(number)
         hook.move_alias(name, "champion", "1", None, None)
 

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_trainpipe.cli import main as trainpipe
 from airflow_trainpipe.contracts.artifacts import library_versions
-from airflow_trainpipe.core.registry_reads import RegistryError
+from airflow_trainpipe.registry.reads import RegistryError
 from airflow_trainpipe.registry.reproduce import Logged, compare, parse_reference
 from tests.helpers.jobs import uninterrupted_run
 

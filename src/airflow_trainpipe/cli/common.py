@@ -9,6 +9,8 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from airflow_trainpipe.contracts.tags import LAUNCHED_BY_TAG
+
 
 def config_files(paths: Sequence[str]) -> Iterator[Path]:
     from airflow_trainpipe.config import CONFIG_SUFFIXES
@@ -50,7 +52,7 @@ def run_job(spec: Any, nproc: int, *, verbose: bool, env: dict[str, str] | None 
     return 0
 
 
-CLI_TAGS = {"trainpipe.launched_by": "cli"}  # on the MLflow run of a job the CLI started
+CLI_TAGS = {LAUNCHED_BY_TAG: "cli"}  # on the MLflow run of a job the CLI started
 
 
 def stdout_log() -> logging.Logger:

@@ -33,3 +33,9 @@ def library_versions() -> dict[str, str]:
         except PackageNotFoundError:
             found[name] = "not installed"
     return found
+
+
+HEAD_CONFIG_FILE = "trainpipe.json"
+"""In a fine-tuned model's Hugging Face directory (the `hf` artifact): what a plain encoder has no
+place for (the model kind, the task, the classes, the text input, where it was fine-tuned from),
+beside `trainpipe_head.safetensors` (runtime/pretrained/export.py writes it, directory.py reads it)."""

@@ -12,6 +12,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from airflow_trainpipe.contracts.tags import (
+    DATA_MISSING_TAG,
+    DATA_PARTITIONS_TAG,
+    DATA_WINDOW_TAG,
+    FEAST_DEFINITIONS_SHA256_TAG,
+    FEAST_ENTITY_DIGEST_TAG,
+    FEAST_ENTITY_TIME_TAG,
+    FEAST_FEATURE_VIEWS_TAG,
+    FEAST_FEATURES_TAG,
+    FEAST_PROJECT_TAG,
+)
+
 
 class SnapshotFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -92,12 +104,12 @@ class FeatureLineage(BaseModel):
 
     def tags(self) -> dict[str, str]:
         return {
-            "trainpipe.feast_project": self.project,
-            "trainpipe.feast_features": ",".join(self.features)[:5000],  # MLflow caps a tag value
-            "trainpipe.feast_feature_views": ",".join(sorted(self.views)),
-            "trainpipe.feast_definitions_sha256": self.definitions_sha256,
-            "trainpipe.feast_entity_digest": self.entity_digest,
-            "trainpipe.feast_entity_time": f"{self.entity_start} .. {self.entity_end}",
+            FEAST_PROJECT_TAG: self.project,
+            FEAST_FEATURES_TAG: ",".join(self.features)[:5000],  # MLflow caps a tag value
+            FEAST_FEATURE_VIEWS_TAG: ",".join(sorted(self.views)),
+            FEAST_DEFINITIONS_SHA256_TAG: self.definitions_sha256,
+            FEAST_ENTITY_DIGEST_TAG: self.entity_digest,
+            FEAST_ENTITY_TIME_TAG: f"{self.entity_start} .. {self.entity_end}",
         }
 
 
@@ -141,7 +153,7 @@ class Manifest(BaseModel):
         if len(missing) > 2000:  # MLflow caps a tag value; the manifest keeps the whole list
             missing = f"{len(self.missing)} partitions, {self.missing[0]} .. {self.missing[-1]}"
         return {
-            "trainpipe.data_window": f"{self.window[0]} .. {self.window[-1]}",
-            "trainpipe.data_partitions": str(len(self.window)),
-            "trainpipe.data_missing": missing,
+            DATA_WINDOW_TAG: f"{self.window[0]} .. {self.window[-1]}",
+            DATA_PARTITIONS_TAG: str(len(self.window)),
+            DATA_MISSING_TAG: missing,
         }

@@ -2,6 +2,6 @@
 
 exceptions (the hierarchy and its `retryable` flag), retry_policy (Airflow reads that flag),
 storage (URIs and filesystems), digest (content hashes), processes (child lifetime),
-registry_reads and tracking_store (the low-level MLflow reads and the embedded default store).
+tracking_store (the embedded default MLflow store; MLflow reads are registry/reads.py's).
 Light: pydantic-free, no torch, pandas or mlflow at module top; the config imports it at parse time.
 """

@@ -17,6 +17,7 @@ from airflow.sdk import Param
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.feature_store import ACCEPT_CHANGES_PARAM
 from airflow_trainpipe.config.training import Hyperparameters
+from airflow_trainpipe.contracts.tags import GATE_FORCED_TAG
 
 PARTITION = "partition"
 HYPERPARAMETERS = "hyperparameters"
@@ -60,7 +61,7 @@ def trigger_params(config: PipelineConfig) -> dict[str, Param]:
             type="boolean",
             title="Force registration",
             description="Promote the candidate even when the gate would keep the champion "
-            "(recorded on the model version as trainpipe.gate.forced).",
+            f"(recorded on the model version as {GATE_FORCED_TAG}).",
         ),
     }
 

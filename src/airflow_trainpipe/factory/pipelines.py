@@ -34,9 +34,10 @@ from airflow_trainpipe.factory.docs import pipeline_doc
 from airflow_trainpipe.notifications.deadline import CALLBACK_PATH
 from airflow_trainpipe.notifications.email import PipelineEmailNotifier
 from airflow_trainpipe.operators.gate import BaselineGateOperator
-from airflow_trainpipe.operators.register import RegisterModelOperator, waiting_alias
+from airflow_trainpipe.operators.register import RegisterModelOperator
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from airflow_trainpipe.operators.validate import DataValidateOperator
+from airflow_trainpipe.registry.versions import waiting_alias
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from airflow.sdk import Param
 
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.config.types import short_duration
+from airflow_trainpipe.contracts.tags import APPROVAL_TAG
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink, MlflowModelVersionLink
 
@@ -137,9 +138,7 @@ class ModelApprovalOperator(TrainpipeRetryPolicyMixin, ApprovalOperator):
                 f"register.on_approval_timeout is {self.config.registration.on_approval_timeout}"
             )
         hook = MlflowHook(self.mlflow_conn_id)
-        hook.set_version_tags(
-            name, version, {**audit_tags(action, actor, reason), "trainpipe.approval": action}
-        )
+        hook.set_version_tags(name, version, {**audit_tags(action, actor, reason), APPROVAL_TAG: action})
         if not approved:
             release_alias(hook, name, self.config.registration.staging_alias, version)
         self.log.info(

@@ -117,6 +117,8 @@ class CanaryStartOperator(_CanaryTask):
         from airflow.sdk.exceptions import AirflowSkipException
 
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.registry.reads import version_threshold
+        from airflow_trainpipe.registry.versions import stage_version
 
         staged = self._staged(context)
         name, version = staged["model_name"], staged["version"]
@@ -127,16 +129,16 @@ class CanaryStartOperator(_CanaryTask):
                 f"{name} has no other @{self.config.registration.alias}: nothing to canary against"
             )
         section = _section(self.config)
-        hook.move_alias(name, section.alias, version, None, None)
+        stage_version(hook, name, section.alias, version)
         if (sagemaker := _sagemaker(section)) is not None:
             router = sagemaker.start()
         else:
             _stop_earlier_canaries(self.config, version)
             backend = _backend(self.config, version, hook.environment())
             router = backend.start(f"models:/{name}/{champion[0]}", f"models:/{name}/{version}")
-        thresholds = {
-            "champion": _threshold(hook, name, champion[0]),
-            "candidate": _threshold(hook, name, version),
+        thresholds = {  # each version's own (the training job tunes it)
+            "champion": hook.call(version_threshold, name, champion[0]),
+            "candidate": hook.call(version_threshold, name, version),
         }
         self.log.info(
             "%s version %s (@%s) serves beside version %s (@%s); clients send requests to %s/invocations",
@@ -157,11 +159,6 @@ def _stop_earlier_canaries(config: PipelineConfig, version: str) -> None:
     for state in folder.glob("v*") if folder.exists() else ():
         if state.name != f"v{version}":
             _backend(config, state.name[1:]).stop()
-
-
-def _threshold(hook: Any, name: str, version: str) -> float:
-    """The version's own decision threshold (the training job tunes it; tag trainpipe.threshold)."""
-    return float(hook.model_version(name, version).tags.get("trainpipe.threshold", 0.5))
 
 
 class CanaryStepOperator(_CanaryTask):
@@ -250,24 +247,13 @@ class CanaryStepOperator(_CanaryTask):
 
     def _roll_back(self, started: dict[str, Any], reasons: list[str], figures: dict[str, Any]) -> None:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.registry.aliases import audit_tags, release_alias
+        from airflow_trainpipe.registry.records import record_canary_rollback
 
         hook = MlflowHook(self.mlflow_conn_id)
-        name, version = self.config.registered_model_name, started["version"]
+        version = started["version"]
         _serving(self.config, version).rollback()
-        reason = "; ".join(reasons)
-        hook.set_version_tags(
-            name,
-            version,
-            {
-                "trainpipe.canary.result": "rolled_back",
-                "trainpipe.canary.failed_step": str(self.step),
-                "trainpipe.canary.failed": reason[:5000],
-                "trainpipe.canary.figures": json.dumps(figures)[:5000],
-                **audit_tags("canary_rolled_back", f"airflow:{self.dag_id}", reason[:5000]),
-            },
-        )
-        release_alias(hook, name, _section(self.config).alias, version)
+        reason, actor = "; ".join(reasons), f"airflow:{self.dag_id}"
+        record_canary_rollback(hook, self.config, version, self.step, reason, figures, actor)
 
 
 def _record_verdict(state: Path, verdict: dict[str, Any]) -> None:
@@ -293,6 +279,7 @@ def _report(
     from airflow_trainpipe.canary.router import REQUESTS_FILE
     from airflow_trainpipe.hooks.mlflow import MlflowHook
     from airflow_trainpipe.registry.canary_report import canary_report_html
+    from airflow_trainpipe.registry.records import record_canary_report
 
     name, version = config.registered_model_name, started["version"]
     state = canary_state(config, version)
@@ -304,12 +291,7 @@ def _report(
         _section(config).checks.model_dump(mode="json"), failed,
     )  # fmt: skip
     (state / "report.html").write_text(page)
-    hook = MlflowHook(task.mlflow_conn_id)
-    run_id = hook.model_version(name, version).run_id
-    if not run_id:
-        return
-    link = hook.log_page(run_id, page, REPORT_PATH)
-    hook.set_version_tags(name, version, {"trainpipe.canary.report": link or f"runs:/{run_id}/{REPORT_PATH}"})
+    link = record_canary_report(MlflowHook(task.mlflow_conn_id), name, version, page, REPORT_PATH)
     CanaryReportLink.persist(context, link)
 
 
@@ -358,10 +340,11 @@ class CanaryPromoteOperator(_CanaryTask):
             )
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.operators.register import promote_version
-        from airflow_trainpipe.registry.aliases import release_alias
+        from airflow_trainpipe.registry.versions import ChampionChanged, promote_after_canary
 
         staged = self._staged(context)
         started = self._started(context)
@@ -374,12 +357,12 @@ class CanaryPromoteOperator(_CanaryTask):
         name, version = staged["model_name"], staged["version"]
         if not started:
             self._refuse_without_canary(context, hook, version)
-        moved = promote_version(hook, self.config, version, decision, self.log, staged["mlflow_run_id"])
-        hook.set_version_tags(
-            name, version, {"trainpipe.canary.result": "promoted" if started else "no_champion"}
-        )
-        for alias in (_section(self.config).alias, self.config.registration.staging_alias):
-            release_alias(hook, name, alias, version)
+        try:
+            moved = promote_after_canary(
+                hook, self.config, (name, version, staged["mlflow_run_id"]), decision, self.log, bool(started)
+            )
+        except ChampionChanged as exc:  # a stale comparison: no retry can make it fresh
+            raise AirflowFailException(str(exc)) from exc
         if started:
             _serving(self.config, version).promote()
             _report(context, self, self.config, started, "promoted", [])

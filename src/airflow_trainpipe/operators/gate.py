@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trainpipe.config import PipelineConfig, as_config
 from airflow_trainpipe.contracts.payloads import GateDecision
+from airflow_trainpipe.contracts.tags import NO_CHAMPION
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import GateReportLink
 from airflow_trainpipe.openlineage.reporting import OpenLineageReporting
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
     from airflow_trainpipe.contracts.payloads import Evaluation
 
-NO_CHAMPION = "none"
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", "", "none"}
 
 
@@ -89,6 +89,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.registry.gate_report import gate_report_html
+        from airflow_trainpipe.registry.records import record_gate_decision
 
         force = as_bool(self.force, "force")
         hook = MlflowHook(self.mlflow_conn_id)
@@ -106,7 +107,7 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
                 figure,
                 slice_guardrail=self.config.gate.slice_guardrail is not None,
             )
-            GateReportLink.persist(context, hook.record_gate_decision(run_id, decision, figure, report))
+            GateReportLink.persist(context, record_gate_decision(hook, run_id, decision, figure, report))
         finally:
             import matplotlib.pyplot as plt
 
@@ -137,11 +138,12 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
         run named by `mlflow_run_id`, from what the job logged on that run. Last, the run's logged
         evaluation.json, downloaded once when first asked for (slices, the report's curves)."""
         from airflow_trainpipe.contracts.payloads import SliceScore, TrainResult, read_payload
+        from airflow_trainpipe.registry import reads
 
         if self.mlflow_run_id:
             run_id = str(self.mlflow_run_id)
-            logged = cache(partial(hook.logged_evaluation, run_id))
-            evaluation = hook.run_evaluation(run_id)
+            logged = cache(partial(hook.call, reads.logged_evaluation, run_id))
+            evaluation = hook.call(reads.run_evaluation, run_id)
             if self.config.gate.slice_guardrail is not None:  # in the run's evaluation.json
                 slices = (logged() or {}).get("slices")
                 scores = None if slices is None else [SliceScore.model_validate(s) for s in slices]
@@ -153,8 +155,9 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
             f"the XCom of task {self.train_task_id!r}",
         )
         evaluation, _ = result.candidate(f"the XCom of task {self.train_task_id!r}")
-        hook.finished_run(result.mlflow_run_id)
-        return result.mlflow_run_id, evaluation, cache(partial(hook.logged_evaluation, result.mlflow_run_id))
+        run_id = result.mlflow_run_id
+        hook.call(reads.finished_run, run_id)
+        return run_id, evaluation, cache(partial(hook.call, reads.logged_evaluation, run_id))
 
     def _decide(self, hook: Any, run_id: str, evaluation: Evaluation, force: bool) -> GateDecision:
         from airflow_trainpipe.registry.promotion import comparison_table, decide

@@ -1,8 +1,9 @@
 """PromoteModelOperator: the `promote` task, the approved version becomes the champion.
 
-Runs only after `approve` said yes (a rejection skips it). The aliases move through
-`aliases.promote`, the code `trainpipe promote` uses, so a version promoted by approval carries
-the same `trainpipe.promoted_*` tags as one promoted by hand; and, as the register task does
+Runs only after `approve` said yes (a rejection skips it). It reads the staged version, the
+answer and the gate's decision, and calls `registry.versions.promote_approved`: the aliases move
+through `aliases.promote`, the code `trainpipe promote` uses, so a version promoted by approval
+carries the same `promoted_*` audit tags as one promoted by hand; and, as the register task does
 without approval, nothing moves when the champion changed since the gate compared against it.
 """
 
@@ -59,9 +60,7 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, ModelVersionReporting, Bas
         from airflow_trainpipe.contracts.payloads import GateDecision, read_payload
         from airflow_trainpipe.hooks.mlflow import MlflowHook
         from airflow_trainpipe.operators.approval import REASON_PARAM, answered_by
-        from airflow_trainpipe.operators.register import check_champion_unchanged
-        from airflow_trainpipe.registry.aliases import promote, release_alias
-        from airflow_trainpipe.registry.online_features import load_online
+        from airflow_trainpipe.registry.versions import ChampionChanged, promote_approved
 
         ti = context["ti"]
         staged = ti.xcom_pull(task_ids=self.register_task_id) or {}
@@ -73,30 +72,22 @@ class PromoteModelOperator(TrainpipeRetryPolicyMixin, ModelVersionReporting, Bas
         decision = read_payload(
             GateDecision, ti.xcom_pull(task_ids=self.gate_task_id), f"the XCom of task {self.gate_task_id!r}"
         )
-        section, name, version = self.config.registration, staged["model_name"], staged["version"]
         user = answer.get("responded_by_user")
         actor = answered_by(user)
         reason = str((answer.get("params_input") or {}).get(REASON_PARAM) or "") or (
             "approved" if user else "no answer in time; register.on_approval_timeout is approve"
         )
         hook = MlflowHook(self.mlflow_conn_id)
-        check_champion_unchanged(hook, self.config, version, decision)
-        load_online(hook, self.config, version, staged["mlflow_run_id"], self.log)
-        move = promote(
-            hook,
-            name,
-            version,
-            actor=actor,
-            reason=reason,
-            alias=section.alias,
-            previous_alias=section.previous_alias,
-        )
-        release_alias(hook, name, section.staging_alias, version)
+        version = (staged["model_name"], staged["version"], staged["mlflow_run_id"])
+        try:
+            move = promote_approved(hook, self.config, version, decision, (actor, reason), self.log)
+        except ChampionChanged as exc:  # a stale comparison: no retry can make it fresh
+            raise AirflowFailException(str(exc)) from exc
         self.log.info("%s (approved by %s)", move.describe(), actor)
         MlflowModelVersionLink.persist(context, staged.get("model_version_url"))
         promoted = {
             **staged,
-            "alias": section.alias,
+            "alias": move.alias,
             "promoted": True,
             "previous_version": move.replaced,
             "previous_alias": move.previous_alias,

@@ -19,6 +19,7 @@ from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_trainpipe.config import PipelineConfig, as_config
+from airflow_trainpipe.contracts.tags import AIRFLOW_DAG_ID_TAG, PIPELINE_TAG
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import MlflowRunLink
 from airflow_trainpipe.operators.train import DistributedTrainOperator
@@ -95,7 +96,7 @@ class TuningStartOperator(TrainpipeRetryPolicyMixin, BaseOperator):
                 hook.get_conn(),
                 self.config.pipeline,
                 name,
-                {"airflow.dag_id": self.dag_id, "trainpipe.pipeline": self.config.pipeline},
+                {AIRFLOW_DAG_ID_TAG: self.dag_id, PIPELINE_TAG: self.config.pipeline},
                 hook.tracking_uri,
             )
         return StudyRef(

@@ -325,12 +325,12 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
         None only when the registry says there is no champion; a registry that cannot be read
         fails the task (retried) rather than silently comparing with another snapshot.
         """
-        from airflow_trainpipe.core.registry_reads import RegistryUnavailable
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.registry.reads import RegistryUnavailable, champion_data_digest
 
         try:
-            return MlflowHook(self.mlflow_conn_id).champion_data_digest(
-                self.config.registered_model_name, self.config.registration.alias
+            return MlflowHook(self.mlflow_conn_id).call(
+                champion_data_digest, self.config.registered_model_name, self.config.registration.alias
             )
         except RegistryUnavailable as exc:
             raise AirflowException(f"drift reference 'champion': {exc}") from exc
@@ -341,17 +341,17 @@ class DataValidateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
         when a text column is already reported broken; a registry that cannot be asked fails the
         task (retried), a champion whose tokenizer cannot be read fails the check."""
         from airflow_trainpipe.contracts.payloads import Check
-        from airflow_trainpipe.core.registry_reads import RegistryError, RegistryUnavailable
         from airflow_trainpipe.data.validation.validate import first_rows
         from airflow_trainpipe.hooks.mlflow import MlflowHook
+        from airflow_trainpipe.registry.reads import RegistryError, RegistryUnavailable, champion_transform
 
         text = self.config.data.features.text
         broken = {c.column for c in report.checks if c.kind == "schema" and not c.passed}
         if not text or broken & set(text) or not set(text) <= set(manifest.columns):
             return []
         try:
-            champion = MlflowHook(self.mlflow_conn_id).champion_transform(
-                self.config.registered_model_name, self.config.registration.alias
+            champion = MlflowHook(self.mlflow_conn_id).call(
+                champion_transform, self.config.registered_model_name, self.config.registration.alias
             )
         except RegistryUnavailable:
             raise

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from airflow_trainpipe.core.registry_reads import RegistryError
+from airflow_trainpipe.contracts.tags import audit_tag_names
+from airflow_trainpipe.registry.reads import RegistryError
 
 if TYPE_CHECKING:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
@@ -45,11 +46,8 @@ class AliasMove:
 
 def audit_tags(action: str, actor: str, reason: str) -> dict[str, str]:
     """Who, when and why of `action` (promoted, approved, rejected, ...), as version tags."""
-    return {
-        f"trainpipe.{action}_by": actor,
-        f"trainpipe.{action}_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        f"trainpipe.{action}_reason": reason[:5000],
-    }
+    by, at, why = audit_tag_names(action)
+    return {by: actor, at: datetime.now(UTC).isoformat(timespec="seconds"), why: reason[:5000]}
 
 
 def promote(
@@ -113,7 +111,7 @@ def release_alias(hook: MlflowHook, model_name: str, alias: str, version: str) -
 def _require_version(hook: MlflowHook, model_name: str, version: str) -> None:
     from mlflow.exceptions import MlflowException
 
-    from airflow_trainpipe.core.registry_reads import RegistryUnavailable, is_not_found
+    from airflow_trainpipe.registry.reads import RegistryUnavailable, is_not_found
 
     with hook.activated():
         try:

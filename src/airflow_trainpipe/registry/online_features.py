@@ -12,11 +12,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_trainpipe.contracts.tags import (
+    FEAST_ENTITY_TIME_TAG,
+    FEAST_FEATURE_VIEWS_TAG,
+    FEAST_MATERIALIZED_UNTIL_TAG,
+    FEAST_MATERIALIZED_VIEWS_TAG,
+)
+from airflow_trainpipe.registry.reads import finished_run
+
 if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig
-
-VIEWS_TAG = "trainpipe.feast_feature_views"
-ENTITY_TIME_TAG = "trainpipe.feast_entity_time"
 
 
 def load_online(
@@ -33,12 +38,12 @@ def load_online(
     section = config.data.feature_store
     if section is None or not section.materialize:
         return
-    run_tags = hook.finished_run(run_id).data.tags
-    views = [name for name in run_tags.get(VIEWS_TAG, "").split(",") if name]
-    start = run_tags.get(ENTITY_TIME_TAG, "").split(" .. ")[0]
+    run_tags = hook.call(finished_run, run_id).data.tags
+    views = [name for name in run_tags.get(FEAST_FEATURE_VIEWS_TAG, "").split(",") if name]
+    start = run_tags.get(FEAST_ENTITY_TIME_TAG, "").split(" .. ")[0]
     if not views or start in ("", "None"):
         raise SourceError(
-            f"pipeline {config.pipeline}: the training run has no {VIEWS_TAG} / {ENTITY_TIME_TAG} tags, so "
+            f"pipeline {config.pipeline}: the training run has no {FEAST_FEATURE_VIEWS_TAG} / {FEAST_ENTITY_TIME_TAG} tags, so "
             "which feature views to load into the online store is unknown; nothing is promoted"
         )
     end = datetime.now(UTC)
@@ -61,8 +66,8 @@ def load_online(
             how,
         )
     tags = {
-        "trainpipe.feast_materialized_views": ",".join(views),
-        "trainpipe.feast_materialized_until": end.isoformat(timespec="seconds"),
+        FEAST_MATERIALIZED_VIEWS_TAG: ",".join(views),
+        FEAST_MATERIALIZED_UNTIL_TAG: end.isoformat(timespec="seconds"),
     }
     hook.set_version_tags(model_name or config.registered_model_name, version, tags)
 
@@ -75,7 +80,7 @@ def load_version_online(hook: Any, model_name: str, version: str, log: Any) -> N
     from airflow_trainpipe.registry.reproduce import logged_version
 
     run_id = str(hook.model_version(model_name, version).run_id)
-    if VIEWS_TAG not in hook.finished_run(run_id).data.tags:
+    if FEAST_FEATURE_VIEWS_TAG not in hook.call(finished_run, run_id).data.tags:
         return
     config = TrainSpec.model_validate(logged_version(hook, f"{model_name}/{version}").spec).config
     load_online(hook, config, version, run_id, log, model_name=model_name)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT, SPEC_ARTIFACT, library_versions
-from airflow_trainpipe.core.registry_reads import RegistryError
+from airflow_trainpipe.contracts.tags import CODE_VERSION_TAG, LAUNCHED_BY_TAG, LIBRARIES_TAG, REPRODUCES_TAG
+from airflow_trainpipe.registry.reads import RegistryError
 
 if TYPE_CHECKING:
     from airflow_trainpipe.contracts.train_spec import TrainSpec
@@ -97,8 +98,8 @@ def reproduction_spec(logged: Logged, run_id: str) -> TrainSpec:
     spec = TrainSpec.model_validate(logged.spec)
     tags = {
         **spec.tags,
-        "trainpipe.reproduces": f"{logged.model_name}/{logged.version}",
-        "trainpipe.launched_by": "reproduce",
+        REPRODUCES_TAG: f"{logged.model_name}/{logged.version}",
+        LAUNCHED_BY_TAG: "reproduce",
     }
     return spec.model_copy(update={"run_id": run_id, "mlflow_run_id": None, "tags": tags})
 
@@ -142,14 +143,14 @@ def likely_causes(logged: Logged, reproduced: dict[str, Any]) -> list[str]:
     from airflow_trainpipe import __version__
 
     causes = []
-    code = logged.tags.get("trainpipe.code_version")
+    code = logged.tags.get(CODE_VERSION_TAG)
     if code != __version__:
         causes.append(f"code version: trained with airflow-trainpipe {code}, reproduced with {__version__}")
     if int(logged.result.get("world_size", 0)) != int(reproduced.get("world_size", 0)):
         causes.append(
             f"world size: {logged.result.get('world_size')} then, {reproduced.get('world_size')} now"
         )
-    then = json.loads(logged.tags.get("trainpipe.libraries", "{}"))
+    then = json.loads(logged.tags.get(LIBRARIES_TAG, "{}"))
     now = library_versions()
     changed = [f"{k} {then.get(k)} -> {now[k]}" for k in now if then.get(k) not in (None, now[k])]
     if changed:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.core.registry_reads import RegistryUnavailable
+from airflow_trainpipe.contracts.tags import DATA_DIGEST_TAG
 from airflow_trainpipe.core.storage import filesystem, join, resolve
+from airflow_trainpipe.registry.reads import RegistryUnavailable
 
 if TYPE_CHECKING:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
@@ -110,7 +111,7 @@ def referenced_digests(
 def _registered(client: Any, model: str) -> dict[str, str]:
     from mlflow.exceptions import MlflowException
 
-    from airflow_trainpipe.core.registry_reads import is_not_found
+    from airflow_trainpipe.registry.reads import is_not_found
 
     try:
         versions = client.search_model_versions(f"name = '{model}'")
@@ -121,9 +122,9 @@ def _registered(client: Any, model: str) -> dict[str, str]:
     except Exception as exc:  # a server that does not answer at all
         raise RegistryUnavailable(f"cannot list the versions of {model}: {exc}") from exc
     return {
-        v.tags["trainpipe.data_digest"]: f"{model} version {v.version}"
+        v.tags[DATA_DIGEST_TAG]: f"{model} version {v.version}"
         for v in versions
-        if (v.tags or {}).get("trainpipe.data_digest")
+        if (v.tags or {}).get(DATA_DIGEST_TAG)
     }
 
 
@@ -143,9 +144,9 @@ def _recent_runs(client: Any, pipeline: str, younger_than: timedelta, now: float
     except Exception as exc:
         raise RegistryUnavailable(f"cannot list the recent runs of {pipeline}: {exc}") from exc
     return {
-        run.data.tags["trainpipe.data_digest"]: f"{pipeline} run {run.info.run_id}"
+        run.data.tags[DATA_DIGEST_TAG]: f"{pipeline} run {run.info.run_id}"
         for run in runs
-        if run.data.tags.get("trainpipe.data_digest")
+        if run.data.tags.get(DATA_DIGEST_TAG)
     }
 
 

@@ -15,6 +15,21 @@ from typing import Any
 
 from airflow_trainpipe import __version__
 from airflow_trainpipe.contracts.artifacts import SPEC_ARTIFACT, library_versions
+from airflow_trainpipe.contracts.tags import (
+    CODE_VERSION_TAG,
+    CONFIG_HASH_TAG,
+    DATA_DIGEST_TAG,
+    HYPERPARAMETER_OVERRIDES_TAG,
+    LIBRARIES_TAG,
+    PIPELINE_TAG,
+    PRETRAINED_SHA256_TAG,
+    PRETRAINED_SOURCE_TAG,
+    PRETRAINED_URI_TAG,
+    RESUMED_FROM_STEP_TAG,
+    RUN_ID_TAG,
+    TRANSFORM_HASH_TAG,
+    WORLD_SIZE_TAG,
+)
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.storage import filesystem, join, resolve
@@ -195,7 +210,7 @@ def start_tracking(
         run_dir=spec.run_dir,
         run_name=spec.run_id,
         run_id=spec.mlflow_run_id,
-        tags={"trainpipe.pipeline": config.pipeline, "trainpipe.run_id": spec.run_id, **spec.tags},
+        tags={PIPELINE_TAG: config.pipeline, RUN_ID_TAG: spec.run_id, **spec.tags},
     )
     params = flatten("", config.model_dump(mode="json", by_alias=True), {})
     # What this run trained with: the effective values, form overrides included.
@@ -212,20 +227,20 @@ def start_tracking(
     digest = spec.data_digest or content_digest(spec.data_files)
     tracker.set_tags(
         {
-            "trainpipe.data_digest": digest,
-            "trainpipe.world_size": str(world_size),
-            "trainpipe.resumed_from_step": str(resumed_from),
-            "trainpipe.config_hash": config.content_hash,
-            "trainpipe.code_version": __version__,
-            "trainpipe.transform_hash": transform_hash,
-            "trainpipe.hyperparameter_overrides": json.dumps(spec.overrides, sort_keys=True),
-            "trainpipe.libraries": json.dumps(library_versions(), sort_keys=True),
+            DATA_DIGEST_TAG: digest,
+            WORLD_SIZE_TAG: str(world_size),
+            RESUMED_FROM_STEP_TAG: str(resumed_from),
+            CONFIG_HASH_TAG: config.content_hash,
+            CODE_VERSION_TAG: __version__,
+            TRANSFORM_HASH_TAG: transform_hash,
+            HYPERPARAMETER_OVERRIDES_TAG: json.dumps(spec.overrides, sort_keys=True),
+            LIBRARIES_TAG: json.dumps(library_versions(), sort_keys=True),
             **(lineage_tags(spec.manifest) if spec.manifest is not None else {}),
             **(
                 {
-                    "trainpipe.pretrained_uri": pretrained.uri,
-                    "trainpipe.pretrained_source": pretrained.source,
-                    "trainpipe.pretrained_sha256": pretrained.sha256,
+                    PRETRAINED_URI_TAG: pretrained.uri,
+                    PRETRAINED_SOURCE_TAG: pretrained.source,
+                    PRETRAINED_SHA256_TAG: pretrained.sha256,
                 }
                 if pretrained is not None
                 else {}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.contracts.payloads import TrainResult
+from airflow_trainpipe.contracts.tags import LAUNCHED_BY_TAG
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.tuning.outcomes import StudyRef, TuningSummary
 from airflow_trainpipe.tuning.trials import run_trial, rung_spec
@@ -77,7 +78,7 @@ def tune_locally(
     client = MlflowClient(tracking_uri=tracking_uri)
     name = study_name(config.pipeline, base.run_id)
     study = open_study(config, name, url)
-    parent = start_parent_run(client, config.pipeline, name, {"trainpipe.launched_by": "cli"}, tracking_uri)
+    parent = start_parent_run(client, config.pipeline, name, {LAUNCHED_BY_TAG: "cli"}, tracking_uri)
     ref = StudyRef(study_name=name, storage=url, parent_run_id=parent, run_id=base.run_id)
     parallel = max(1, max_parallel or config.tuning.budget.max_parallel)
     launch = launch_locally(nproc, printer, verbose, env={STORAGE_ENV: url}, jobs_on_host=parallel)

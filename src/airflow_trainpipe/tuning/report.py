@@ -8,6 +8,13 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_trainpipe.contracts.tags import (
+    BEST_TRIAL_TAG,
+    ROLE_TAG,
+    STUDY_TAG,
+    TRIAL_RUNGS_TAG,
+    TRIAL_STATE_TAG,
+)
 from airflow_trainpipe.tuning.outcomes import StudyRef, TrialOutcome, TuningSummary
 from airflow_trainpipe.tuning.trials import stored_outcome
 
@@ -92,14 +99,14 @@ def start_parent_run(
     )
     found = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`trainpipe.study` = '{ref_name}' and tags.`trainpipe.role` = 'study'",
+        filter_string=f"tags.`{STUDY_TAG}` = '{ref_name}' and tags.`{ROLE_TAG}` = 'study'",
     )
     if found:
         return str(found[0].info.run_id)
     run = client.create_run(
         experiment_id,
         run_name=f"study {ref_name}",
-        tags={**tags, "trainpipe.study": ref_name, "trainpipe.role": "study"},
+        tags={**tags, STUDY_TAG: ref_name, ROLE_TAG: "study"},
     )
     return str(run.info.run_id)
 
@@ -108,8 +115,8 @@ def tag_trial_run(client: MlflowClient, outcome: TrialOutcome) -> None:
     """Whether the trial was pruned, and at which rung, on its own MLflow run."""
     if outcome.mlflow_run_id is None:
         return
-    client.set_tag(outcome.mlflow_run_id, "trainpipe.trial_state", outcome.state)
-    client.set_tag(outcome.mlflow_run_id, "trainpipe.trial_rungs", str(len(outcome.rungs)))
+    client.set_tag(outcome.mlflow_run_id, TRIAL_STATE_TAG, outcome.state)
+    client.set_tag(outcome.mlflow_run_id, TRIAL_RUNGS_TAG, str(len(outcome.rungs)))
     for rung in outcome.rungs:
         client.log_metric(outcome.mlflow_run_id, "objective", rung.value, step=rung.resource)
 
@@ -122,7 +129,7 @@ def log_study(client: MlflowClient, study: optuna.Study, summary: TuningSummary)
         params=_params({f"best.{k}": v for k, v in summary.best_params.items()}),
         metrics=_metrics(summary),
     )
-    client.set_tag(run_id, "trainpipe.best_trial", str(summary.best_trial))
+    client.set_tag(run_id, BEST_TRIAL_TAG, str(summary.best_trial))
     with tempfile.TemporaryDirectory() as folder:
         for name, draw in _plots().items():
             path = Path(folder) / f"{name}.png"

@@ -19,6 +19,7 @@ from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import TuningSection
 from airflow_trainpipe.contracts.payloads import TrainResult
+from airflow_trainpipe.contracts.tags import STUDY_TAG, TRIAL_TAG
 from airflow_trainpipe.contracts.train_spec import TrainSpec, TrialRung
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.rungs import report_once
@@ -173,8 +174,8 @@ def rung_spec(
             "tags": {
                 **base.tags,
                 "mlflow.parentRunId": ref.parent_run_id,
-                "trainpipe.study": ref.study_name,
-                "trainpipe.trial": label or str(number),
+                STUDY_TAG: ref.study_name,
+                TRIAL_TAG: label or str(number),
             },
         }
     )

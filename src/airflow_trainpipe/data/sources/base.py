@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_trainpipe.contracts.tags import DATA_WINDOW_TAG
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -102,7 +104,7 @@ class SourceDataset:
 
 
 def window_tag(lineage: SourceLineage) -> dict[str, str]:
-    return {"trainpipe.data_window": f"{lineage.window_start} .. {lineage.window_end}"}
+    return {DATA_WINDOW_TAG: f"{lineage.window_start} .. {lineage.window_end}"}
 
 
 def freeze_export(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_trainpipe.contracts.tags import DATA_FILTER_TAG, DATA_SOURCE_TAG, DATA_TABLE_VERSION_TAG
 from airflow_trainpipe.core.storage import is_local, local_path, resolve
 from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
 from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
@@ -296,10 +297,10 @@ class DeltaKind(TableKind):
     def lineage_tags(self, lineage: SourceLineage) -> dict[str, str]:
         """The table, the version its rows were read at, the window and the row filter."""
         return {
-            "trainpipe.data_source": f"delta:{lineage.table}",
+            DATA_SOURCE_TAG: f"delta:{lineage.table}",
             **window_tag(lineage),
-            "trainpipe.data_table_version": str(lineage.version),
-            "trainpipe.data_filter": str(lineage.filter)[:5000],  # MLflow caps a tag value
+            DATA_TABLE_VERSION_TAG: str(lineage.version),
+            DATA_FILTER_TAG: str(lineage.filter)[:5000],  # MLflow caps a tag value
         }
 
     def origin(self, lineage: SourceLineage) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_trainpipe.contracts.tags import DATA_FILTER_TAG, DATA_SNAPSHOT_ID_TAG, DATA_SOURCE_TAG
 from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
 from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile
@@ -327,10 +328,10 @@ class IcebergKind(TableKind):
     def lineage_tags(self, lineage: SourceLineage) -> dict[str, str]:
         """The catalog connection and the table, the snapshot id, the window and the row filter."""
         return {
-            "trainpipe.data_source": f"iceberg:{lineage.conn_id}/{lineage.table}",
+            DATA_SOURCE_TAG: f"iceberg:{lineage.conn_id}/{lineage.table}",
             **window_tag(lineage),
-            "trainpipe.data_snapshot_id": str(lineage.snapshot_id),
-            "trainpipe.data_filter": str(lineage.filter)[:5000],
+            DATA_SNAPSHOT_ID_TAG: str(lineage.snapshot_id),
+            DATA_FILTER_TAG: str(lineage.filter)[:5000],
         }
 
     def origin(self, lineage: SourceLineage) -> str:

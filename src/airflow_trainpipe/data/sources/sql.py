@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from airflow_trainpipe.contracts.tags import DATA_QUERY_SHA256_TAG, DATA_SOURCE_TAG
 from airflow_trainpipe.data.sources.base import (
     QUERY_REMEDY,
     Render,
@@ -271,9 +272,9 @@ class SqlKind(SourceKind):
         import hashlib
 
         return {
-            "trainpipe.data_source": f"sql:{lineage.conn_id}",
+            DATA_SOURCE_TAG: f"sql:{lineage.conn_id}",
             **window_tag(lineage),
-            "trainpipe.data_query_sha256": hashlib.sha256((lineage.query or "").encode()).hexdigest(),
+            DATA_QUERY_SHA256_TAG: hashlib.sha256((lineage.query or "").encode()).hexdigest(),
         }
 
     def lineage_datasets(self, data: DataSection, manifest: Manifest) -> list[SourceDataset]:

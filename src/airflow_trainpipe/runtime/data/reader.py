@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.config.tuning import ValidationSplit
+from airflow_trainpipe.contracts.formats import split_key
 from airflow_trainpipe.contracts.manifest import Manifest, SnapshotFile
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.storage import filesystem
@@ -126,10 +127,8 @@ class HoldoutSplit:
         self.validation = validation
         self.threshold = int(data.holdout.fraction * 10_000)
         self.offset = 0
-        # pandas wants exactly 16 bytes of key; the whole seed must enter them (a text prefix
-        # cut to 16 characters once dropped its last digit, so seeds 0-9 gave one split).
-        self._hash_key = _hash_key(f"trainpipe.holdout:{data.holdout.seed}")
-        self._validation_key = _hash_key(f"trainpipe.validation:{validation.seed}") if validation else ""
+        self._hash_key = split_key("holdout", data.holdout.seed)  # contracts/formats.py: stored bytes
+        self._validation_key = split_key("validation", validation.seed) if validation else ""
 
     def mask(self, table: pa.Table) -> np.ndarray:
         """The mask of the next rows: `table` follows the rows of the previous call."""
@@ -170,10 +169,6 @@ class HoldoutSplit:
         )
         first = start - (start // SPLIT_BLOCK) * SPLIT_BLOCK
         return np.concatenate(draws)[first : first + n]
-
-
-def _hash_key(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def holdout_mask(table: pa.Table, data: DataSection) -> np.ndarray:

@@ -22,10 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_trainpipe.contracts.formats import GROUP_HASH_KEY, TRANSFORM_FORMAT
 from airflow_trainpipe.core.exceptions import TrainpipeError
 
-FORMAT = "trainpipe.transform/1"
-_GROUP_HASH_KEY = "trainpipe.group0"  # pandas takes exactly 16 bytes
+FORMAT = TRANSFORM_FORMAT
+_GROUP_HASH_KEY = GROUP_HASH_KEY  # pandas takes exactly 16 bytes
 
 
 class TransformError(TrainpipeError):

@@ -37,7 +37,16 @@ import pyarrow as pa
 import torch
 
 from airflow_trainpipe.contracts.artifacts import EVALUATION_ARTIFACT
-from airflow_trainpipe.core.registry_reads import current_champion
+from airflow_trainpipe.contracts.tags import (
+    CHAMPION_ALIAS_TAG,
+    CHAMPION_ERROR_TAG,
+    CHAMPION_MODEL_NAME_TAG,
+    CHAMPION_RUN_ID_TAG,
+    CHAMPION_VERSION_TAG,
+    NO_CHAMPION,
+    THRESHOLD_TAG,
+)
+from airflow_trainpipe.registry.reads import current_champion
 from airflow_trainpipe.runtime.data.transform import FittedTransform, class_indices, prepare_numeric
 from airflow_trainpipe.runtime.evaluation.confidence import improvement_interval
 from airflow_trainpipe.runtime.evaluation.curves import binary_curves
@@ -50,9 +59,6 @@ if TYPE_CHECKING:
     from airflow_trainpipe.runtime.tracking import Tracker
 
 log = logging.getLogger(__name__)
-
-NO_CHAMPION = "none"
-THRESHOLD_TAG = "trainpipe.threshold"
 
 HoldoutRows: TypeAlias = pa.Table | Callable[[], Iterable[pa.Table]]
 """The raw holdout rows: a table, or a function that streams them in batches (read per pass)."""
@@ -80,14 +86,14 @@ class ChampionScore:
 
     def tags(self) -> dict[str, str]:
         tags = {
-            "trainpipe.champion.model_name": self.model_name,
-            "trainpipe.champion.alias": self.alias,
-            "trainpipe.champion.version": self.version or NO_CHAMPION,
+            CHAMPION_MODEL_NAME_TAG: self.model_name,
+            CHAMPION_ALIAS_TAG: self.alias,
+            CHAMPION_VERSION_TAG: self.version or NO_CHAMPION,
         }
         if self.run_id:
-            tags["trainpipe.champion.run_id"] = self.run_id
+            tags[CHAMPION_RUN_ID_TAG] = self.run_id
         if self.error:
-            tags["trainpipe.champion.error"] = self.error[:5000]
+            tags[CHAMPION_ERROR_TAG] = self.error[:5000]
         return tags
 
 

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from airflow_trainpipe.contracts.artifacts import HEAD_CONFIG_FILE
 from airflow_trainpipe.runtime.pretrained.errors import PretrainedError
 
 CONFIG = "config.json"
@@ -36,7 +37,7 @@ HEAD = "trainpipe_head.safetensors"
 """A fine-tuned model's own layers beside the encoder (the head over [CLS] and the tabular
 features): present in a directory this package registered, so a fine-tune from the champion
 starts from the whole model."""
-HEAD_CONFIG = "trainpipe.json"
+HEAD_CONFIG = HEAD_CONFIG_FILE  # contracts/artifacts.py
 
 
 class PretrainedDirectory:

@@ -9,11 +9,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_trainpipe.config import load_config
-from airflow_trainpipe.core.registry_reads import (
+from airflow_trainpipe.registry.reads import (
     RegistryError,
     RegistryUnavailable,
     champion_data_digest,
     current_champion,
+    finished_run,
     get_run,
 )
 from tests.conftest import EXAMPLE_CONFIGS, free_port
@@ -111,7 +112,7 @@ def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
 
     _unreachable_connection(monkeypatch, unreachable)
     with pytest.raises(RegistryUnavailable, match="cannot read MLflow run 'abc'") as retried:
-        MlflowHook().finished_run("abc")
+        MlflowHook().call(finished_run, "abc")
     assert retried.value.retryable is True
     assert TRAINPIPE_RETRY_POLICY.evaluate(retried.value, 1, 3).action is RetryAction.RETRY
     monkeypatch.setenv(
@@ -119,6 +120,6 @@ def test_gate_and_register_retry_an_unreachable_registry_and_fail_a_missing_run(
         json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}),
     )
     with pytest.raises(RegistryError, match="candidate MLflow run 'abc' not found") as final:
-        MlflowHook().finished_run("abc")
+        MlflowHook().call(finished_run, "abc")
     assert type(final.value) is RegistryError and final.value.retryable is False
     assert TRAINPIPE_RETRY_POLICY.evaluate(final.value, 1, 3).action is RetryAction.FAIL
