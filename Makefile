@@ -90,8 +90,11 @@ SOAK_SEED ?= 19
 soak: $(INSTALLED)
 	$(BIN)/python scripts/soak.py --runs $(SOAK_RUNS) --seed $(SOAK_SEED) --benchmarks BENCHMARKS.md
 
+# The config reference (docs/configuration.md) and the layout (docs/architecture.md), both generated
+# from the code's docstrings; tests fail when either is stale.
 docs: $(INSTALLED)
 	$(BIN)/python scripts/update_reference.py
+	$(BIN)/python scripts/architecture_layout.py
 
 gx-catalog: $(INSTALLED)
 	$(BIN)/python scripts/gen_gx_catalog.py

@@ -1,0 +1,2 @@
+"""Sensors: the wait_for_data task (poke, reschedule or deferrable).
+"""
