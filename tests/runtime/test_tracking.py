@@ -125,3 +125,21 @@ def test_compute_hours_count_the_world_size_the_job_ran_with(
     ran = timing["startup_s"] + timing["loop_s"] + timing["end_s"]  # start-up and end are device time too
     assert device_seconds == pytest.approx(ran * 1, rel=0.02)
     assert run.result["startup_compute_hours"] * 3600 == pytest.approx(timing["startup_s"] * 1, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("uri", "kind"),
+    [
+        ("file:///data/ds=2026-01-01", "LocalArtifactDatasetSource"),
+        ("s3://b/ds=1", "S3ArtifactDatasetSource"),
+    ],
+)
+def test_a_snapshots_dataset_source_is_named_without_mlflows_ambiguity_warning(uri: str, kind: str) -> None:
+    import warnings
+
+    from airflow_trainpipe.runtime.tracking import dataset_source
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "can be interpreted in multiple ways", in every job's log before
+        source = dataset_source(uri)
+    assert type(source).__name__ == kind and source.uri == uri

@@ -145,12 +145,11 @@ class Tracker:
             self.client.set_tag(self.run_id, key, value)
 
     def log_data_input(self, name: str, source_uri: str, digest: str) -> None:
-        from mlflow.data.dataset_source_registry import resolve_dataset_source
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import DatasetInput, InputTag
 
         dataset = MetaDataset(  # type: ignore[abstract]  # concrete at run time; mlflow's annotations say otherwise
-            source=resolve_dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36]
+            source=dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36]
         )
         context = InputTag(key="mlflow.data.context", value="training")
         self.client.log_inputs(
@@ -190,6 +189,16 @@ class Tracker:
             self.finish("FAILED")
         except Exception as exc:  # MLflow itself may be why the job fails
             log.warning("could not mark MLflow run %s FAILED: %s", self.run_id, exc)
+
+
+def dataset_source(uri: str) -> Any:
+    """The MLflow dataset source of a snapshot's URI, its kind named. MLflow registers two source
+    classes that read local files; left to choose, it warned "can be interpreted in multiple ways"
+    in every job's log. The first registered kind that reads the URI is the one it would pick."""
+    from mlflow.data.dataset_source_registry import get_registered_sources, resolve_dataset_source
+
+    kinds = [kind for kind in get_registered_sources() if kind._can_resolve(uri)]
+    return resolve_dataset_source(uri, candidate_sources=kinds[:1] or None)
 
 
 def start_tracking(
