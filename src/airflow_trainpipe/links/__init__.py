@@ -1,2 +1,1 @@
-"""The tasks' extra links in the Airflow UI: from a task to what it left in MLflow.
-"""
+"""The tasks' extra links in the Airflow UI: from a task to what it left in MLflow."""

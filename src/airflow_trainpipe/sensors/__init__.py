@@ -1,2 +1,1 @@
-"""Sensors: the wait_for_data task (poke, reschedule or deferrable).
-"""
+"""Sensors: the wait_for_data task (poke, reschedule or deferrable)."""

@@ -271,7 +271,10 @@ def test_bf16_on_cpu_ranks_with_activation_checkpointing_trains_and_registers_fp
     assert run.start is not None and run.start["dtype"] == "bfloat16", run.start
     assert run.start["activation_checkpointing"] is True
     assert uninterrupted.start is not None  # the same pipeline as configured: neither
-    assert (uninterrupted.start["dtype"], uninterrupted.start["activation_checkpointing"]) == ("float32", False)
+    assert (uninterrupted.start["dtype"], uninterrupted.start["activation_checkpointing"]) == (
+        "float32",
+        False,
+    )
     params = mlflow.get_run(run.result["mlflow_run_id"]).data.params
     assert params["deepspeed_config.bf16.enabled"] == "True"
     assert all(np.isfinite(loss) for loss in run.losses.values())
