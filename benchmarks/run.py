@@ -108,9 +108,10 @@ SECTIONS = (
     "pretrained",
     "canary",
     "fork_startup",
+    "end",
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
-# `gpu`: benchmarks/gpu_bench.py on a GPU machine (the device tool), never on the CPU machine.
+# `gpu`: benchmarks/gpu_bench.py and gpu_job.py on a GPU machine (the device tool), never on the CPU machine.
 KEPT = ("soak", "gpu")
 
 
@@ -118,6 +119,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from canary_bench import bench_canary
     from checkpoint_bench import bench_checkpoint  # benchmarks/ is on sys.path when run as a script
     from dag_parsing_bench import bench_dag_parsing
+    from end_bench import bench_end
     from feature_store_bench import bench_feature_store
     from fork_startup_bench import bench_fork_startup
     from preemption_bench import bench_preemption
@@ -148,6 +150,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "pretrained": bench_pretrained,
         "canary": bench_canary,
         "fork_startup": bench_fork_startup,
+        "end": bench_end,
     }
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M UTC} by `make bench`._"
     out = {}
@@ -227,6 +230,7 @@ def _section_name(heading: str) -> str:
         ("gpu", "gpu:"),
         ("canary", "canary:"),
         ("fork_startup", "start-up of a training job"),
+        ("end", "end of a training job"),
     ):
         if marker in lowered:
             return name
