@@ -170,6 +170,8 @@ def bench_end() -> list[str]:
     lines += [
         "",
         f"Bare, split: forward {bare['forward_s']:.2f} s, save_pretrained {bare['save_s']:.2f} s, log {bare['log_s']:.2f} s.",
+        "The second job also scores the champion on the same rows (the gate's comparison: a second forward",
+        "pass, the champion's transform and program): the bare script has no champion to score.",
     ]
     for name, result in (("first", found["first"]), ("second", found["second"])):
         phases = ", ".join(f"{k} {v:.2f}" for k, v in result["timing"]["end"].items())
