@@ -80,3 +80,13 @@ class TrainingJobError(TrainpipeError):
 
 class PayloadError(TrainpipeError):
     """What a task received from another task is not the payload it expects."""
+
+
+class RegistryError(TrainpipeError):
+    """The model registry or tracking server answered with an error, or not at all."""
+
+
+class RegistryUnavailable(RegistryError):
+    """The registry could not be asked; retrying later can succeed."""
+
+    retryable = True

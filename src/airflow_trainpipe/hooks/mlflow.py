@@ -28,7 +28,6 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_trainpipe.config.secrets import redact_uri
 from airflow_trainpipe.hooks.mlflow_connection import MlflowTarget, embedded_target, target_from_connection
-from airflow_trainpipe.registry.reads import current_champion
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -135,10 +134,6 @@ class MlflowHook(BaseHook):
         """The registry's ModelVersion (its run id, its tags)."""
         with self.activated():
             return self.get_conn().get_model_version(model_name, version)
-
-    def current_champion(self, model_name: str, alias: str) -> tuple[str, str] | None:
-        """(version, run id) holding `alias`, or None when no version does (registry/reads.py)."""
-        return self.call(current_champion, model_name, alias)
 
     def set_version_tags(self, model_name: str, version: str, tags: dict[str, str]) -> None:
         with self.activated():

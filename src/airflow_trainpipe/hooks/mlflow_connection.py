@@ -88,7 +88,7 @@ def target_from_connection(conn: Any, conn_id: str) -> MlflowTarget:
         base = host.rstrip("/") + (f":{conn.port}" if conn.port else "")
         tracking_uri = base + (f"/{conn.schema.strip('/')}" if conn.schema else "")
     else:
-        from airflow_trainpipe.registry.reads import RegistryError
+        from airflow_trainpipe.core.exceptions import RegistryError
 
         raise RegistryError(f"connection {conn_id!r} has neither a host nor an extra 'tracking_uri'")
     credentials: dict[str, str] = {}

@@ -117,13 +117,13 @@ class CanaryStartOperator(_CanaryTask):
         from airflow.sdk.exceptions import AirflowSkipException
 
         from airflow_trainpipe.hooks.mlflow import MlflowHook
-        from airflow_trainpipe.registry.reads import version_threshold
+        from airflow_trainpipe.registry.reads import current_champion, version_threshold
         from airflow_trainpipe.registry.versions import stage_version
 
         staged = self._staged(context)
         name, version = staged["model_name"], staged["version"]
         hook = MlflowHook(self.mlflow_conn_id)
-        champion = hook.current_champion(name, self.config.registration.alias)
+        champion = hook.call(current_champion, name, self.config.registration.alias)
         if champion is None or champion[0] == version:
             raise AirflowSkipException(
                 f"{name} has no other @{self.config.registration.alias}: nothing to canary against"
@@ -329,11 +329,15 @@ class CanaryPromoteOperator(_CanaryTask):
         """Raise a skip unless promoting without a canary is right: approved, and no other champion."""
         from airflow.sdk.exceptions import AirflowSkipException
 
+        from airflow_trainpipe.registry.reads import current_champion
+
         if self.config.registration.approval == "required":
             answer = context["ti"].xcom_pull(task_ids=self.approval_task_id) or {}
             if answer.get("chosen_options") != ["Approve"]:
                 raise AirflowSkipException(f"version {version} was not approved: nothing is promoted")
-        holder = hook.current_champion(self.config.registered_model_name, self.config.registration.alias)
+        holder = hook.call(
+            current_champion, self.config.registered_model_name, self.config.registration.alias
+        )
         if holder is not None and holder[0] != version:
             raise AirflowSkipException(
                 f"the canary of version {version} did not run: @{self.config.registration.alias} stays on version {holder[0]}"

@@ -217,8 +217,10 @@ class BaselineGateOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, Base
     def _check_champion_unchanged(
         self, hook: Any, run_id: str, scored_version: str | None, force: bool
     ) -> None:
+        from airflow_trainpipe.registry.reads import current_champion
+
         name, alias = self.config.registered_model_name, self.config.registration.alias
-        now = hook.current_champion(name, alias)
+        now = hook.call(current_champion, name, alias)
         now_version = now[0] if now else None
         if now_version != scored_version and force:
             self.log.warning(

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from airflow_trainpipe.contracts.tags import audit_tag_names
-from airflow_trainpipe.registry.reads import RegistryError
+from airflow_trainpipe.registry.reads import RegistryError, current_champion
 
 if TYPE_CHECKING:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
@@ -64,7 +64,7 @@ def promote(
     """Make `version` the `alias` holder; the version it replaces gets `previous_alias`.
     `prepare(version)` runs first (loading its online features): if it raises, nothing moves."""
     _require_version(hook, model_name, version)
-    holder = hook.current_champion(model_name, alias)
+    holder = hook.call(current_champion, model_name, alias)
     if holder is not None and holder[0] == version:
         return AliasMove(model_name, alias, version, None, None)
     if prepare is not None:
@@ -86,10 +86,10 @@ def rollback(
 ) -> AliasMove:
     """Point `alias` back at the `previous_alias` version and remove `previous_alias`.
     `prepare(version)` runs first with the version restored: if it raises, nothing moves."""
-    previous = hook.current_champion(model_name, previous_alias)
+    previous = hook.call(current_champion, model_name, previous_alias)
     if previous is None:
         raise RegistryError(f"{model_name}@{previous_alias} does not exist: there is nothing to roll back to")
-    holder = hook.current_champion(model_name, alias)
+    holder = hook.call(current_champion, model_name, alias)
     restored = previous[0]
     if prepare is not None:
         prepare(restored)
@@ -103,7 +103,7 @@ def rollback(
 
 def release_alias(hook: MlflowHook, model_name: str, alias: str, version: str) -> None:
     """Remove `alias` if `version` holds it (it may have moved on to a newer version meanwhile)."""
-    holder = hook.current_champion(model_name, alias)
+    holder = hook.call(current_champion, model_name, alias)
     if holder is not None and holder[0] == version:
         hook.remove_alias(model_name, alias)
 

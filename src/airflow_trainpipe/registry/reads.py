@@ -26,7 +26,7 @@ from airflow_trainpipe.contracts.tags import (
     NO_CHAMPION,
     THRESHOLD_TAG,
 )
-from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.core.exceptions import RegistryError, RegistryUnavailable
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -34,16 +34,6 @@ if TYPE_CHECKING:
     from airflow_trainpipe.contracts.payloads import Evaluation
 
 NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
-
-
-class RegistryError(TrainpipeError):
-    """The model registry or tracking server answered with an error, or not at all."""
-
-
-class RegistryUnavailable(RegistryError):
-    """The registry could not be asked; retrying later can succeed."""
-
-    retryable = True
 
 
 def is_not_found(exc: BaseException) -> bool:

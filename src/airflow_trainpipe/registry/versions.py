@@ -40,7 +40,7 @@ from airflow_trainpipe.contracts.tags import (
     MLFLOW_RUN_ID_TAG,
     PIPELINE_TAG,
 )
-from airflow_trainpipe.registry.reads import RegistryError, finished_run
+from airflow_trainpipe.registry.reads import RegistryError, current_champion, finished_run
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -156,7 +156,7 @@ def check_champion_unchanged(
     """The version holding `register.alias` now; ChampionChanged when it is neither `version` nor
     the one the gate compared against (unless forced): the comparison is stale, so nothing may move."""
     name, alias = config.registered_model_name, config.registration.alias
-    holder = hook.current_champion(name, alias)
+    holder = hook.call(current_champion, name, alias)
     holder_version = holder[0] if holder else None
     if holder_version not in (version, decision.champion_version) and not decision.forced:
         raise ChampionChanged(
