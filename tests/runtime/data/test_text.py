@@ -74,8 +74,16 @@ def test_hostile_text_neither_crashes_nor_drops_rows() -> None:
     assert (ids[3] != 0).all()  # truncated to max_length, not refused
     assert encoder.unknown_rate(rows) > 0  # the French words are beyond this vocabulary: [UNK]
     assert fitted["unk_id"] == encoder.tokenizer.token_to_id(UNK)
-    # Text beyond what max_length tokens can hold is never read.
-    assert len(huge) > MAX_CHARS_PER_TOKEN * 48
+    # Text beyond what max_length tokens can hold is never read: a row whose first
+    # MAX_CHARS_PER_TOKEN x max_length characters are one word (a single [UNK]) encodes as that
+    # word alone, though words that would fill every token follow it.
+    limit = MAX_CHARS_PER_TOKEN * 48
+    assert len(huge) > limit
+    word = "a" * limit
+    alone = encoder.ids(pa.table({"body": [word]}))
+    followed = encoder.ids(pa.table({"body": [word + " refund" * 1000]}))
+    assert (alone != 0).sum() == 3  # [CLS] [UNK] [SEP]
+    assert (followed == alone).all()
 
 
 def test_a_text_column_that_is_not_strings_is_named() -> None:
