@@ -1,6 +1,7 @@
 """runtime.rungs: a tuning trial's rungs inside its one training job, on a real study.
 
-Each case runs the real job (torchrun, 2 gloo ranks) against an Optuna study in an SQLite file,
+Each case runs the real job (torchrun's 2 gloo ranks, or one rank forked from the warm parent as
+`trainpipe tune` runs a CPU trial) against an Optuna study in an SQLite file,
 seeded with earlier trials whose rung values decide what successive halving says: a trial behind
 them is pruned at the rung and its job ends cleanly, a trial ahead goes on to its full budget.
 """
@@ -69,11 +70,15 @@ def _trial_job(
 
 def _no_job_left() -> None:
     """No training process is alive under this one (an exited child an earlier test left
-    unreaped, a zombie, trains nothing)."""
+    unreaped, a zombie, trains nothing). The warm parent is not a job: it names the entrypoint
+    among its preloads; a job forked from it is its child."""
     jobs = []
-    for process in psutil.Process().children(recursive=True):
+    this = psutil.Process()
+    for process in this.children(recursive=True):
         try:
-            if "airflow_trainpipe.runtime.train" in " ".join(process.cmdline()):
+            command = " ".join(process.cmdline())
+            warm_parent = process.ppid() == this.pid and "multiprocessing.forkserver" in command
+            if "airflow_trainpipe.runtime.train" in command and not warm_parent:
                 jobs.append(process)
         except (psutil.ZombieProcess, psutil.NoSuchProcess):
             continue
@@ -106,8 +111,10 @@ def test_a_trial_behind_the_others_is_pruned_and_its_job_ends_cleanly(
 def test_a_survivor_equals_a_trial_trained_in_one_go_and_its_rung_value_is_a_short_jobs(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
+    # One rank forked from the warm parent, as `trainpipe tune` runs a CPU trial: what is compared
+    # here is the training, not the ranks (the pruned case above keeps torchrun's 2 ranks).
     base, study, url, spec, trial = _trial_job(tmp_path, job_files, earlier=0.01)
-    survivor = run_job(spec, env={STORAGE_ENV: url})
+    survivor = run_job(spec, 1, env={STORAGE_ENV: url}, forked=True)
     assert survivor.code == 0, survivor.text[-3000:]
     assert survivor.result is not None and survivor.result["pruned"] is False
     assert survivor.result["epochs_completed"] == EPOCHS and survivor.result["model_uri"]
@@ -118,8 +125,12 @@ def test_a_survivor_equals_a_trial_trained_in_one_go_and_its_rung_value_is_a_sho
     assert base.config.tuning is not None
     ref = StudyRef(study_name="rungs", storage="", parent_run_id="", run_id="study")
     tuning, hp = base.config.tuning, base.hyperparameters
-    one_go = run_job(rung_spec(base, ref, trial.number, hp, tuning, EPOCHS, True, label="one-go"))
-    short = run_job(rung_spec(base, ref, trial.number, hp, tuning, 1, False, label="one-epoch"))
+    one_go = run_job(
+        rung_spec(base, ref, trial.number, hp, tuning, EPOCHS, True, label="one-go"), 1, forked=True
+    )
+    short = run_job(
+        rung_spec(base, ref, trial.number, hp, tuning, 1, False, label="one-epoch"), 1, forked=True
+    )
     assert one_go.result is not None and short.result is not None
     # Asking the study at the rung changed nothing in the training: the same weights.
     assert survivor.result["weights_sha256"] == one_go.result["weights_sha256"]

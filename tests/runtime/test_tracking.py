@@ -104,7 +104,7 @@ def test_a_job_that_fails_marks_its_mlflow_run_failed(
     run_dir.mkdir(parents=True)
     (run_dir / "checkpoints").write_text("a file where the checkpoint folder goes: the first save fails")
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = run_job(spec, env={"MLFLOW_TRACKING_URI": store})
+    run = run_job(spec, 1, env={"MLFLOW_TRACKING_URI": store}, forked=True)  # the ranks are not the subject
     assert run.code != 0 and "FileExistsError" in run.text, run.text[-3000:]
     run_id = json.loads((run_dir / RUN_ID_FILE).read_text())["run_id"]
     assert MlflowClient(store).get_run(run_id).info.status == "FAILED"
@@ -118,8 +118,9 @@ def test_compute_hours_count_the_world_size_the_job_ran_with(
 
     spec = make_spec(tmp_path, job_files, "one_rank").limited_to(12)
     assert spec.config.training.resources.nproc_per_node == 2  # the config says 2; this job runs on 1
-    run = run_job(spec, nproc=1)
+    run = run_job(spec, nproc=1, forked=True)  # one rank, as `trainpipe tune` forks a CPU trial
     assert run.code == 0, run.text[-3000:]
+    assert run.result["world_size"] == 1
     device_seconds = run.result["compute_hours_cpu"] * 3600
     timing = run.result["timing"]
     ran = timing["startup_s"] + timing["loop_s"] + timing["end_s"]  # start-up and end are device time too

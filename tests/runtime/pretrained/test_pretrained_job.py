@@ -229,7 +229,7 @@ def test_a_pickled_directory_fails_the_job_before_any_step_and_says_not_to_retry
 
     bad = Path(shutil.copytree(tickets["encoder"], tmp_path / "pickled"))
     (bad / "pytorch_model.bin").write_bytes(b"\x80\x04never unpickled")
-    run = run_job(_spec(tickets, "pickled", bad.as_uri()))
+    run = run_job(_spec(tickets, "pickled", bad.as_uri()), 1, forked=True)  # refused before any rank trains
     assert run.code != 0 and run.start is None and not run.losses
     errors = [
         json.loads(line.split("TRAINPIPE ", 1)[1])
