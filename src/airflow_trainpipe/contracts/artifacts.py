@@ -18,8 +18,14 @@ TRANSFORM_ARTIFACT = "transform.json"
 """The fitted transform (its tokenizers among it): validation reads the champion's vocabulary."""
 EVALUATION_ARTIFACT = "evaluation.json"
 """The final evaluation: candidate and champion on the same holdout, curves, slices."""
-REPORT_PATH = "gate/report.html"
+GATE_REPORT_ARTIFACT = "gate/report.html"
 """The gate's HTML report, logged to the candidate's run (the Gate report link)."""
+GATE_DECISION_ARTIFACT = "gate/decision.json"
+"""The gate's decision (GateDecision.as_dict()), beside its report."""
+GATE_CHART_ARTIFACT = "gate/comparison.png"
+"""The gate's candidate-vs-champion chart."""
+CANARY_REPORT_ARTIFACT = "canary/report.html"
+"""The canary's HTML report, logged to the version's run (the version's `trainpipe.canary.report` tag)."""
 
 LIBRARIES = ("torch", "deepspeed", "numpy", "pyarrow", "pandas", "mlflow")
 

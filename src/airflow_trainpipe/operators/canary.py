@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_trainpipe.config import PipelineConfig, as_config
+from airflow_trainpipe.contracts.artifacts import CANARY_REPORT_ARTIFACT
 from airflow_trainpipe.core.retry_policy import TrainpipeRetryPolicyMixin
 from airflow_trainpipe.links.mlflow import CanaryReportLink, MlflowModelVersionLink
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 STEPS_FILE = "steps.json"
 VERDICTS_FILE = "verdicts.json"
-REPORT_PATH = "canary/report.html"
 
 
 def canary_state(config: PipelineConfig, version: str) -> Path:
@@ -291,7 +291,7 @@ def _report(
         _section(config).checks.model_dump(mode="json"), failed,
     )  # fmt: skip
     (state / "report.html").write_text(page)
-    link = record_canary_report(MlflowHook(task.mlflow_conn_id), name, version, page, REPORT_PATH)
+    link = record_canary_report(MlflowHook(task.mlflow_conn_id), name, version, page, CANARY_REPORT_ARTIFACT)
     CanaryReportLink.persist(context, link)
 
 

@@ -33,16 +33,20 @@ def record_gate_decision(
 ) -> str | None:
     """The decision as an artifact and tags of the candidate's run, with its chart and its
     HTML report (registry/gate_report.py); returns the report's URL in MLflow's UI, if it has one."""
-    from airflow_trainpipe.contracts.artifacts import REPORT_PATH
+    from airflow_trainpipe.contracts.artifacts import (
+        GATE_CHART_ARTIFACT,
+        GATE_DECISION_ARTIFACT,
+        GATE_REPORT_ARTIFACT,
+    )
 
     with hook.activated():
         client = hook.get_conn()
-        client.log_dict(run_id, decision.as_dict(), "gate/decision.json")
+        client.log_dict(run_id, decision.as_dict(), GATE_DECISION_ARTIFACT)
         client.set_tag(run_id, GATE_PROMOTE_TAG, str(decision.promote).lower())
         client.set_tag(run_id, GATE_FORCED_TAG, str(decision.forced).lower())
         client.set_tag(run_id, GATE_REASON_TAG, decision.reason[:5000])
-        client.log_figure(run_id, figure, "gate/comparison.png")
-    return hook.log_page(run_id, report, REPORT_PATH)
+        client.log_figure(run_id, figure, GATE_CHART_ARTIFACT)
+    return hook.log_page(run_id, report, GATE_REPORT_ARTIFACT)
 
 
 def record_canary_rollback(
