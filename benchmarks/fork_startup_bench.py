@@ -3,7 +3,8 @@
 Issue 40's wall-time target needs a trial's fixed cost (start-up + end) at most 1.5 epochs (see
 docs/tuning.md); a cold job's start-up is mostly library imports that every job pays again. This
 measures what the warm parent (launchers/forked.py: torch, deepspeed, mlflow, optuna,
-torch._dynamo and the runtime imported once) saves when each job is a fork of it: the same spec
+torch._dynamo, DeepSpeed's Muon module, MLflow's SQL stores and pyfunc and the runtime imported
+once) saves when each job is a fork of it: the same spec
 (fraud_detector.yaml on one synthetic day), a new run id per job, alternately cold
 (LocalLauncher: torchrun, one rank, as the train task starts a job) and forked (ForkedLauncher,
 as `trainpipe tune` starts a one-rank trial), 3 of each; medians.
@@ -112,7 +113,10 @@ def bench_fork_startup() -> list[str]:
         "",
         "`trainpipe tune` forks its one-rank trials this way (launchers/forked.py); the train task "
         "and jobs of more ranks start under torchrun. Issue 40's wall ratio of 0.75 needs a trial's "
-        "fixed cost at most 1.5 epochs (docs/tuning.md).",
+        "fixed cost at most 1.5 epochs (docs/tuning.md). The warm parent also imports DeepSpeed's Muon "
+        "module (DeepSpeed's engine and ZeRO's gradient reduction import it; its torch.compile'd "
+        "kernels import inductor) and MLflow's SQL stores and pyfunc since 2026-11-28 (forked "
+        "4.76 s -> 2.70 s, its own start 4.19 s -> 6.44 s once).",
         "",
         "Command: `make bench ONLY=fork_startup` (benchmarks/fork_startup_bench.py).",
         "",
