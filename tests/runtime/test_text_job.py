@@ -1,11 +1,13 @@
 """A text pipeline's training job, for real (torchrun, 2 ranks, DeepSpeed on gloo): the
 support_tickets example's text encoder on a day of tickets, killed mid-epoch and resumed bit-exact
-from the token cache its first attempt wrote; then its registered model, in a fresh interpreter,
-scores raw rows with raw text exactly as the job scored them; and `trainpipe train` of the same
-config trains the same model."""
+from the token cache its first attempt wrote, ending step for step where `trainpipe train` of the
+same config and day ends uninterrupted (the one reference run); then its registered model, in a
+fresh interpreter, scores raw rows with raw text exactly as the job scored them."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from datetime import date
 from pathlib import Path
@@ -62,8 +64,29 @@ def resumed(tickets: dict[str, Any], trainpipe_home: Path) -> tuple[JobRun, JobR
     return killed, run_job(spec), written
 
 
-def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
+@pytest.fixture(scope="module")
+def trained_by_the_cli(
     tickets: dict[str, Any], resumed: tuple[JobRun, JobRun, set[Path]]
+) -> tuple[str, dict[str, Any]]:
+    """`trainpipe train` of the example's config on the same day, uninterrupted: (its output, its
+    result). After the resumed job, whose token cache it reads, as a later run of a pipeline would."""
+    from airflow_trainpipe.cli import main
+
+    config = str(tickets["root"] / "support_tickets.yaml")
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = main(["train", config, "--run-id", "cli_day", "--data", *tickets["files"]])
+    assert code == 0, output.getvalue()[-3000:]
+    result = json.loads(
+        Path(_spec(tickets, "cli_day").run_dir.removeprefix("file://"), "result.json").read_text()
+    )
+    return output.getvalue(), result
+
+
+def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
+    resumed: tuple[JobRun, JobRun, set[Path]],
+    trained_by_the_cli: tuple[str, dict[str, Any]],
+    trainpipe_home: Path,
 ) -> None:
     killed, retry, written = resumed
     assert retry.code == 0, retry.text[-3000:]
@@ -73,11 +96,15 @@ def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
     assert "TRAINPIPE PAUSED step:13" in killed.text  # killed past its step-10 checkpoint, mid-epoch
     assert written and all(path.name.startswith("subject-") for path in written), written
     assert retry.text.count("token ids: 0 block(s) tokenized on this rank") == 2  # both ranks
-    uninterrupted = run_job(_spec(tickets, "uninterrupted"))
-    assert uninterrupted.code == 0, uninterrupted.text[-3000:]
-    assert retry.result["weights_sha256"] == uninterrupted.result["weights_sha256"]
+    _, uninterrupted = trained_by_the_cli
+    assert retry.result["weights_sha256"] == uninterrupted["weights_sha256"]
+    # Step for step: the uninterrupted run's losses as its MLflow run recorded them.
+    client = mlflow.MlflowClient(f"sqlite:///{trainpipe_home / 'mlflow.db'}")
+    history = client.get_metric_history(uninterrupted["mlflow_run_id"], "train_loss")
+    losses = {metric.step: metric.value for metric in history}
+    assert retry.losses and set(retry.losses) <= set(losses), (sorted(retry.losses), sorted(losses))
     for step, loss in retry.losses.items():
-        assert loss == uninterrupted.losses[step], f"step {step}"
+        assert loss == losses[step], f"step {step}"
 
 
 def test_the_registered_model_tokenizes_raw_text_as_the_job_did(
@@ -101,15 +128,10 @@ def test_the_registered_model_tokenizes_raw_text_as_the_job_did(
 
 
 def test_trainpipe_train_of_the_example_trains_the_same_model(
-    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun, set[Path]], capsys: pytest.CaptureFixture[str]
+    resumed: tuple[JobRun, JobRun, set[Path]], trained_by_the_cli: tuple[str, dict[str, Any]]
 ) -> None:
-    from airflow_trainpipe.cli import main
-
-    config = str(tickets["root"] / "support_tickets.yaml")
-    assert main(["train", config, "--run-id", "cli_day", "--data", *tickets["files"]]) == 0
-    result = json.loads(
-        Path(_spec(tickets, "cli_day").run_dir.removeprefix("file://"), "result.json").read_text()
-    )
+    output, result = trained_by_the_cli
     assert resumed[1].result is not None
     assert result["weights_sha256"] == resumed[1].result["weights_sha256"]
-    assert f"training finished at step {result['final_step']}" in capsys.readouterr().out
+    assert result["resumed_from_step"] == 0
+    assert f"training finished at step {result['final_step']}" in output
