@@ -189,3 +189,15 @@ def still_running(processes: list[Any], within_s: float = 10) -> list[int]:
     while time.monotonic() < deadline and running():
         time.sleep(0.1)
     return running()
+
+
+def warm_parents() -> list[Any]:
+    """This process's warm parents (launchers/forked.py: forkserver children, psutil.Process), not
+    the jobs forked from them. A warm parent names the training entrypoint among its preloads."""
+    import psutil
+
+    return [
+        p
+        for p in psutil.Process().children()
+        if "multiprocessing.forkserver" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+    ]

@@ -13,7 +13,7 @@ import pytest
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
 from airflow_trainpipe.launchers.local import job_environment
-from tests.helpers.jobs import make_spec, run_job, still_running
+from tests.helpers.jobs import make_spec, run_job, still_running, warm_parents
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -91,16 +91,8 @@ def test_a_forked_job_that_fails_says_why_and_exits_non_zero(
 def test_the_warm_parent_is_started_once_and_stopped() -> None:
     warm_parent(job_environment(0, 1))
     assert warm_parent(job_environment(0, 1)) == 0.0
-    parents = _warm_parents()
+    parents = warm_parents()
     assert len(parents) == 1
     stop_warm_parent()
     assert still_running(parents) == []
     assert warm_parent(job_environment(0, 1)) > 0.0  # a new one
-
-
-def _warm_parents() -> list[psutil.Process]:
-    return [
-        p
-        for p in psutil.Process().children()
-        if "multiprocessing.forkserver" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
-    ]

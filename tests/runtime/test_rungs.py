@@ -21,7 +21,7 @@ from airflow_trainpipe.runtime.rungs import STORAGE_ENV, pruner
 from airflow_trainpipe.tuning.outcomes import StudyRef
 from airflow_trainpipe.tuning.trials import rung_spec
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.jobs import run_job
+from tests.helpers.jobs import run_job, warm_parents
 
 EPOCHS = 3
 
@@ -70,15 +70,15 @@ def _trial_job(
 
 def _no_job_left() -> None:
     """No training process is alive under this one (an exited child an earlier test left
-    unreaped, a zombie, trains nothing). The warm parent is not a job: it names the entrypoint
-    among its preloads; a job forked from it is its child."""
+    unreaped, a zombie, trains nothing). A warm parent is not a job; a job forked from it is."""
     jobs = []
-    this = psutil.Process()
-    for process in this.children(recursive=True):
+    parents = {p.pid for p in warm_parents()}
+    for process in psutil.Process().children(recursive=True):
         try:
-            command = " ".join(process.cmdline())
-            warm_parent = process.ppid() == this.pid and "multiprocessing.forkserver" in command
-            if "airflow_trainpipe.runtime.train" in command and not warm_parent:
+            if (
+                "airflow_trainpipe.runtime.train" in " ".join(process.cmdline())
+                and process.pid not in parents
+            ):
                 jobs.append(process)
         except (psutil.ZombieProcess, psutil.NoSuchProcess):
             continue
