@@ -9,6 +9,7 @@ node and checked against the pin."""
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ import yaml
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory, directory_sha256
 from airflow_trainpipe.runtime.pretrained.source import node_directory
+from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.jobs import JobRun, holdout_rows, run_job, served_in_a_fresh_interpreter
 from tests.helpers.pretrained import save_encoder_directory
@@ -189,11 +192,22 @@ def uninterrupted(tickets: dict[str, Any]) -> JobRun:
     return run
 
 
-def test_a_killed_job_on_an_s3_directory_resumes_bit_exact_from_its_pin(
-    tickets: dict[str, Any], s3_encoder: str, uninterrupted: JobRun, trainpipe_home: Path
-) -> None:
+@pytest.fixture(scope="module")
+def killed_on_s3(tickets: dict[str, Any], s3_encoder: str) -> tuple[TrainSpec, JobRun, Path]:
+    """A 2-rank job on the S3 directory SIGKILLed at step 8, past its step-5 checkpoint: (its spec,
+    the killed run, a copy of the run directory as the kill left it). The S3 test retries it on 2
+    ranks; the world-size test resumes the copy on one."""
     spec = _spec(tickets, "s3_resumed", s3_encoder)
     killed = run_job(spec, pause_at="step:8")
+    snapshot = tickets["root"] / "killed_on_s3_snapshot"
+    shutil.copytree(local_path(spec.run_dir), snapshot)
+    return spec, killed, snapshot
+
+
+def test_a_killed_job_on_an_s3_directory_resumes_bit_exact_from_its_pin(
+    killed_on_s3: tuple[TrainSpec, JobRun, Path], s3_encoder: str, uninterrupted: JobRun
+) -> None:
+    spec, killed, _ = killed_on_s3
     assert killed.code != 0 and killed.result is None
     pin = json.loads(Path(spec.run_dir.removeprefix("file://"), "pretrained.json").read_text())
     assert pin["source"] == s3_encoder and pin["sha256"]
@@ -210,11 +224,18 @@ def test_a_killed_job_on_an_s3_directory_resumes_bit_exact_from_its_pin(
 
 
 def test_a_zero3_checkpoint_of_a_fine_tune_resumes_on_another_world_size(
-    tickets: dict[str, Any], uninterrupted: JobRun
+    tickets: dict[str, Any], killed_on_s3: tuple[TrainSpec, JobRun, Path], uninterrupted: JobRun
 ) -> None:
-    spec = _spec(tickets, "one_rank_resume", tickets["encoder"].as_uri())
-    assert run_job(spec, pause_at="step:8").code != 0
-    resumed = run_job(spec, nproc=1)
+    # The 2-rank job's ZeRO-3 checkpoint (torchrun's 2 ranks wrote it, SIGKILLed at step 8), resumed
+    # on a copy of its run directory as a fresh MLflow run.
+    spec, killed, snapshot = killed_on_s3
+    assert killed.code != 0
+    spec = spec.model_copy(update={"run_id": "one_rank_resume"})
+    shutil.copytree(snapshot, local_path(spec.run_dir))
+    (local_path(spec.run_dir) / RUN_ID_FILE).unlink()
+    # One rank forked from the warm parent, as a one-rank CPU job runs (launchers/runner.py): the
+    # ranks that matter are the two that partitioned the checkpoint this one rank reads whole.
+    resumed = run_job(spec, nproc=1, forked=True)
     assert resumed.code == 0, resumed.text[-4000:]
     assert resumed.result is not None and resumed.result["world_size"] == 1
     assert resumed.result["resumed_from_step"] == 5
@@ -225,8 +246,6 @@ def test_a_zero3_checkpoint_of_a_fine_tune_resumes_on_another_world_size(
 def test_a_pickled_directory_fails_the_job_before_any_step_and_says_not_to_retry(
     tickets: dict[str, Any], tmp_path: Path
 ) -> None:
-    import shutil
-
     bad = Path(shutil.copytree(tickets["encoder"], tmp_path / "pickled"))
     (bad / "pytorch_model.bin").write_bytes(b"\x80\x04never unpickled")
     run = run_job(_spec(tickets, "pickled", bad.as_uri()), 1, forked=True)  # refused before any rank trains
