@@ -91,6 +91,83 @@ def uninterrupted_run(
     return _uninterrupted[zero_stage]
 
 
+KILLS = ("step:13", "mid_step:22", "save:30")
+
+
+@dataclass
+class Interrupted:
+    """The stage-1 run `killed` after its three tries, each ended by a kill -9 at one of KILLS."""
+
+    reference: JobRun
+    tries: list[JobRun]
+    run_dir: Path  # as try 3 left it: complete checkpoints 10, 19 and 20; step 30 without marker
+    files: list[str]
+    finished: tuple[JobRun, str] | None = None
+
+    def resume(
+        self,
+        root: Path,
+        nproc: int = 2,
+        before: Callable[[Path], None] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> tuple[JobRun, str]:
+        """Run try 4 on a copy of the run directory under `root`, as a fresh MLflow run: (the run,
+        its run directory). One rank is forked from the warm parent (as a one-rank CPU job runs,
+        launchers/runner.py): what is tested there is the 2-rank checkpoint it reads, which
+        torchrun's ranks wrote."""
+        import shutil
+
+        from airflow_trainpipe.core.storage import local_path
+        from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
+
+        spec = make_spec(root, self.files, "killed")
+        copy = local_path(spec.run_dir)
+        shutil.copytree(self.run_dir, copy)
+        (copy / RUN_ID_FILE).unlink()
+        if before is not None:
+            before(copy)
+        return run_job(spec, nproc=nproc, env=env, forked=nproc == 1), spec.run_dir
+
+
+_interrupted: list[Interrupted] = []
+
+
+def interrupted_run(tmp_path_factory: pytest.TempPathFactory, files: list[str]) -> Interrupted:
+    """`make_spec(..., files, "killed")` on 2 ranks, killed -9 at each of KILLS in turn (each try
+    resuming the last), once per session, and its reference (`uninterrupted_run`). Every try runs
+    under TRAINPIPE_CHECK_COLLECTIVES=nccl, said here in so many words (tests/conftest.py sets it
+    for every job): the collectives test reads them too. Call it with `trainpipe_home` active."""
+    import shutil
+
+    from airflow_trainpipe.core.storage import local_path
+    from airflow_trainpipe.runtime.collectives import CHECK_ENV
+
+    if not _interrupted:
+        reference = uninterrupted_run(tmp_path_factory, files, zero_stage=1)
+        spec = make_spec(tmp_path_factory.mktemp("interrupted"), files, "killed")
+        tries = [run_job(spec, pause_at=kill_at, env={CHECK_ENV: "nccl"}) for kill_at in KILLS]
+        for run in tries:
+            assert run.code != 0 and run.result is None, run.text[-3000:]
+        snapshot = tmp_path_factory.mktemp("interrupted_snapshot") / "killed"
+        shutil.copytree(local_path(spec.run_dir), snapshot)
+        _interrupted.append(Interrupted(reference, tries, snapshot, files))
+    return _interrupted[0]
+
+
+def finished_after_the_kills(
+    tmp_path_factory: pytest.TempPathFactory, files: list[str]
+) -> tuple[JobRun, str]:
+    """Try 4 of `interrupted_run` on 2 ranks, on a copy of the directory the kills left, run to
+    the end once per session: (the run, its run directory)."""
+    from airflow_trainpipe.runtime.collectives import CHECK_ENV
+
+    interrupted = interrupted_run(tmp_path_factory, files)
+    if interrupted.finished is None:
+        root = tmp_path_factory.mktemp("finished_after_the_kills")
+        interrupted.finished = interrupted.resume(root, env={CHECK_ENV: "nccl"})
+    return interrupted.finished
+
+
 def run_job(
     spec: TrainSpec,
     nproc: int = 2,

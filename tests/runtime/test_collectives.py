@@ -24,7 +24,7 @@ from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.steps import PeriodicSync, SyncConfig
 from tests.conftest import free_port
-from tests.helpers.jobs import make_spec, run_job
+from tests.helpers.jobs import KILLS, finished_after_the_kills, interrupted_run
 
 NCCL_ERROR = "No backend type associated with device type cpu"
 
@@ -88,15 +88,21 @@ def test_only_the_runtimes_own_calls_are_checked_and_the_functions_are_put_back(
 
 
 def test_a_whole_job_keeps_the_rule_through_syncs_evaluation_checkpoints_resume_and_the_end(
-    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+    tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
 ) -> None:
-    env = {CHECK_ENV: "nccl"}  # what tests/conftest.py sets for every job, said here in so many words
-    spec = make_spec(tmp_path, job_files, "nccl_rule")  # 2 ranks, 19 steps an epoch, saves every 10
-    # Killed after step 25: past syncs, saves at 10, 19 (the epoch end, with its evaluation) and 20.
-    killed = run_job(spec, pause_at="step:25", env=env)
-    assert NCCL_ERROR not in killed.text, killed.text[-3000:]
-    assert "TRAINPIPE PAUSED step:25" in killed.text, killed.text[-3000:]
-    resumed = run_job(spec, env=env)
+    # The resume tests' stage-1 job (tests/helpers/jobs.py, trained once per session): 2 ranks, 19
+    # steps an epoch, saves every 10, each try run with CHECK_ENV=nccl (what tests/conftest.py sets
+    # for every job, said there in so many words). Killed -9 after step 13 (a sync and a save at
+    # 10), mid-step 22 (resumed from 10: the epoch end at 19 with its evaluation and save, a sync
+    # and a save at 20) and inside step 30's save (resumed from 20: the sync at 30); then resumed
+    # from 20 and run to the end.
+    interrupted = interrupted_run(tmp_path_factory, job_files)
+    resumed, _ = finished_after_the_kills(tmp_path_factory, job_files)
+    for killed, paused_at in zip(interrupted.tries, KILLS, strict=True):
+        assert NCCL_ERROR not in killed.text, killed.text[-3000:]
+        assert f"TRAINPIPE PAUSED {paused_at}" in killed.text, killed.text[-3000:]
+    assert [t.start["resumed_from"] for t in interrupted.tries if t.start] == [0, 10, 20]
+    assert NCCL_ERROR not in resumed.text, resumed.text[-3000:]
     assert resumed.code == 0, resumed.text[-3000:]
     assert resumed.start is not None and resumed.start["resumed_from"] == 20
     assert resumed.result is not None and resumed.result["final_step"] == 38

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -24,49 +22,28 @@ from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.runtime.data.prepare import PREPARED_FILE
 from airflow_trainpipe.runtime.resume.checkpoint import MARKER, tag_for
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
-from tests.helpers.jobs import EVERY_STEPS, JobRun, job_config_text, make_spec, run_job, uninterrupted_run
+from tests.helpers.jobs import (
+    EVERY_STEPS,
+    Interrupted,
+    JobRun,
+    finished_after_the_kills,
+    interrupted_run,
+    job_config_text,
+    make_spec,
+    run_job,
+    uninterrupted_run,
+)
 
 pytestmark = pytest.mark.slow
-
-KILLS = ("step:13", "mid_step:22", "save:30")
-
-
-@dataclass
-class Interrupted:
-    """Stage-1 run `killed` after its three tries, each ended by a kill at one of KILLS."""
-
-    reference: JobRun
-    tries: list[JobRun]
-    run_dir: Path  # as try 3 left it: complete checkpoints 10, 19 and 20; step 30 without marker
-    files: list[str]
-
-    def resume(
-        self, root: Path, nproc: int = 2, before: Callable[[Path], None] | None = None
-    ) -> tuple[JobRun, str]:
-        """Run try 4 on a copy of the run directory under `root`, as a fresh MLflow run. One rank
-        is forked from the warm parent (as a one-rank CPU job runs, launchers/runner.py): what is
-        tested there is the 2-rank checkpoint it reads, which torchrun's ranks wrote."""
-        spec = make_spec(root, self.files, "killed")
-        copy = local_path(spec.run_dir)
-        shutil.copytree(self.run_dir, copy)
-        (copy / RUN_ID_FILE).unlink()
-        if before is not None:
-            before(copy)
-        return run_job(spec, nproc=nproc, forked=nproc == 1), spec.run_dir
 
 
 @pytest.fixture(scope="module")
 def interrupted(
     tmp_path_factory: pytest.TempPathFactory, trainpipe_home: Path, job_files: list[str]
 ) -> Interrupted:
-    reference = uninterrupted_run(tmp_path_factory, job_files, zero_stage=1)
-    spec = make_spec(tmp_path_factory.mktemp("interrupted"), job_files, "killed")
-    tries = [run_job(spec, pause_at=kill_at) for kill_at in KILLS]
-    for run in tries:
-        assert run.code != 0 and run.result is None, run.text[-3000:]
-    snapshot = tmp_path_factory.mktemp("interrupted_snapshot") / "killed"
-    shutil.copytree(local_path(spec.run_dir), snapshot)
-    return Interrupted(reference, tries, snapshot, job_files)
+    """Stage 1, killed -9 three times in a row (tests/helpers/jobs.py: once per session, the
+    collectives test reads the same runs)."""
+    return interrupted_run(tmp_path_factory, job_files)
 
 
 def _assert_continues_bit_exact(
@@ -116,9 +93,10 @@ def test_kill_and_resume_is_bit_exact(
 
 
 def test_kill_during_checkpoint_save_resumes_from_the_previous_one(
-    interrupted: Interrupted, tmp_path: Path
+    interrupted: Interrupted, tmp_path_factory: pytest.TempPathFactory, job_files: list[str]
 ) -> None:
-    resumed, run_dir = interrupted.resume(tmp_path)
+    # Try 4 on 2 ranks, run once per session (the collectives test reads it too).
+    resumed, run_dir = finished_after_the_kills(tmp_path_factory, job_files)
     _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=20)
     assert "reusing the fit of an earlier attempt" in resumed.text
     assert f"skipping partial checkpoint {run_dir}/checkpoints/step_000000030" in resumed.text
