@@ -142,7 +142,9 @@ def test_a_trial_job_without_its_study_storage_stops_before_training_on(
     tmp_path: Path, trainpipe_home: Path, job_files: list[str]
 ) -> None:
     *_, spec, _ = _trial_job(tmp_path, job_files, earlier=0.5)
-    run = run_job(spec, nproc=1)
+    # One rank forked from the warm parent, as `trainpipe tune` runs a CPU trial: the subject is
+    # the trial's check of its environment before it trains, not the ranks.
+    run = run_job(spec, nproc=1, forked=True)
     assert run.code != 0
     assert f"{STORAGE_ENV} is not set" in run.text and "StudyUnreachable" in run.text
     assert "epoch 1 done" not in run.text
