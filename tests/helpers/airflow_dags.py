@@ -192,3 +192,86 @@ def run_factory_pipeline(
     ]
     assert len(runs) == 1, output[-8000:]
     return runs[0], output
+
+
+# Appended to a DAG file that defines several DAGs: one dag.test() per (DAG variable, logical
+# date), in order, in one process, each run's states printed as RUNNER prints them. With
+# wait_between, each run after the first waits for a line on stdin: the test changes the data.
+RUNNER_OF_DAGS = """
+if __name__ == "__main__":
+    import json as _json
+    import sys as _sys
+    from datetime import datetime as _datetime, timezone as _timezone
+
+    for _number, (_dag_var, _date) in enumerate({runs!r}):
+        if _number and {wait_between!r}:
+            _sys.stdin.readline()  # the test's before_run is done
+        _run = globals()[_dag_var].test(logical_date=_datetime.fromisoformat(_date).replace(tzinfo=_timezone.utc))
+        _tis = {{ti.task_id: ti for ti in _run.get_task_instances()}}
+        print({mark!r} + _json.dumps({{
+            "state": str(_run.state),
+            "tasks": {{k: str(ti.state) for k, ti in _tis.items()}},
+            "tries": {{k: ti.try_number for k, ti in _tis.items()}},
+        }}), flush=True)
+"""
+
+
+def run_dags_of_file(
+    env: dict[str, str],
+    name: str,
+    source: str,
+    runs: list[tuple[str, str]],
+    timeout: float = 300,
+    on_line: Callable[[str], None] | None = None,
+    before_run: Callable[[int], None] | None = None,
+) -> list[DagTestRun]:
+    """One run per (DAG variable of `source`, logical date) in `runs`, in order, in one process:
+    independent DAGs share one interpreter start, Airflow import and parse. Each run's output is
+    its own, as run_dag_file_for_dates splits it.
+
+    before_run(index) is called before each run but the first, while the process waits for it."""
+    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
+    path = dags / f"{name}.py"
+    runner = RUNNER_OF_DAGS.format(runs=runs, mark=RESULT_MARK, wait_between=before_run is not None)
+    path.write_text(source + runner)
+    process = subprocess.Popen(
+        [sys.executable, str(path)],
+        env=env,
+        stdin=subprocess.PIPE if before_run is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    killer = threading.Timer(timeout, process.kill)
+    killer.start()
+    lines = []
+    finished = 0
+    try:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+            if RESULT_MARK in line:
+                finished += 1
+                if before_run is not None and finished < len(runs):
+                    before_run(finished)
+                    process.stdin.write("\n")  # type: ignore[union-attr]
+                    process.stdin.flush()  # type: ignore[union-attr]
+        code = process.wait()
+    finally:
+        killer.cancel()
+        process.kill()
+    results: list[DagTestRun] = []
+    segment: list[str] = []
+    for line in lines:
+        segment.append(line)
+        if RESULT_MARK in line:
+            summary: dict[str, Any] = json.loads(line.split(RESULT_MARK, 1)[1])
+            results.append(DagTestRun(output="".join(segment), **summary))
+            segment = []
+    if len(results) != len(runs):
+        raise AssertionError(
+            f"dag.test() of {name} printed {len(results)} of {len(runs)} results (exit {code}):\n{''.join(lines)[-6000:]}"
+        )
+    results[-1].output += "".join(segment)  # what the process printed after the last run
+    return results

@@ -18,7 +18,7 @@ import pytest
 from airflow_trainpipe.config.data import DataSection
 from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.sensors.snapshot import DataSnapshotSensor
-from tests.helpers.airflow_dags import DagTestRun, run_dag_file
+from tests.helpers.airflow_dags import DagTestRun, run_dags_of_file
 
 DAY = date(2026, 1, 2)
 MODES = ("poke", "reschedule", "deferrable")
@@ -47,16 +47,18 @@ def _data(uri: str, mode: str, **wait: object) -> dict[str, object]:
 
 
 class _WriterOnFirstMiss:
-    """Writes a root's day partition (marker last) once a sensor has logged that it is not complete."""
+    """Writes a root's day partition (marker last) once a sensor has logged that it is not complete
+    (only the `roots` given: the timeout's root must stay empty)."""
 
     MISS = re.compile(r"not complete: (\S+)/ds=2026-01-02/_SUCCESS")
 
-    def __init__(self) -> None:
+    def __init__(self, roots: set[str]) -> None:
+        self.roots = roots
         self.threads: dict[str, threading.Thread] = {}
 
     def __call__(self, line: str) -> None:
         match = self.MISS.search(line)
-        if match and match.group(1) not in self.threads:
+        if match and match.group(1) in self.roots and match.group(1) not in self.threads:
             thread = threading.Thread(target=write_day, args=(match.group(1), DAY, 500), kwargs={"seed": 2})
             self.threads[match.group(1)] = thread
             thread.start()
@@ -98,12 +100,15 @@ class Waits:
     run: DagTestRun
     roots: dict[str, str]  # task id -> the root it waited on
     written: list[str]  # roots whose partition the writer wrote after a sensor's miss
+    timeout: DagTestRun  # the run of wait_timeout: a sensor whose partition never arrives
 
 
 @pytest.fixture(scope="module")
 def waits(airflow_env: dict[str, str], s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Waits:
     """One DAG run, one sensor per mode and storage, each waiting on its own root: a DAG run
-    costs a process start and a DAG parse, the sensors are independent."""
+    costs a process start and a DAG parse, the sensors are independent. The same process then
+    runs wait_timeout, a DAG of its own (its failure must not be this run's), whose sensor
+    waits on a root nothing is written to."""
     connection = {
         "conn_type": "aws",
         "login": "testing",
@@ -124,14 +129,22 @@ def waits(airflow_env: dict[str, str], s3_endpoint: str, tmp_path_factory: pytes
         (task_id, _data(root, task_id.rsplit("_", 1)[1]), "moto_s3" if root.startswith("s3://") else None)
         for task_id, root in roots.items()
     ]
-    writer = _WriterOnFirstMiss()
-    run = run_dag_file(
-        env,
-        "wait_for_partitions",
-        DAG_SOURCE.format(dag_id="wait_for_partitions", sensors=sensors),
-        on_line=writer,
+    # Poke mode: dag.test() runs a deferred trigger inline without its timeout (the scheduler
+    # enforces that in a deployment), so the sensor's own timeout is what can be shown here.
+    never = files / "never"
+    never.mkdir()
+    data = _data(never.as_uri(), "poke")
+    data["wait"]["timeout"] = "3s"  # type: ignore[index]
+    writer = _WriterOnFirstMiss(set(roots.values()))
+    source = (
+        DAG_SOURCE.format(dag_id="wait_for_partitions", sensors=sensors)
+        + "\nwait_for_partitions = dag\n"
+        + DAG_SOURCE.format(dag_id="wait_timeout", sensors=[("wait_for_data", data, None)])
+        + "\nwait_timeout = dag\n"
     )
-    return Waits(run, roots, writer.join())
+    runs = [("wait_for_partitions", DAY.isoformat()), ("wait_timeout", DAY.isoformat())]
+    waited, timed_out = run_dags_of_file(env, "wait_for_partitions", source, runs, on_line=writer)
+    return Waits(waited, roots, writer.join(), timed_out)
 
 
 @pytest.mark.slow
@@ -165,15 +178,13 @@ def test_the_dag_run_succeeds_once_every_partition_arrived(waits: Waits) -> None
 
 
 @pytest.mark.slow
-def test_times_out_when_nothing_arrives(airflow_env: dict[str, str], tmp_path: Path) -> None:
-    # Poke mode: dag.test() runs a deferred trigger inline without its timeout (the scheduler
-    # enforces that in a deployment), so the sensor's own timeout is what can be shown here.
-    data = _data(tmp_path.as_uri(), "poke")
-    data["wait"]["timeout"] = "3s"  # type: ignore[index]
-    source = DAG_SOURCE.format(dag_id="wait_timeout", sensors=[("wait_for_data", data, None)])
-    run = run_dag_file(airflow_env, "wait_timeout", source)
-    assert run.state == "failed" and run.tasks == {"wait_for_data": "failed"}
+def test_times_out_when_nothing_arrives(waits: Waits) -> None:
+    # Run in the `waits` fixture's process (one interpreter start and parse fewer, ~8 s): a DAG
+    # of its own, on a root no writer touches, so it proves the same as its own process did.
+    run = waits.timeout
+    assert run.state == "failed" and run.tasks == {"wait_for_data": "failed"}, run.output[-4000:]
     assert "AirflowSensorTimeout" in run.output
+    assert "not complete: " in run.output and "AirflowSensorTimeout" not in waits.run.output
 
 
 @pytest.mark.parametrize("flag", ["soft_fail", "silent_fail"])
