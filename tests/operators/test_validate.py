@@ -4,6 +4,8 @@ drifted day fails at once (no retry), with the report written and nothing downst
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import pytest
 from airflow_trainpipe.examples.synthetic import Problem, write_day
 from airflow_trainpipe.operators.validate import DataValidateOperator
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.airflow_dags import run_dag_file_for_dates
+from tests.helpers.airflow_dags import DagTestRun, run_dags_of_file
+from tests.helpers.smtp_server import SmtpServer
 
 DAG_SOURCE = """
 from datetime import datetime
@@ -53,31 +56,10 @@ def test_template_fields_are_the_public_api() -> None:
 
 
 @pytest.mark.slow
-def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(
-    airflow_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smtp_server
-) -> None:
+def test_clean_day_trains_on_the_snapshot_and_drifted_day_stops_before_training(runs: ValidateRuns) -> None:
     """...and the drifted day's failure e-mails the config's `notify` recipients (a real SMTP
     server on 127.0.0.1), once: as a failed validation, not also as a failed task."""
-    monkeypatch.setitem(airflow_env, "AIRFLOW_CONN_SMTP_TEST", smtp_server.connection_json())
-    data = tmp_path / "data"
-    write_day(data.as_uri(), date(2026, 1, 1), 3000, seed=1)
-    write_day(data.as_uri(), date(2026, 1, 2), 3000, seed=1, problems=[Problem.parse("drift:amount")])
-    text = (
-        (
-            (EXAMPLE_CONFIGS / "fraud_detector.yaml")
-            .read_text()
-            .replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
-        )
-        + "\nnotify:\n  email: [ml-oncall@example.com]\n  smtp_conn_id: smtp_test\n  from_email: trainpipe@example.com\n"
-    )
-    config = tmp_path / "fraud_detector.yaml"
-    config.write_text(text)
-    callbacks = NOTIFY_CALLBACK.format(config=str(config))
-    source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(config), callbacks=callbacks)
-
-    clean, drifted = run_dag_file_for_dates(
-        airflow_env, "validate_then_train", source, ["2026-01-01", "2026-01-02"]
-    )
+    clean, drifted, data, smtp_server = runs.clean, runs.drifted, runs.clean_data, runs.smtp
     assert (clean.state, clean.tasks) == ("success", {"validate_data": "success", "train": "success"}), (
         clean.output[-5000:]
     )
@@ -128,22 +110,8 @@ with DAG("escaping_partition", schedule=None, start_date=datetime(2026, 1, 1), c
 
 
 @pytest.mark.slow
-def test_a_partition_that_leaves_data_uri_fails_every_task_at_once(
-    airflow_env: dict[str, str], tmp_path: Path
-) -> None:
-    data = tmp_path / "data"
-    # A real partition outside data.uri: before the check, the tasks read it and wrote reports there.
-    write_day((tmp_path / "outside").as_uri(), date(2026, 1, 1), 1500, seed=1)
-    text = (
-        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
-        .read_text()
-        .replace("uri: data/card_transactions", f"uri: {data.as_uri()}")
-    )
-    config = tmp_path / "fraud_detector.yaml"
-    config.write_text(text)
-    (run,) = run_dag_file_for_dates(
-        airflow_env, "escaping_partition", ESCAPING_PARTITION_DAG.format(config=str(config)), ["2026-01-01"]
-    )
+def test_a_partition_that_leaves_data_uri_fails_every_task_at_once(runs: ValidateRuns) -> None:
+    run, tmp_path = runs.escaping, runs.escaping_root
     assert run.tasks == dict.fromkeys(("wait_for_data", "validate_data", "train"), "failed"), run.output[
         -5000:
     ]
@@ -156,6 +124,7 @@ def test_a_partition_that_leaves_data_uri_fails_every_task_at_once(
 
 
 WINDOW_DAG = """
+import dataclasses
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
@@ -172,10 +141,19 @@ def lineage(result):
     print("LINEAGE " + " | ".join(f"{{k}}={{v}}" for k, v in sorted(tags.items()) if k.startswith("trainpipe.data")))
 
 
+class ForkedTrain(DistributedTrainOperator):
+    # The one-rank job is forked from the warm parent (Placement(fork=True), as `trainpipe tune`
+    # runs its CPU trials) instead of started under torchrun: ~6 s less for each of the 3 jobs.
+    # The subject here is the window's snapshot and its lineage tags, which the job reads and
+    # logs the same either way; the train task under torchrun is tests/operators/test_train.py's.
+    def placement(self, *args, **kwargs):
+        return dataclasses.replace(super().placement(*args, **kwargs), fork=True)
+
+
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     validate = DataValidateOperator(task_id="validate_data", config={config!r})
-    train = DistributedTrainOperator(task_id="train", config={config!r}, validation=validate.output, max_steps=3,
-                                     nproc=1, retries=0)
+    train = ForkedTrain(task_id="train", config={config!r}, validation=validate.output, max_steps=3,
+                        nproc=1, retries=0)
     lineage(train.output)
 """
 
@@ -199,35 +177,10 @@ def _window_config(tmp_path: Path, data: Path, minimum: int) -> Path:
 
 @pytest.mark.slow
 def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partition_once(
-    airflow_env: dict[str, str], tmp_path: Path
+    runs: ValidateRuns,
 ) -> None:
-    data = tmp_path / "data"
-    days = [date(2026, 1, d) for d in range(1, 32) if d != 15]  # the 15th never arrived
-    for day in days:
-        write_day(data.as_uri(), day, 600, seed=4)
-    config = _window_config(tmp_path, data, minimum=29)
-    source = WINDOW_DAG.format(dag_id="windowed", config=str(config))
-
-    def change_the_data(logical_date: str) -> None:
-        if logical_date == "2026-02-01":
-            # An earlier partition rewritten since its record (a backfill upstream).
-            write_day(data.as_uri(), date(2026, 1, 10), 650, seed=5)
-            write_day(data.as_uri(), date(2026, 2, 1), 600, seed=4)
-        elif logical_date == "2026-02-02":
-            # One more partition lost.
-            write_day(data.as_uri(), date(2026, 2, 2), 600, seed=4)
-            for path in (data / "ds=2026-01-20").glob("*.parquet"):
-                path.unlink()
-
-    # One process, the data changed between its runs (each run a dag.test of its own).
-    first, second, rewritten, short = run_dag_file_for_dates(
-        airflow_env,
-        "windowed",
-        source,
-        ["2026-01-30", "2026-01-31", "2026-02-01", "2026-02-02"],
-        600,
-        before_run=change_the_data,
-    )
+    first, second, rewritten, short = runs.window
+    data = runs.window_data
     for run in (first, second):
         assert (run.state, set(run.tasks.values())) == ("success", {"success"}), run.output[-6000:]
     # The first run validates the 28 earlier partitions it has no record of, oldest first, then its own.
@@ -273,6 +226,94 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
         f"{data.as_uri()} has 28, fewer than data.window.min_partitions (29); "
         "missing: ds=2026-01-15, ds=2026-01-20"
     ) in short.output
+
+
+@dataclass
+class ValidateRuns:
+    clean: DagTestRun
+    drifted: DagTestRun
+    clean_data: Path
+    smtp: SmtpServer
+    escaping: DagTestRun
+    escaping_root: Path
+    window: list[DagTestRun]
+    window_data: Path
+
+
+@pytest.fixture(scope="module")
+def runs(airflow_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValidateRuns]:
+    """The three DAGs of this module's tests, run in one process, one DAG run after the other (a
+    process of its own costs each an interpreter start, an Airflow import and the execution API's
+    start, ~8 s): validate_then_train on a clean then a drifted day, escaping_partition, then the
+    window over four days, the data changed between its runs. Their data, configs and reports
+    are each their own (no DAG reads another's), and each run's output is its own."""
+    root = tmp_path_factory.mktemp("validate_dags")
+
+    # validate_then_train: a clean day, then a drifted one.
+    clean_data = root / "clean" / "data"
+    write_day(clean_data.as_uri(), date(2026, 1, 1), 3000, seed=1)
+    write_day(clean_data.as_uri(), date(2026, 1, 2), 3000, seed=1, problems=[Problem.parse("drift:amount")])
+    text = (
+        (
+            (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+            .read_text()
+            .replace("uri: data/card_transactions", f"uri: {clean_data.as_uri()}")
+        )
+        + "\nnotify:\n  email: [ml-oncall@example.com]\n  smtp_conn_id: smtp_test\n  from_email: trainpipe@example.com\n"
+    )
+    clean_config = root / "clean" / "fraud_detector.yaml"
+    clean_config.write_text(text)
+    callbacks = NOTIFY_CALLBACK.format(config=str(clean_config))
+    source = DAG_SOURCE.format(dag_id="validate_then_train", config=str(clean_config), callbacks=callbacks)
+    source += "\nvalidate_then_train = dag\n"
+
+    # escaping_partition: a real partition outside data.uri (before the check, the tasks read it
+    # and wrote reports there).
+    escaping_root = root / "escaping"
+    write_day((escaping_root / "outside").as_uri(), date(2026, 1, 1), 1500, seed=1)
+    text = (
+        (EXAMPLE_CONFIGS / "fraud_detector.yaml")
+        .read_text()
+        .replace("uri: data/card_transactions", f"uri: {(escaping_root / 'data').as_uri()}")
+    )
+    escaping_config = escaping_root / "fraud_detector.yaml"
+    escaping_config.write_text(text)
+    source += ESCAPING_PARTITION_DAG.format(config=str(escaping_config)) + "\nescaping_partition = dag\n"
+
+    # windowed: 30 daily partitions, the 15th never arrived.
+    window_root = root / "window"
+    window_data = window_root / "data"
+    for day in [date(2026, 1, d) for d in range(1, 32) if d != 15]:
+        write_day(window_data.as_uri(), day, 600, seed=4)
+    window_config = _window_config(window_root, window_data, minimum=29)
+    source += WINDOW_DAG.format(dag_id="windowed", config=str(window_config)) + "\nwindowed = dag\n"
+    window_days = ["2026-01-30", "2026-01-31", "2026-02-01", "2026-02-02"]
+    order = [
+        ("validate_then_train", "2026-01-01"),
+        ("validate_then_train", "2026-01-02"),
+        ("escaping_partition", "2026-01-01"),
+        *(("windowed", day) for day in window_days),
+    ]
+
+    def change_the_data(index: int) -> None:
+        dag_var, logical_date = order[index]
+        if dag_var != "windowed":
+            return
+        if logical_date == "2026-02-01":
+            # An earlier partition rewritten since its record (a backfill upstream).
+            write_day(window_data.as_uri(), date(2026, 1, 10), 650, seed=5)
+            write_day(window_data.as_uri(), date(2026, 2, 1), 600, seed=4)
+        elif logical_date == "2026-02-02":
+            # One more partition lost.
+            write_day(window_data.as_uri(), date(2026, 2, 2), 600, seed=4)
+            for path in (window_data / "ds=2026-01-20").glob("*.parquet"):
+                path.unlink()
+
+    with SmtpServer() as smtp:
+        env = {**airflow_env, "AIRFLOW_CONN_SMTP_TEST": smtp.connection_json()}
+        done = run_dags_of_file(env, "validate_dags", source, order, 900, before_run=change_the_data)
+        clean, drifted, escaping, *window = done
+        yield ValidateRuns(clean, drifted, clean_data, smtp, escaping, escaping_root, window, window_data)
 
 
 def _snapshots(data: Path) -> list[dict]:
