@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from airflow_trainpipe.operators.train import DistributedTrainOperator
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.airflow_dags import dag_test_env
+from tests.helpers.airflow_dags import DagTestRun, dag_test_env, run_dags_of_file
 
 
 def test_template_fields_are_public_api() -> None:
@@ -64,10 +63,9 @@ def test_missing_partition_is_a_retryable_error(tmp_path: Path) -> None:
     assert type(caught.value) is SnapshotError and caught.value.retryable is True
 
 
-DAG_FILE = '''
+DAG_FILE = """
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
@@ -76,7 +74,7 @@ from airflow_trainpipe.operators.train import DistributedTrainOperator
 
 
 class CrashingOnFirstTry(DistributedTrainOperator):
-    """Try 1's job dies at step 12 (every rank SIGKILLs itself); try 2 runs clean."""
+    \"\"\"Try 1's job dies at step 12 (every rank SIGKILLs itself); try 2 runs clean.\"\"\"
 
     def execute(self, context):
         crash = {{"TRAINPIPE_CRASH_AT": "step:12"}} if context["ti"].try_number == 1 else {{}}
@@ -87,46 +85,7 @@ class CrashingOnFirstTry(DistributedTrainOperator):
 with DAG("train_retry", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     CrashingOnFirstTry(task_id="train", config={config!r}, data_files={files!r}, max_steps=15,
                        retries=1, retry_delay=timedelta(seconds=0))
-
-if __name__ == "__main__":
-    run = dag.test()
-    ti = run.get_task_instance("train")
-    print("TEST-RESULT " + json.dumps({{"state": str(run.state), "try_number": ti.try_number}}))
-'''
-
-
-@pytest.mark.slow
-def test_train_task_dies_on_try_1_and_try_2_resumes(tmp_path: Path, migrated_airflow_db: Path) -> None:
-    from datetime import date
-
-    from airflow_trainpipe.examples.synthetic import write_day
-
-    files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 3000, seed=9)
-    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
-    text = text.replace("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}").replace(
-        "every_steps: 100", "every_steps: 5"
-    )
-    text = text.replace("batch_size: 256", "batch_size: 64")
-    (tmp_path / "train.yaml").write_text(text)
-    env = dag_test_env(tmp_path, migrated_airflow_db)
-    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags / "train_retry.py").write_text(DAG_FILE.format(config=str(tmp_path / "train.yaml"), files=files))
-    done = subprocess.run(
-        [sys.executable, str(dags / "train_retry.py")], env=env, capture_output=True, text=True, timeout=600
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-5000:]
-    summary = json.loads(output.split("TEST-RESULT ", 1)[1].splitlines()[0])
-    assert summary == {"state": "success", "try_number": 2}
-    assert "training job exited with code" in output and "(try 1)" in output
-    assert "try 2: the previous try's last complete checkpoint is step 10" in output
-    results = list((tmp_path / "ckpt" / "fraud_detector").glob("*/result.json"))
-    assert len(results) == 1
-    result = json.loads(results[0].read_text())
-    assert (
-        result["resumed_from_step"] == 10 and result["final_step"] == 15 and result["steps_recomputed"] == 2
-    )
-
+"""
 
 OVERWRITE_DAG = """
 from datetime import datetime, timedelta
@@ -156,30 +115,84 @@ with DAG("overwritten", schedule=None, start_date=datetime(2026, 1, 1), catchup=
 """
 
 
-@pytest.mark.slow
-def test_a_file_overwritten_between_validate_and_train_fails_train_at_once_naming_it(
-    airflow_env: dict[str, str], tmp_path: Path
-) -> None:
+@dataclass
+class TrainRuns:
+    retry: DagTestRun
+    retry_checkpoints: Path
+    overwritten: DagTestRun
+    overwritten_files: list[str]
+
+
+@pytest.fixture(scope="module")
+def train_runs(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path) -> TrainRuns:
+    """Both DAGs of this module, each run once, one after the other in one process: they share
+    nothing but the interpreter (their own data, configs and checkpoint roots), and a process of
+    its own costs each an interpreter start, an Airflow import and the execution API's start
+    (~8 s). Each run's output, states and tries are its own (run_dags_of_file)."""
     from datetime import date
 
     from airflow_trainpipe.examples.synthetic import write_day
-    from tests.helpers.airflow_dags import run_dag_file
 
-    files = write_day((tmp_path / "data").as_uri(), date(2026, 1, 1), 2500, seed=9)
+    root = tmp_path_factory.mktemp("train_dags")
+    (root / "airflow_home").mkdir()
+    retry_root, overwritten_root = root / "retry", root / "overwritten"
+    files = write_day((retry_root / "data").as_uri(), date(2026, 1, 1), 3000, seed=9)
+    text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
+    text = text.replace("uri: checkpoints", f"uri: {(retry_root / 'ckpt').as_uri()}").replace(
+        "every_steps: 100", "every_steps: 5"
+    )
+    text = text.replace("batch_size: 256", "batch_size: 64")
+    (retry_root / "train.yaml").write_text(text)
+
+    overwritten_files = write_day((overwritten_root / "data").as_uri(), date(2026, 1, 1), 2500, seed=9)
     text = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
     for old, new in (
-        ("uri: data/card_transactions", f"uri: {(tmp_path / 'data').as_uri()}"),
-        ("uri: checkpoints", f"uri: {(tmp_path / 'ckpt').as_uri()}"),
+        ("uri: data/card_transactions", f"uri: {(overwritten_root / 'data').as_uri()}"),
+        ("uri: checkpoints", f"uri: {(overwritten_root / 'ckpt').as_uri()}"),
         ("min_rows: 1000", "min_rows: 100"),
     ):
         text = text.replace(old, new)
-    (tmp_path / "train.yaml").write_text(text)
-    run = run_dag_file(
-        airflow_env, "overwritten", OVERWRITE_DAG.format(config=str(tmp_path / "train.yaml")), "2026-01-01"
+    (overwritten_root / "train.yaml").write_text(text)
+
+    source = (
+        DAG_FILE.format(config=str(retry_root / "train.yaml"), files=files)
+        + "\ntrain_retry = dag\n"
+        + OVERWRITE_DAG.format(config=str(overwritten_root / "train.yaml"))
+        + "\noverwritten = dag\n"
     )
+    retry, overwritten = run_dags_of_file(
+        dag_test_env(root / "airflow_home", migrated_airflow_db),
+        "train_dags",
+        source,
+        [("train_retry", "2026-01-01"), ("overwritten", "2026-01-01")],
+        timeout=600,
+    )
+    return TrainRuns(retry, retry_root / "ckpt", overwritten, overwritten_files)
+
+
+@pytest.mark.slow
+def test_train_task_dies_on_try_1_and_try_2_resumes(train_runs: TrainRuns) -> None:
+    run = train_runs.retry
+    output = run.output
+    assert (run.state, run.tries["train"]) == ("success", 2), output[-5000:]
+    assert "training job exited with code" in output and "(try 1)" in output
+    assert "try 2: the previous try's last complete checkpoint is step 10" in output
+    results = list((train_runs.retry_checkpoints / "fraud_detector").glob("*/result.json"))
+    assert len(results) == 1
+    result = json.loads(results[0].read_text())
+    assert (
+        result["resumed_from_step"] == 10 and result["final_step"] == 15 and result["steps_recomputed"] == 2
+    )
+
+
+@pytest.mark.slow
+def test_a_file_overwritten_between_validate_and_train_fails_train_at_once_naming_it(
+    train_runs: TrainRuns,
+) -> None:
+    run = train_runs.overwritten
     assert run.tasks == {"validate_data": "success", "export_rerun": "success", "train": "failed"}, (
         run.output[-5000:]
     )
     assert run.tries["train"] == 1  # retries=2: bad bytes are not retried
-    assert f"ChangedDataError: {files[0]} changed since it was validated" in run.output
+    assert f"ChangedDataError: {train_runs.overwritten_files[0]} changed since it was validated" in run.output
     assert "not retried" in run.output
