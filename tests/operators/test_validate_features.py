@@ -94,7 +94,13 @@ def test_bad_feature_input_stops_before_anything_is_frozen_and_only_an_unreadabl
     gone = _repo_copy(example, tmp_path / "gone" / "repo", gone_card)
     gone_card.unlink()
     # A repo joined once (its views recorded), then txn_count_7d re-declared as Float64 and applied.
-    changed = _repo_copy(example, tmp_path / "changed_repo")
+    # Its first state is a copy of the example's applied repo (registry and online store) with its
+    # feature_store.yaml pointing at the copy: the same definitions and views a fresh apply gives
+    # (the view hash survives a fresh apply: tests/data/feature_store/test_child.py), without a
+    # `feast apply` process (~5 s); the dtype change below is applied to it for real.
+    changed = tmp_path / "changed_repo"
+    shutil.copytree(example.repo, changed)
+    write_repo(changed, example.card_activity, example.merchant_risk)
     configs = {
         "unknown_feature": (
             _config(
