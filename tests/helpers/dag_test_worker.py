@@ -52,6 +52,11 @@ for request in sys.stdin:
     except Exception:
         traceback.print_exc()
         result = None
+    # A DAG whose tasks forked a job started this process's warm parent (launchers/forked.py):
+    # the process of `python dag_file.py` would have ended, and the warm parent with it.
+    forked = sys.modules.get("airflow_trainpipe.launchers.forked")
+    if forked is not None:
+        forked.stop_warm_parent()
     sys.stderr.flush()
     print(MARK + json.dumps(result), flush=True)
 """.replace("MARK", repr(RESULT_MARK))
