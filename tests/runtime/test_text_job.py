@@ -19,7 +19,9 @@ import pytest
 import yaml
 
 from airflow_trainpipe.config import parse_config
+from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
 from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.examples.synthetic import write_day
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.jobs import JobRun, holdout_rows, run_job, served_in_a_fresh_interpreter
@@ -77,9 +79,7 @@ def trained_by_the_cli(
     with contextlib.redirect_stdout(output):
         code = main(["train", config, "--run-id", "cli_day", "--data", *tickets["files"]])
     assert code == 0, output.getvalue()[-3000:]
-    result = json.loads(
-        Path(_spec(tickets, "cli_day").run_dir.removeprefix("file://"), "result.json").read_text()
-    )
+    result = json.loads((local_path(_spec(tickets, "cli_day").run_dir) / RESULT_ARTIFACT).read_text())
     return output.getvalue(), result
 
 
