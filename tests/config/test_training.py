@@ -346,3 +346,16 @@ def test_pods_read_a_pretrained_directory_from_s3_a_volume_or_the_registry() -> 
     )
     for uri in ("s3://models/base", "models:/router@champion"):
         assert TrainingSection.model_validate(_training(**pods, pretrained=uri)).pretrained == uri
+
+
+def test_restore_best_needs_the_best_checkpoint_kept() -> None:
+    import yaml
+
+    config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text())
+    config["training"].setdefault("checkpoint", {})["keep_best"] = False
+    with pytest.raises(ConfigError) as caught:
+        parse_config(yaml.safe_dump(config), "fraud.yaml")
+    [problem] = caught.value.problems
+    assert problem.path == "training.restore_best" and "checkpoint.keep_best" in problem.message
+    config["training"]["restore_best"] = False
+    assert parse_config(yaml.safe_dump(config)).training.restore_best is False

@@ -132,3 +132,14 @@ def test_rungs_in_steps_need_a_step_budget() -> None:
     )
     config = parse_config(text, "tuned.yaml")
     assert config.tuning is not None and config.tuning.rungs(config.tuning_max_resource) == [10, 30, 90]
+
+
+def test_trials_are_scored_on_the_pipelines_validation_split() -> None:
+    [(path, message)] = _problems(_with_tuning(validation_fraction=0.2))
+    assert path == "tuning" and "moved to data.validation.fraction" in message
+    config = yaml.safe_load(TUNED)
+    config["data"]["validation"] = None
+    [(path, message)] = _problems(yaml.safe_dump(config))
+    assert path == "data.validation" and "tuning trials are scored on the validation split" in message
+    split = parse_config(TUNED).data.validation_split()
+    assert split is not None and split.fraction == 0.1

@@ -155,7 +155,7 @@ def test_a_trial_job_without_its_study_storage_stops_before_training_on(
 def test_rungs_must_increase_and_name_their_study(ends: list[int]) -> None:
     from pydantic import ValidationError
 
-    from airflow_trainpipe.config.tuning import ValidationSplit
+    from airflow_trainpipe.config.data import ValidationSplit
     from airflow_trainpipe.contracts.train_spec import TrialRung
 
     split = ValidationSplit(fraction=0.2, seed=0)

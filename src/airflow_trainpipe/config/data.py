@@ -75,6 +75,26 @@ class HoldoutSection(Section):
     """Split by a hash of this column instead of by row, so a key never lands on both sides."""
 
 
+class ValidationSplit(Section):
+    """Rows carved out of the training rows and scored during training: a seeded share of them,
+    split by the holdout's key (the gate's holdout is neither trained on nor scored by them)."""
+
+    fraction: float = Field(gt=0.0, lt=1.0)
+    seed: int = Field(ge=0)
+
+
+class ValidationSection(Section):
+    """The validation split: what epoch metrics, early stopping, the best epoch and tuning trials
+    are scored on, so the holdout that then judges the candidate against the champion was never
+    used to choose it."""
+
+    fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
+    """Share of the training rows (after the holdout is taken) set aside for validation."""
+
+    seed: int | None = Field(default=None, ge=0)
+    """Seed of the split; null: `holdout.seed`. Drawn independently of the holdout's draw."""
+
+
 class WaitSection(Section):
     """When `wait_for_data` considers a partition complete, and how it waits."""
 
@@ -188,7 +208,12 @@ class DataSection(Section):
     """Columns the model reads."""
 
     holdout: HoldoutSection = HoldoutSection()
-    """Holdout split."""
+    """Holdout split: the rows the gate scores candidate and champion on, read once, at the end."""
+
+    validation: ValidationSection | None = ValidationSection()
+    """Validation split, carved from the training rows by the holdout's key: epoch metrics, early
+    stopping, `training.restore_best` and tuning trials read it. null: none; the epoch metrics
+    then read the holdout, which then both chooses the epoch and judges it (docs/data.md)."""
 
     shuffle_buffer_rows: PositiveInt = 262_144
     """Training rows shuffled together. Each epoch visits the snapshot's blocks (Parquet row groups,
@@ -287,6 +312,13 @@ class DataSection(Section):
         side), else `holdout.key_column`."""
         return self.group or self.holdout.key_column
 
+    def validation_split(self) -> ValidationSplit | None:
+        """The validation rows every job scores during training (None: `validation: null`)."""
+        if self.validation is None:
+            return None
+        seed = self.holdout.seed if self.validation.seed is None else self.validation.seed
+        return ValidationSplit(fraction=self.validation.fraction, seed=seed)
+
     @model_validator(mode="after")
     def _window_needs_dated_partitions(self) -> DataSection:
         if self.window is not None and renders_one_path(self.partition, self.window.every):
@@ -321,6 +353,19 @@ def pod_reach_problems(
     if data.source.kind != "files" or data.freeze is True:
         problems.extend(pod_storage_problems(snapshots.uri, training.kubernetes, ("snapshots", "uri")))
     return problems
+
+
+def validation_split_problems(data: DataSection, tuning: TuningSection | None) -> FieldProblems:
+    """Tuning trials are scored on the validation split: it cannot be off."""
+    if tuning is not None and data.validation is None:
+        return [
+            (
+                ("data", "validation"),
+                "tuning trials are scored on the validation split (the gate's holdout must not "
+                "choose the candidate it then judges); set data.validation or remove tuning",
+            )
+        ]
+    return []
 
 
 def holdout_key_problems(data: DataSection) -> FieldProblems:

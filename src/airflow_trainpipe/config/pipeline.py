@@ -14,6 +14,7 @@ from airflow_trainpipe.config.data import (
     holdout_key_problems,
     pod_reach_problems,
     ranking_problems,
+    validation_split_problems,
 )
 from airflow_trainpipe.config.evaluation import EvaluationSection, scoring_problems
 from airflow_trainpipe.config.features import FeaturesSection, transform_column_problems
@@ -132,6 +133,7 @@ class PipelineConfig(Section):
                 *contract_coverage_problems(self.validation.contract, data),
                 *pod_reach_problems(data, self.snapshots, training, self.tuning),
                 *holdout_key_problems(data),
+                *validation_split_problems(data, self.tuning),
                 *engine_problems(self.validation, data),
                 *ranking_problems(data, task),
                 *scoring_problems(self.evaluation, task, columns),

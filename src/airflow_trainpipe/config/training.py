@@ -52,13 +52,25 @@ class Hyperparameters(Section):
     """AdamW weight decay."""
 
     warmup_steps: NonNegativeInt = 0
-    """Linear learning-rate warm-up steps."""
+    """Linear learning-rate warm-up steps (from 0 to `learning_rate`)."""
+
+    warmup_ratio: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Warm-up as a share of the run's optimizer steps (the HF Trainer's `warmup_ratio`); the
+    larger of the two warm-ups applies. 0.06-0.1 suits fine-tuning a pretrained encoder."""
+
+    lr_schedule: Literal["constant", "linear", "cosine"] = "linear"
+    """After warm-up: `linear` decays to `min_lr_ratio` x `learning_rate` at the last step (the
+    HF Trainer's default), `cosine` follows half a cosine down to it, `constant` keeps it."""
+
+    min_lr_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
+    """The floor the decay ends at, as a share of `learning_rate`."""
 
     seed: int = Field(default=42, ge=0)
     """Seed of weights, shuffling and dropout; same seed and data give the same model."""
 
     early_stopping_patience: PositiveInt | None = None
-    """Stop when the holdout metric has not improved for this many epochs."""
+    """Stop when the validation metric (the gate's metric, on `data.validation`) has not improved
+    for this many epochs; with `training.restore_best` the best epoch is still what is registered."""
 
     model_args: dict[str, Scalar | list[Scalar]] = {}
     """Keyword arguments of the model builder, e.g. `{hidden_sizes: [64, 32], dropout: 0.1}`."""
@@ -195,7 +207,7 @@ class CheckpointSection(Section):
     """Complete checkpoints kept, newest first; older ones are deleted."""
 
     keep_best: bool = True
-    """Also keep the checkpoint with the best holdout metric, separately."""
+    """Also keep the checkpoint with the best validation metric, separately (`restore_best` needs it)."""
 
     async_upload: bool = Field(default=True, alias="async")
     """Upload in the background so the training loop does not stall."""
@@ -284,6 +296,11 @@ class TrainingSection(Section):
     checkpoint: CheckpointSection = CheckpointSection()
     """Checkpointing and resume."""
 
+    restore_best: bool = True
+    """Register the best epoch's weights, by the gate's metric on the validation split, not the
+    last epoch's (the HF Trainer's `load_best_model_at_end`). Its checkpoint is kept for it
+    (`checkpoint.keep_best`), so a retry after the best epoch still registers the best."""
+
     @field_validator("model")
     @classmethod
     def _registered_model(cls, value: str) -> str:
@@ -332,6 +349,14 @@ class TrainingSection(Section):
                     ("resources", "nodes"),
                     f"launcher local runs on one node, got {self.resources.nodes}; "
                     "use launcher kubernetes for several nodes",
+                )
+            )
+        if self.restore_best and not self.checkpoint.keep_best:
+            problems.append(
+                (
+                    ("restore_best",),
+                    "needs checkpoint.keep_best: true (the best epoch's checkpoint must outlive "
+                    "pruning); or set restore_best: false to register the last epoch",
                 )
             )
         if self.resources.gpus_per_node == 0 and self.deepspeed.precision == "fp16":

@@ -38,6 +38,8 @@ TUNABLE = (
     "batch_size",
     "gradient_accumulation_steps",
     "warmup_steps",
+    "warmup_ratio",
+    "min_lr_ratio",
 )
 
 
@@ -144,26 +146,16 @@ class BudgetSection(Section):
     running finish their rung)."""
 
 
-class ValidationSplit(Section):
-    """The rows a trial is scored on: a seeded share of the training rows (the gate's holdout is
-    neither trained on nor scored by a trial)."""
-
-    fraction: float = Field(gt=0.0, lt=1.0)
-    seed: int = Field(ge=0)
-
-
 class TuningSection(Section):
     """Hyperparameter search before the candidate is chosen; the trigger form can turn it off."""
 
     space: dict[str, SearchDimension] = Field(min_length=1)
     """Name -> range: a hyperparameter (learning_rate, weight_decay, batch_size,
-    gradient_accumulation_steps, warmup_steps) or `model_args.<name>`, e.g.
+    gradient_accumulation_steps, warmup_steps, warmup_ratio, min_lr_ratio) or `model_args.<name>`, e.g.
     `{learning_rate: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}}`."""
 
     objective: Objective = Objective()
     """What the study optimises; default: the gate's metric and direction."""
-    validation_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
-    """Share of the training rows each trial is scored on (carved out, seeded by data.holdout.seed)."""
     sampler: SamplerSection = SamplerSection()
     """How trials pick their hyperparameters."""
     pruning: PruningSection = PruningSection()
@@ -172,13 +164,23 @@ class TuningSection(Section):
     """How many trials, how many at a time, and a compute ceiling."""
     retrain: bool = False
     """false: the best trial's model is the candidate. true: train once more with the best
-    hyperparameters on every training row (the validation split included)."""
+    hyperparameters, from scratch, as a plain run (the same training and validation rows)."""
     storage_conn_id: str | None = None
     """Airflow connection whose URI is the Optuna RDB storage (PostgreSQL in production);
     null: an SQLite file under TRAINPIPE_HOME/optuna. Required with `launcher: kubernetes` and
     pruning: a trial's pod reports its rungs to it."""
     nproc_per_trial: PositiveInt | None = None
     """Processes per trial; default training.resources.processes_per_node."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _validation_fraction_moved(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "validation_fraction" in values:
+            raise ValueError(
+                "validation_fraction moved to data.validation.fraction: trials, epoch metrics, early "
+                "stopping and the best epoch all read that one split (docs/data.md)"
+            )
+        return values
 
     def rungs(self, max_resource: int) -> list[int]:
         """The resource at the end of each rung: min_resource * reduction_factor**k, then the full budget."""
@@ -196,9 +198,6 @@ class TuningSection(Section):
         if self.pruning.resource == "steps":
             return hp.max_steps or 0  # the config requires max_steps with this resource
         return hp.epochs
-
-    def validation_split(self, holdout_seed: int) -> ValidationSplit:
-        return ValidationSplit(fraction=self.validation_fraction, seed=holdout_seed)
 
 
 def objective_problems(

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.data import ValidationSplit
 from airflow_trainpipe.config.training import Hyperparameters
-from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import join, resolve
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config import PipelineConfig
+from airflow_trainpipe.config.data import ValidationSplit
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.config.tuning import TuningSection
 from airflow_trainpipe.contracts.payloads import TrainResult
@@ -163,7 +164,7 @@ def rung_spec(
             "hyperparameters": hp.with_overrides(budget),
             "trial": TrialRung(
                 number=number,
-                validation=tuning.validation_split(base.config.data.holdout.seed),
+                validation=_validation(base),
                 final=final,
                 study_run_id=ref.run_id,
                 rungs=rungs or [],
@@ -179,6 +180,13 @@ def rung_spec(
             },
         }
     )
+
+
+def _validation(base: TrainSpec) -> ValidationSplit:
+    """The rows a trial is scored on: the pipeline's validation split (the config requires one)."""
+    split = base.config.data.validation_split()
+    assert split is not None  # config/data.py validation_split_problems: tuning needs it
+    return split
 
 
 def _outcome(

@@ -57,7 +57,7 @@ def test_every_holdout_seed_gives_its_own_key_split() -> None:
 
 @pytest.mark.parametrize("key_column", ["transaction_id", None])
 def test_a_tuning_validation_split_is_carved_from_the_training_rows_only(key_column: str | None) -> None:
-    from airflow_trainpipe.config.tuning import ValidationSplit
+    from airflow_trainpipe.config.data import ValidationSplit
 
     data = CONFIG.data.model_copy(
         update={"holdout": CONFIG.data.holdout.model_copy(update={"key_column": key_column})}

@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from airflow_trainpipe.config.data import DataSection
-from airflow_trainpipe.config.tuning import ValidationSplit
+from airflow_trainpipe.config.data import DataSection, ValidationSplit
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import filesystem
 from airflow_trainpipe.runtime.data.reader import (

@@ -20,10 +20,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from airflow_trainpipe.config.data import DataSection
+from airflow_trainpipe.config.data import DataSection, ValidationSplit
 from airflow_trainpipe.config.features import FeaturesSection
 from airflow_trainpipe.config.text import text_inputs
-from airflow_trainpipe.config.tuning import ValidationSplit
 from airflow_trainpipe.contracts.manifest import Manifest
 from airflow_trainpipe.core.storage import filesystem, join
 from airflow_trainpipe.runtime.data.blocks import Block, BlockReader, file_identity, scan_blocks
@@ -152,7 +151,10 @@ def fit(
     if train_rows == 0 or holdout_rows == 0:
         raise DataError(f"holdout split left {train_rows} training and {holdout_rows} holdout rows")
     if validation is not None and not sum(b.validation_rows for b in blocks):
-        raise DataError(f"the tuning validation split left no rows of {train_rows} training rows")
+        raise DataError(
+            f"the validation split (data.validation.fraction {validation.fraction:g}) left no rows of "
+            f"{train_rows} training rows: raise the fraction, add rows, or set data.validation: null"
+        )
     return PreparedData(
         key=prepared_key(files, data, features, task, manifest, validation, pretrained),
         transform=fitter.result(_fit_text(data, features, reader, blocks, pretrained)),

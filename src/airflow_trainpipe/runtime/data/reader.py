@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from airflow_trainpipe.config.data import DataSection
-from airflow_trainpipe.config.tuning import ValidationSplit
+from airflow_trainpipe.config.data import DataSection, ValidationSplit
 from airflow_trainpipe.contracts.formats import split_key
 from airflow_trainpipe.contracts.manifest import Manifest, SnapshotFile
 from airflow_trainpipe.core.exceptions import TrainpipeError
