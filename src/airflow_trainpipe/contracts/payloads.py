@@ -209,6 +209,12 @@ class TrainResult(Payload):
     """A tuning trial the study's pruner stopped at its last rung in `rungs`."""
     metrics_split: Literal["holdout", "validation"] = "holdout"
     """What `holdout_metrics` were scored on: a tuning trial scores its validation split."""
+    validation_metrics: dict[str, float] = {}
+    """The published weights' metrics on the validation split (`data.validation`), the ones that
+    chose them; empty without a validation split."""
+    weights_step: int | None = None
+    """The step whose weights the run published: its best epoch's (`training.restore_best`), or
+    the last step. None for a pruned tuning trial."""
     pretrained: dict[str, str] | None = None
     """The pretrained directory the model was fine-tuned from, as the run pinned it: `uri` (as
     configured), `source` (what was read: a directory URI or `models:/NAME/N`) and `sha256`."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,6 +23,7 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 
 import deepspeed
 
+from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 
 PREDICT_BATCH = 4096
@@ -84,8 +86,31 @@ def compute_dtype(ds_config: dict[str, Any]) -> torch.dtype:
     return torch.float16 if ds_config["fp16"]["enabled"] else torch.float32
 
 
-def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any]) -> Any:
-    """AdamW with linear warm-up, under DeepSpeed (ZeRO, precision, offload from `ds_config`)."""
+def lr_factor(hp: Hyperparameters, total_steps: int) -> Callable[[int], float]:
+    """The learning rate's multiplier at each optimizer step (0-based, as LambdaLR counts): a
+    linear warm-up to 1, then the configured decay to `min_lr_ratio` at the run's last step.
+
+    A function of the step and the run's step count alone, both fixed for a run (a resumed or
+    re-sized job keeps its global batch): a retry and `trainpipe reproduce` follow the same curve."""
+    warmup = max(hp.warmup_steps, math.ceil(hp.warmup_ratio * total_steps))
+    floor, schedule = hp.min_lr_ratio, hp.lr_schedule
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        decay_steps = max(total_steps - warmup, 1)
+        done = min((step - warmup) / decay_steps, 1.0)  # as the HF Trainer's schedules count
+        shape = 1.0 - done if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * done))
+        return floor + (1.0 - floor) * shape
+
+    return factor
+
+
+def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any], total_steps: int) -> Any:
+    """AdamW with warm-up and decay over the run's `total_steps`, under DeepSpeed (ZeRO,
+    precision, offload from `ds_config`)."""
     hp = spec.hyperparameters
     offloaded = "offload_optimizer" in ds_config["zero_optimization"]
     if offloaded and ds_config.get("zero_force_ds_cpu_optimizer", True):
@@ -98,10 +123,7 @@ def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, A
         )
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    warmup = hp.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, total_steps))
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )

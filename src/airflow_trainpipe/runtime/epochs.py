@@ -1,4 +1,5 @@
-"""The end of an epoch: score the holdout, keep the best, decide whether to stop early."""
+"""The end of an epoch: score the validation split (or the holdout without one), keep the best,
+decide whether to stop early."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class EpochEnd:
         self.cfg, self.evaluate, self.tracker = cfg, evaluate, tracker
 
     def run(self, state: dict[str, Any], epoch: int, step: int, timing: Timing) -> tuple[float, bool]:
-        """Record the epoch's holdout metrics in `state`; returns (the metric's value, stop now)."""
+        """Record the epoch's metrics in `state`; returns (the metric's value, stop now)."""
         with timing.measure("eval_s"):
             metrics = self.evaluate()
         state["history"].append({"epoch": epoch, "step": step, **metrics})
@@ -39,6 +40,8 @@ class EpochEnd:
         best = state["best"]
         improved = best is None or (value > best if self.cfg.higher_is_better else value < best)
         state["best"] = value if improved else best
+        if improved:
+            state["best_step"] = step  # training.restore_best loads this step's checkpoint at the end
         state["stale_epochs"] = 0 if improved else state["stale_epochs"] + 1
         if self.tracker is not None:
             named = {f"{self.cfg.prefix}_{k}": v for k, v in metrics.items()}

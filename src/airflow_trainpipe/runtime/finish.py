@@ -70,8 +70,11 @@ class RunEnd:
         tracker: Tracker | None,
         resumed_from: int,
         recomputed: int,
+        chosen: dict[str, Any] | None = None,
     ) -> TrainResult | None:
-        """Collective, then rank 0 alone: final metrics, the logged model, candidate vs champion."""
+        """Collective, then rank 0 alone: final metrics, the logged model, candidate vs champion.
+        `chosen`: the scored entry of the weights the engine holds when `training.restore_best`
+        chose them (runtime/best.py); None: the weights the loop ended on."""
         loop_end = time.monotonic()
         laps = self.laps = Laps()
         last = (
@@ -79,46 +82,59 @@ class RunEnd:
             if state["history"] and state["history"][-1]["step"] == state["step"]
             else None
         )
-        # A pruned tuning trial publishes no model: it reads no holdout row here.
-        publishes = self.spec.trial is None or (  # the same on every rank (a collective decision)
-            self.spec.trial.final and not state.get("pruned", False)
-        )
+        scored = chosen or last  # the metrics (validation, or holdout without it) of what is published
+        publishing = publishes(self.spec, state)
         # Final weights not scored at an epoch end (max_steps, a rung): a published candidate's
         # holdout metrics are its scoring below, the same rows through the same metrics, not a
         # second pass of the engine over the holdout (it was a third of the end).
-        metrics = last
-        if metrics is None and not (publishes and self.scored == "holdout"):
-            metrics = {"step": state["step"], **self.evaluate()}
+        if scored is None and not (publishing and self.scored == "holdout"):
+            scored = {"step": state["step"], **self.evaluate()}
         laps.lap("final_metrics")
         weights = full_state_dict(self.engine, self.spec.config.training.deepspeed.zero_stage)
         peak_rss = self._gather_peak_rss()
         laps.lap("weights")
         if tracker is None:
             return None
+        weights_step = scored["step"] if scored is not None else state["step"]
         published, sample = (
             self._candidate(weights, tracker, state["step"])
-            if publishes
+            if publishing
             else ({"evaluation": None, "model_uri": None}, None)
         )
-        if metrics is None:
-            evaluation = published["evaluation"]
-            assert evaluation is not None  # published: scored on the holdout rows
-            metrics = evaluation["candidate"]
-        holdout = {k: v for k, v in metrics.items() if k not in ("epoch", "step")}
+        metrics = self._split_metrics(scored, published["evaluation"])
         device_s = self.timing.device_s() if self.timing else state["device_seconds"]
         hours = device_s / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.device.type == "cuda" else "cpu"
-        self._log_final(tracker, holdout, {f"{device}_hours": hours}, state["step"], sample)
+        self._log_final(tracker, metrics, {f"{device}_hours": hours}, state["step"], sample)
         laps.lap("final_logging")
         # Rank 0's end, counted for every process: the others wait for it at the barrier.
         end_s = time.monotonic() - loop_end
-        fields = self._fields(state, holdout, weights, peak_rss, resumed_from, recomputed, tracker)
+        reported = metrics["validation"] if self.spec.trial is not None else metrics["holdout"]
+        fields = self._fields(state, reported, weights, peak_rss, resumed_from, recomputed, tracker)
         fields.update(published)
-        fields.update({f"compute_hours_{device}": hours, "end_compute_hours": end_s * self.world_size / 3600})
+        fields.update(
+            {
+                f"compute_hours_{device}": hours,
+                "end_compute_hours": end_s * self.world_size / 3600,
+                "validation_metrics": metrics["validation"] if self.scored == "validation" else {},
+                "weights_step": weights_step if publishing else None,
+            }
+        )
         fields["timing"] = {**state["timing"], "end_s": end_s, "end": laps.rounded()}
         result = TrainResult.model_validate(fields)
         self._publish(result, tracker)
         return result
+
+    def _split_metrics(
+        self, scored: dict[str, Any] | None, evaluation: dict[str, Any] | None
+    ) -> dict[str, dict[str, float]]:
+        """The published weights' metrics by split: `holdout` (the gate's rows, scored once, at the
+        end, beside the champion) and `validation` (what chose them); a split not scored is {}."""
+        epoch = {k: v for k, v in (scored or {}).items() if k not in ("epoch", "step")}
+        candidate = evaluation["candidate"] if evaluation is not None else None
+        if self.scored == "holdout":  # no validation split: the epochs read the holdout too
+            return {"holdout": epoch or dict(candidate or {}), "validation": {}}
+        return {"holdout": dict(candidate or {}), "validation": epoch}
 
     def _fields(
         self,
@@ -148,7 +164,7 @@ class RunEnd:
             "mlflow_run_id": tracker.run_id,
             "mlflow_experiment_id": tracker.experiment_id,
             "transform_hash": self.prepared.transform.hash,
-            "metrics_split": self.scored,
+            "metrics_split": "validation" if self.spec.trial is not None else "holdout",
             "pretrained": (
                 self.pinned.model_dump(include={"uri", "source", "sha256"})
                 if self.pinned is not None
@@ -193,13 +209,17 @@ class RunEnd:
             return tracker.log_model(model, transform, example, hf_directory=directory, laps=self.laps)
 
     def _log_final(
-        self, tracker: Tracker, holdout: dict[str, float], hours: dict[str, float], step: int, sample: Any
+        self,
+        tracker: Tracker,
+        metrics: dict[str, dict[str, float]],
+        hours: dict[str, float],
+        step: int,
+        sample: Any,
     ) -> None:
-        """The final holdout metrics and device hours, the fitted transform, the job's own predictions
-        (when it publishes a model)."""
-        tracker.log_metrics(
-            {**{f"{self.scored}_{k}": v for k, v in holdout.items()}, **hours}, step, flush=True
-        )
+        """The published weights' metrics of each split and the device hours, the fitted
+        transform, the job's own predictions (when it publishes a model)."""
+        named = {f"{split}_{k}": v for split, values in metrics.items() for k, v in values.items()}
+        tracker.log_metrics({**named, **hours}, step, flush=True)
         tracker.log_dict(self.prepared.transform.document, TRANSFORM_ARTIFACT)
         if sample is not None:
             tracker.log_dict(
@@ -221,6 +241,12 @@ class RunEnd:
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         fs.pipe_file(path, json.dumps(payload, indent=1, sort_keys=True).encode())
         emit("result", **payload)
+
+
+def publishes(spec: TrainSpec, state: dict[str, Any]) -> bool:
+    """The run logs a model and scores it against the champion: every run but a tuning trial
+    short of its full budget, or one its pruner stopped (the same on every rank)."""
+    return spec.trial is None or (spec.trial.final and not state.get("pruned", False))
 
 
 def scoring_device(model: torch.nn.Module, device: torch.device) -> torch.device | None:

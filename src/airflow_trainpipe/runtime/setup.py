@@ -97,9 +97,11 @@ class JobSetup:
         self.run_dir = spec.run_dir
         self.pinned: PretrainedPin | None = None  # the pretrained bytes, once pinned (_pretrained)
         self.timing: Timing | None = None  # the loop's clock, once it runs
-        # A tuning trial scores its validation split at epoch ends (the gate's holdout is only
-        # for the candidate-vs-champion comparison at the trial's full budget).
-        self.validation = spec.trial.validation if spec.trial is not None else None
+        # Epoch ends score the validation split (a trial's is the pipeline's): the gate's holdout
+        # is read once, at the end, to compare the chosen weights with the champion's.
+        self.validation = (
+            spec.trial.validation if spec.trial is not None else self.config.data.validation_split()
+        )
         self.scored = "holdout" if self.validation is None else "validation"
         # A trial with rungs reports each to its study and stops when the pruner says so.
         self.rungs = (
@@ -138,8 +140,6 @@ class JobSetup:
             self.spec, global_batch, self.world_size, universal=universal, on_gpu=self.on_gpu
         )
         self.dtype = compute_dtype(self.ds_config)
-        self.engine = self._build_engine()
-        self._lap("engine")
         sampler = ResumableSampler(
             prepared.train_rows,
             global_batch,
@@ -148,12 +148,14 @@ class JobSetup:
             self.rank,
             self.hp.seed,
         )
+        total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
+        self.engine = self._build_engine(total_steps)
+        self._lap("engine")
         high_water = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
         self._lap("checkpoint_load")
         tracker = self._start_tracking(global_batch, resumed_from) if self.rank == 0 else None
         self._lap("tracking")
-        total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
         if self.rank == 0:
             self._emit_start(total_steps, resumed_from, recomputed, global_batch, tracker)
         return Start(sampler, state, total_steps, tracker, high_water, resumed_from, recomputed)
@@ -172,6 +174,7 @@ class JobSetup:
             global_batch=global_batch,
             train_rows=prepared.train_rows,
             holdout_rows=prepared.holdout_rows,
+            validation_rows=prepared.validation_rows,
             blocks=len(prepared.blocks),
             fit_s=round(prepared.fit_seconds, 3),
             mlflow_run_id=tracker.run_id if tracker else None,
@@ -184,12 +187,12 @@ class JobSetup:
             ),
         )
 
-    def _build_engine(self) -> Any:
+    def _build_engine(self, total_steps: int) -> Any:
         with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built
             model = self._build_model()
         if self.rank == 0:
             log.info("model built: %s", _held(model))
-        return build_engine(model, self.spec, self.ds_config)
+        return build_engine(model, self.spec, self.ds_config, total_steps)
 
     def _open_data(self, prepared: PreparedData) -> None:
         """The block reader, the encoder the stream and the holdout share, the holdout."""

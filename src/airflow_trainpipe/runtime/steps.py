@@ -13,6 +13,7 @@ Every rank reaches the same sync steps: all its conditions are deterministic or 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,8 @@ class PeriodicSync:
     notice: PreemptionNotice | None = None
     group: Any = None
     """The host group (runtime/collectives.py): the stats are a host tensor, which nccl refuses."""
+    learning_rate: Callable[[int], float] | None = None
+    """The learning rate optimizer step k (1-based) used: logged beside its loss."""
     _losses: list[torch.Tensor] = field(default_factory=list)  # each step's, on the device
     _stride: int = 0  # 0: `every` until the first sync has measured a step
     _since: float = field(default_factory=time.perf_counter)
@@ -163,7 +166,8 @@ class PeriodicSync:
         assert self.tracker is not None
         rate = (step - timing.first_step) * sampler.global_batch / max(timing.elapsed(), 1e-9)
         for at, value in losses.items():
-            self.tracker.log_metrics({"train_loss": value}, at)
+            lr = {"learning_rate": self.learning_rate(at)} if self.learning_rate is not None else {}
+            self.tracker.log_metrics({"train_loss": value, **lr}, at)
             emit("step", step=at, loss=value)
         self.tracker.log_metrics({"samples_per_s": rate}, step)
         eta = (total_steps - step) * timing.elapsed() / max(step - timing.first_step, 1)

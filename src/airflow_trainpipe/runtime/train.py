@@ -8,7 +8,7 @@ The Trainer is a JobSetup (setup.py: everything before the first step) with the 
 end. The loop orchestrates components that each own one concern: one optimizer step and the
 periodic collective (steps.py), the end of an epoch (epochs.py), checkpoints (checkpoint.py),
 seeds (seeding.py), time and recomputed steps (accounting.py), a trial's rungs (rungs.py), the
-end of the run (finish.py).
+best epoch's weights (best.py), the end of the run (finish.py).
 """
 
 from __future__ import annotations
@@ -30,15 +30,17 @@ from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.core.storage import join
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
+from airflow_trainpipe.runtime.best import BestEpoch
 from airflow_trainpipe.runtime.collectives import checked
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.data.stream import BlockStream
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     deepspeed,
+    lr_factor,
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
 from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
-from airflow_trainpipe.runtime.finish import RunEnd
+from airflow_trainpipe.runtime.finish import RunEnd, publishes
 from airflow_trainpipe.runtime.resume.checkpoint import (
     tag_for,
 )
@@ -75,7 +77,8 @@ class Trainer(JobSetup):
                     self.encoder.tokenized,
                     self.encoder.folder,
                 )
-            return self._run_end().run(state, start.tracker, start.resumed_from, start.recomputed)
+            chosen = self._best_epoch().restore(self.engine, state) if self._restores(state) else None
+            return self._run_end().run(state, start.tracker, start.resumed_from, start.recomputed, chosen)
         except BaseException:
             if start.tracker:
                 start.tracker.fail()  # a retry resumes into the same run and sets it RUNNING again
@@ -102,7 +105,7 @@ class Trainer(JobSetup):
         steps = StepRunner(
             self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss
         )
-        sync, epoch_end = self._sync_and_epoch_end(tracker)
+        sync, epoch_end = self._sync_and_epoch_end(tracker, total_steps)
         step, train_loss = state["step"], state.get("final_train_loss")
         timing = self.timing = self._timing(state)
         # A retry that resumed at a rung's end asks the study the question its attempt could not.
@@ -154,7 +157,8 @@ class Trainer(JobSetup):
             high_water.flush()
         return state
 
-    def _sync_and_epoch_end(self, tracker: Tracker | None) -> tuple[PeriodicSync, EpochEnd]:
+    def _sync_and_epoch_end(self, tracker: Tracker | None, total_steps: int) -> tuple[PeriodicSync, EpochEnd]:
+        factor, base = lr_factor(self.hp, total_steps), self.hp.learning_rate
         sync = PeriodicSync(
             SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
             self.checkpoints,
@@ -162,6 +166,7 @@ class Trainer(JobSetup):
             tracker,
             self.notice,
             group=self.host_group,
+            learning_rate=lambda step: base * factor(step - 1),  # LambdaLR counts from 0
         )
         epoch_end = EpochEnd(
             EpochEndConfig(
@@ -316,6 +321,21 @@ class Trainer(JobSetup):
 
     def _evaluate(self) -> dict[str, float]:
         return self.holdout.evaluate(self.engine, self.device, self.dtype)
+
+    def _restores(self, state: dict[str, Any]) -> bool:
+        """`training.restore_best`, for a run that publishes a model (a pruned trial does not)."""
+        return self.training.restore_best and publishes(self.spec, state)
+
+    def _best_epoch(self) -> BestEpoch:
+        return BestEpoch(
+            self.checkpoints,
+            self.gate_metric,
+            self.higher_is_better,
+            self._evaluate,
+            self.from_rank0,
+            self.world_size,
+            self.training.deepspeed.zero_stage,
+        )
 
     def _run_end(self) -> RunEnd:
         return RunEnd(

@@ -4,7 +4,7 @@ Layout under the run-scoped root `<checkpoint.uri>/<pipeline>/<run_id>/checkpoin
 
     step_000000200/          DeepSpeed's files for step 200 (every rank's shards)
     step_000000200/COMPLETE.json   written last: step, world size, sha256 of every file
-    best.json                which complete checkpoint scored best on the holdout
+    best.json                which complete checkpoint scored best (validation split, or holdout)
 
 A checkpoint counts only once COMPLETE.json exists, and it is written only after every rank's
 files are on the destination, so a crash at any point leaves either a complete checkpoint or
@@ -334,6 +334,17 @@ class CheckpointManager:
                 continue
             return CompleteCheckpoint(tag, uri, marker)
         return None
+
+    def complete_at(self, step: int) -> CompleteCheckpoint:
+        """The complete, intact checkpoint of `step`; CheckpointError when there is none."""
+        tag = tag_for(step)
+        uri = join(self.root, tag)
+        marker = self._read_json(f"{tag}/{MARKER}")
+        problem = f"no {MARKER}" if marker is None else self._verify(tag, marker)
+        if problem:
+            raise CheckpointError(f"checkpoint {uri} cannot be loaded: {problem}")
+        assert marker is not None
+        return CompleteCheckpoint(tag, uri, marker)
 
     def _verify(self, tag: str, marker: dict[str, Any]) -> str | None:
         for relative, meta in sorted(marker["files"].items()):
