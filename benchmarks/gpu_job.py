@@ -193,14 +193,14 @@ def served_holdout(config_path: Path, name: str, device: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         version = mlflow.MlflowClient().get_model_version_by_alias(name, "champion").version
         model, _ = load_registered(f"models:/{name}/{version}", folder, device)
-        probabilities = model.predict(None, rows)
+        probabilities = model.scores(rows)  # the class columns alone, as the job scores
     device_s = time.monotonic() - started
-    classes = list(first.columns)
+    classes = list(first.columns.drop("predicted_label"))
     labels = np.array([classes.index(v) for v in holdout.column(data.label).to_pylist()])
     metrics = compute_metrics(
         "multiclass_classification", labels, probabilities[classes].to_numpy(np.float64), classes=classes
     )
-    difference = float(np.abs(first.to_numpy() - probabilities[classes].to_numpy()[:1000]).max())
+    difference = float(np.abs(first[classes].to_numpy() - probabilities[classes].to_numpy()[:1000]).max())
     return {
         "rows": holdout.num_rows, "load_s": load_s, "served_s": served_s, "device_s": device_s,
         "macro_f1": metrics["macro_f1"], "max_abs_difference": difference, "device": str(device),

@@ -233,7 +233,8 @@ def holdout_rows(files: list[str], data: Any, count: int) -> Any:
 
 def served_in_a_fresh_interpreter(model_uri: str, rows: Any, tracking_uri: str, folder: Path) -> Any:
     """What `mlflow.pyfunc.load_model(model_uri).predict(rows)` returns in a fresh interpreter
-    (nothing of the test's process loaded), as a numpy array."""
+    (nothing of the test's process loaded), as a numpy array: its probabilities (or scores), the
+    `predicted_label` column left out."""
     import json
     import os
     import subprocess
@@ -245,7 +246,9 @@ def served_in_a_fresh_interpreter(model_uri: str, rows: Any, tracking_uri: str, 
     code = (
         "import json, mlflow, pandas as pd\n"
         f"model = mlflow.pyfunc.load_model({model_uri!r})\n"
-        f"print(json.dumps(model.predict(pd.read_parquet({str(folder / 'raw.parquet')!r})).values.tolist()))"
+        f"answer = model.predict(pd.read_parquet({str(folder / 'raw.parquet')!r}))\n"
+        "answer = answer.drop(columns=['predicted_label']) if hasattr(answer, 'columns') else answer\n"
+        "print(json.dumps(answer.values.tolist() if hasattr(answer, 'values') else answer.tolist()))"
     )
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
     out = subprocess.run(

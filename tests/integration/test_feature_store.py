@@ -112,8 +112,8 @@ def test_features_from_feast_train_register_and_serve_online_what_training_read(
         model = mlflow.pyfunc.load_model("models:/fraud_detector_features@champion")
     finally:
         mlflow.set_tracking_uri(None)  # later tests in this process get the default store again
-    offline = model.predict(last_day.to_pandas())
-    online = model.predict(served.to_pandas())
+    offline = model.predict(last_day.to_pandas())["probability"]
+    online = model.predict(served.to_pandas())["probability"]
     assert np.array_equal(np.asarray(offline), np.asarray(online))
     assert len(set(np.round(np.asarray(offline), 6))) > 100  # real scores, not a constant
 

@@ -72,8 +72,8 @@ class EvaluationSection(Section):
     `{precision_at: p}`: the one with the most recall at precision >= p (the highest precision
     when none reaches p). A rule is applied to the candidate and to the champion alike, each on its
     own scores of the same holdout rows, and the candidate's threshold is recorded on its model
-    version (`trainpipe.threshold`), where serving reads the score to flag rows at (the model
-    itself predicts probabilities)."""
+    version (`trainpipe.threshold`) and carried by the model itself, whose answer's
+    `predicted_label` is 1 at or above it (beside `probability`, P(class 1))."""
 
 
 def scoring_problems(evaluation: EvaluationSection, task: Task, columns: FeatureColumns) -> FieldProblems:

@@ -3,9 +3,13 @@
 `mlflow.pyfunc.load_model(uri).predict(raw_dataframe)` needs no training code: the model holds
 the fitted transform JSON and the network as a torch.export program (no model class needed to
 load it), and its pip requirements pin this package, whose `runtime.transform` applies the JSON
-(the same code the training job used). Predictions are P(class 1) for binary classification,
-a DataFrame of probabilities with a column per class for multiclass, scores for ranking (higher
-ranks first within a query), values in the label's units for regression.
+(the same code the training job used). A classifier names its class: binary answers a DataFrame
+of `probability` (P(class 1)) and `predicted_label` (1 at or above the model's threshold, the
+number its version's `trainpipe.threshold` tag holds, carried in the pyfunc's `model_config`, so
+serving reads no registry); multiclass one probability column per class and `predicted_label`
+(contracts/predictions.py). Ranking answers scores (higher ranks first within a query),
+regression values in the label's units. The job's own scoring (candidate, champion) reads
+`scores`: the probabilities alone, as before the label column.
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ import pyarrow as pa
 import torch
 from mlflow.pyfunc import PythonModel
 
+from airflow_trainpipe.contracts.predictions import (
+    PREDICTED_LABEL,
+    PROBABILITY,
+    THRESHOLD_CONFIG,
+    label_collision,
+)
 from airflow_trainpipe.runtime.data.transform import FittedTransform
 
 BATCH = 4096
@@ -55,25 +65,40 @@ class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untype
     took minutes on the host of a GPU node that scores it in seconds."""
 
     device: torch.device | None = None  # None: the CPU (a served model)
+    threshold: float | None = None
+    """A binary model's decision threshold (its `model_config`); None: a model logged before the
+    label column, which answers P(class 1) alone, as it did."""
 
     @classmethod
     def of(
-        cls, transform: FittedTransform, network: torch.nn.Module, device: torch.device | None = None
+        cls,
+        transform: FittedTransform,
+        network: torch.nn.Module,
+        device: torch.device | None = None,
+        threshold: float | None = None,
     ) -> TransformedNetwork:
-        """The same predictor in memory, before logging: a candidate scored through `predict`
+        """The same predictor in memory, before logging: a candidate scored through `scores`
         is scored exactly as its logged model will serve."""
+        refuse_label_collision(transform)
         model = cls()
         model.transform, model.network, model.device = transform, network.eval().to(device), device
+        model.threshold = threshold
         return model
 
     @classmethod
     def from_artifacts(
-        cls, transform: str | Path, network: str | Path, device: torch.device | None = None
+        cls,
+        transform: str | Path,
+        network: str | Path,
+        device: torch.device | None = None,
+        model_config: dict[str, Any] | None = None,
     ) -> TransformedNetwork:
-        """The model from its two artifact files, without unpickling anything (runtime/resume/safe_load.py)."""
+        """The model from its two artifact files and its `model_config`, without unpickling anything
+        (runtime/resume/safe_load.py)."""
         model = cls()
         model.device = device
-        model.load_context(SimpleNamespace(artifacts={"transform": str(transform), "network": str(network)}))
+        artifacts = {"transform": str(transform), "network": str(network)}
+        model.load_context(SimpleNamespace(artifacts=artifacts, model_config=model_config))
         return model
 
     def load_context(self, context: Any) -> None:
@@ -81,10 +106,13 @@ class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untype
 
         self.transform = FittedTransform.from_json(Path(context.artifacts["transform"]).read_text())
         self.network = load_exported_program(context.artifacts["network"], self.device)
+        threshold = (getattr(context, "model_config", None) or {}).get(THRESHOLD_CONFIG)
+        self.threshold = None if threshold is None else float(threshold)
 
-    def predict(
-        self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
-    ) -> np.ndarray | pd.DataFrame:
+    def scores(self, model_input: Any) -> np.ndarray | pd.DataFrame:
+        """What the network says of raw rows: P(class 1) (binary), a DataFrame of probabilities with
+        a column per class (multiclass), scores (ranking), values (regression). What the job scores
+        candidate and champion by; a served answer adds the predicted class (`predict`)."""
         features = self.transform.features(to_arrow(model_input))
         predicted = self.transform.predictions(network_outputs(self.network, features, self.device))
         if self.transform.classes:
@@ -92,6 +120,34 @@ class TransformedNetwork(PythonModel):  # type: ignore[misc]  # mlflow is untype
                 predicted.reshape(-1, len(self.transform.classes)), columns=self.transform.classes
             )
         return predicted
+
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> np.ndarray | pd.DataFrame:
+        """The served answer: `scores`, and for a classifier the predicted class beside them."""
+        return labelled(self.scores(model_input), self.transform, self.threshold)
+
+
+def labelled(
+    scores: np.ndarray | pd.DataFrame, transform: FittedTransform, threshold: float | None
+) -> np.ndarray | pd.DataFrame:
+    """A classifier's scores with `predicted_label` beside them (contracts/predictions.py): the
+    class of highest probability (multiclass; the first on a tie), 1 at or above `threshold` else 0
+    (binary, its probability column `probability`). Others' scores, and a binary model without a
+    threshold (logged before the label column), are returned as they are."""
+    if isinstance(scores, pd.DataFrame):  # multiclass: the probability columns keep their names
+        refuse_label_collision(transform)
+        names = np.asarray(transform.classes, dtype=object)
+        return scores.assign(**{PREDICTED_LABEL: names[scores.to_numpy().argmax(axis=1)]})
+    if transform.task != "binary_classification" or threshold is None:
+        return scores
+    return pd.DataFrame({PROBABILITY: scores, PREDICTED_LABEL: (scores >= threshold).astype(np.int64)})
+
+
+def refuse_label_collision(transform: FittedTransform) -> None:
+    problem = label_collision(transform.classes)
+    if problem is not None:
+        raise ValueError(f"cannot serve this model: {problem}")
 
 
 def load_registered(
@@ -109,7 +165,8 @@ def load_registered(
 
     repository = ModelsArtifactRepository(model_uri)
     model = Model.load(repository.download_artifacts("MLmodel", dst_path=str(directory)))
-    artifacts = (model.flavors.get("python_function") or {}).get("artifacts") or {}
+    flavor = model.flavors.get("python_function") or {}
+    artifacts = flavor.get("artifacts") or {}
     if not {"transform", "network"} <= set(artifacts):
         raise ValueError(
             f"its model takes encoded tensors, not raw rows ({model_uri} has no fitted transform and network "
@@ -119,7 +176,9 @@ def load_registered(
         name: repository.download_artifacts(artifacts[name]["path"], dst_path=str(directory))
         for name in ("transform", "network")  # not the Hugging Face copy: the program scores
     }
-    predictor = TransformedNetwork.from_artifacts(files["transform"], files["network"], device)
+    predictor = TransformedNetwork.from_artifacts(
+        files["transform"], files["network"], device, model_config=flavor.get("config")
+    )
     return predictor, model.get_input_schema()
 
 
@@ -130,11 +189,19 @@ def log_raw_row_model(
     name: str = "model",
     hf_directory: Path | None = None,
     laps: Any = None,
+    threshold: float | None = None,
 ) -> Any:
     """Log `model` behind `transform` as a pyfunc into the active MLflow run; returns the ModelInfo.
     `hf_directory`: the same model as a Hugging Face directory, the `hf` artifact (what
-    `transformers` loads, and what `training.pretrained: models:/...` fine-tunes from)."""
+    `transformers` loads, and what `training.pretrained: models:/...` fine-tunes from).
+    `threshold` (binary): where its predicted label turns 1, kept in its `model_config` (None: 0.5,
+    what a version without a `trainpipe.threshold` tag is read as)."""
     import tempfile
+
+    refuse_label_collision(transform)  # before the export: the model could not answer its classes
+    config = None
+    if transform.task == "binary_classification":
+        config = {THRESHOLD_CONFIG: 0.5 if threshold is None else float(threshold)}
 
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as tmp:
         transform_path, network_path = Path(tmp, "transform.json"), Path(tmp, "network.pt2")
@@ -149,6 +216,7 @@ def log_raw_row_model(
             name=name,
             python_model=TransformedNetwork(),
             artifacts=artifacts,
+            model_config=config,
             signature=signature(transform),
             input_example=input_example,
             pip_requirements=pip_requirements(text=bool(transform.text)),
@@ -166,7 +234,9 @@ def export_network(model: torch.nn.Module, width: int, path: Path) -> None:
 
 
 def signature(transform: FittedTransform) -> Any:
-    """Raw input columns; optional ones are not required.
+    """Raw input columns; optional ones are not required. Outputs: a classifier's probability
+    column(s) and `predicted_label` (long 0/1 for binary, the class name for multiclass), one
+    unnamed double for ranking and regression.
 
     Numeric columns accept any numeric dtype (MLflow would refuse an int64 column declared
     double, and an integer column declared long once a NaN makes pandas store it as float);
@@ -186,7 +256,15 @@ def signature(transform: FittedTransform) -> Any:
         for fitted in transform.columns
     ]
     inputs += [ColSpec("string", column) for text in transform.text for column in text["columns"]]
-    outputs: list[Any] = [ColSpec("double", name) for name in transform.classes or []] or [ColSpec("double")]
+    refuse_label_collision(transform)
+    outputs: list[Any] = [ColSpec("double")]
+    if transform.classes:
+        outputs = [
+            *(ColSpec("double", name) for name in transform.classes),
+            ColSpec("string", PREDICTED_LABEL),
+        ]
+    elif transform.task == "binary_classification":
+        outputs = [ColSpec("double", PROBABILITY), ColSpec("long", PREDICTED_LABEL)]
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 

@@ -27,6 +27,7 @@ from airflow_trainpipe.contracts.tags import (
     PRETRAINED_URI_TAG,
     RESUMED_FROM_STEP_TAG,
     RUN_ID_TAG,
+    THRESHOLD_TAG,
     TRANSFORM_HASH_TAG,
     WORLD_SIZE_TAG,
 )
@@ -170,13 +171,21 @@ class Tracker:
         `hf_directory` the model as a Hugging Face directory (a pretrained pipeline's), logged
         among the model's artifacts; `laps` (runtime.startup.Laps) times its steps. Leaving the fluent
         run context ends the run.
+
+        A binary model's decision threshold is read from this run's `trainpipe.threshold`, which the
+        final evaluation set before: the register task copies that tag onto the version, so the
+        model's threshold and its version's tag are one number, from one string.
         """
         import mlflow
 
         from airflow_trainpipe.runtime.serving import log_raw_row_model
 
+        tagged = self.client.get_run(self.run_id).data.tags.get(THRESHOLD_TAG)
+        threshold = None if tagged is None else float(tagged)
         with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
-            info = log_raw_row_model(model, transform, input_example, hf_directory=hf_directory, laps=laps)
+            info = log_raw_row_model(
+                model, transform, input_example, hf_directory=hf_directory, laps=laps, threshold=threshold
+            )
         return info.model_uri
 
     def log_dict(self, payload: dict[str, Any], artifact_file: str) -> None:

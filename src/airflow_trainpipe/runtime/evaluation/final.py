@@ -146,10 +146,11 @@ def _column_names(holdout: HoldoutRows) -> list[str]:
 def candidate_predictor(
     model: torch.nn.Module, transform: FittedTransform, device: torch.device | None = None
 ) -> Callable[[Any], np.ndarray]:
-    """The candidate exactly as its logged pyfunc will predict: same class, same `predict`, on
-    `device` (None: the CPU, as served)."""
+    """The candidate exactly as its logged pyfunc will score: same class, same `scores` (the
+    probabilities its served answer holds, without the predicted label), on `device` (None: the
+    CPU, as served)."""
     predictor = TransformedNetwork.of(transform, model, device)
-    return lambda rows: predictor.predict(None, rows)
+    return predictor.scores
 
 
 def _scored(
@@ -205,8 +206,7 @@ def score_champion(
                 f"it needs column(s) {', '.join(missing)} that this run's data config does not read"
             )
         known = [c.name for c in inputs.inputs if c.name in present and c.name != config.data.label]
-        predict = lambda rows: model.predict(None, rows)  # noqa: E731
-        prediction, labels = predictions(predict, holdout, config.data.label, known, classes)
+        prediction, labels = predictions(model.scores, holdout, config.data.label, known, classes)
         result.metrics = _scored(config, labels, prediction, groups, classes)
         result.predictions = prediction
     except Exception as exc:  # recorded for the gate, which fails with it unless forced
