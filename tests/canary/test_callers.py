@@ -25,11 +25,11 @@ from tests.conftest import EXAMPLE_CONFIGS, free_port
 
 
 class Recorder(ThreadingHTTPServer):
-    """Answers every POST with `status` and keeps (path, body)."""
+    """Answers every POST with `status` and `answer` and keeps (path, body)."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, answer: bytes = b"{}") -> None:
         self.received: list[tuple[str, dict]] = []
-        self.status = status
+        self.status, self.answer = status, answer
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,9 +37,9 @@ class Recorder(ThreadingHTTPServer):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 recorder.received.append((self.path, json.loads(body)))
                 self.send_response(recorder.status)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(recorder.answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(recorder.answer)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -99,6 +99,27 @@ def test_a_caller_sends_the_rows_in_turn_one_per_request_and_ends_when_the_route
     assert caller.statuses == [200] * len(recorder.received) and caller.unreachable == []
 
 
+def test_a_caller_counts_the_classes_its_answers_name_and_sums_them_up(tmp_path: Path) -> None:
+    labelled = Recorder(
+        answer=json.dumps({"predictions": [{"probability": 0.7, "predicted_label": 1}]}).encode()
+    )
+    try:
+        state = tmp_path / "canary" / "fraud" / "v3"
+        _serve(state, labelled.url)
+        caller = CanaryCaller(state, ROWS, per_second=200)
+        caller.start()
+        _wait("four answers", lambda: len(caller.statuses) >= 4)
+        caller.stop()
+    finally:
+        labelled.shutdown()
+        labelled.server_close()
+    answers = len(caller.statuses)
+    assert caller.labels == {"1": answers}
+    assert (
+        caller.summary() == f"version 3: {answers} answers (200 x {answers}); predicted_label: 1 x {answers}"
+    )
+
+
 def test_error_answers_are_counted_and_a_router_that_is_not_listening_is_recorded(
     recorder: Recorder, tmp_path: Path
 ) -> None:
@@ -112,7 +133,8 @@ def test_error_answers_are_counted_and_a_router_that_is_not_listening_is_recorde
     _wait("answers and refusals", lambda: len(callers[0].statuses) >= 3 and len(callers[1].unreachable) >= 2)
     for caller in callers:
         caller.stop()
-    assert set(callers[0].statuses) == {503}
+    assert set(callers[0].statuses) == {503} and callers[0].labels == {}
+    assert callers[0].summary().endswith(f"answers (503 x {len(callers[0].statuses)})")
     assert callers[1].statuses == [] and all(t <= time.time() for t in callers[1].unreachable)
 
 

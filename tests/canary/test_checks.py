@@ -47,8 +47,43 @@ def test_disagreement_uses_each_models_own_threshold(tmp_path: Path) -> None:
     assert read_step(log, 0, None, Thresholds(champion=0.5, candidate=0.3)).disagreement == 0.0
     figures = read_step(log, 0, None, Thresholds())
     assert figures.disagreement == 1.0
-    assert figures.examples[0] == {"t": 0, "row": 0, "champion": 0.6, "candidate": 0.35}
+    assert figures.examples[0] == {
+        "t": 0, "row": 0, "champion": 0.6, "candidate": 0.35, "champion_label": 1, "candidate_label": 0,
+    }  # fmt: skip
     assert len(figures.examples) == 5
+
+
+def _answered(t: float, champion: object, candidate: object) -> dict:
+    """A request the candidate answered, the champion shadow-scored: one row each."""
+    return {"t": t, "percent": 50.0, "role": "candidate", "status": 200, "latency_ms": 5.0,
+            "answer": [candidate], "shadow_status": 200, "shadow_latency_ms": 5.0, "shadow": [champion]}  # fmt: skip
+
+
+def test_disagreement_reads_the_predicted_label_column_of_answers_that_have_one(tmp_path: Path) -> None:
+    # Binary: the label each model served (at its own threshold, in its config), not a threshold
+    # the canary applies: 0.35 labelled 1 by the candidate agrees with the champion's 0.6 labelled 1.
+    binary = [
+        _answered(0, {"probability": 0.6, "predicted_label": 1}, {"probability": 0.35, "predicted_label": 1}),
+        _answered(1, {"probability": 0.6, "predicted_label": 1}, {"probability": 0.2, "predicted_label": 0}),
+    ]
+    figures = read_step(_log(tmp_path / "b.jsonl", binary), 0, None, Thresholds())
+    assert (figures.compared_rows, figures.disagreements) == (2, 1)
+    assert (figures.champion_scores, figures.candidate_scores) == ([0.6, 0.6], [0.35, 0.2])
+    assert figures.examples[0]["champion_label"] == 1 and figures.examples[0]["candidate_label"] == 0
+    # Multiclass: the served class, also beside an older champion's bare probabilities (its top class).
+    multiclass = [
+        _answered(0, {"billing": 0.7, "shipping": 0.3},
+                  {"billing": 0.4, "shipping": 0.6, "predicted_label": "shipping"}),
+        _answered(1, {"billing": 0.2, "shipping": 0.8, "predicted_label": "shipping"},
+                  {"billing": 0.1, "shipping": 0.9, "predicted_label": "shipping"}),
+    ]  # fmt: skip
+    figures = read_step(_log(tmp_path / "m.jsonl", multiclass), 0, None, Thresholds())
+    assert (figures.compared_rows, figures.disagreements) == (2, 1)
+    assert figures.champion_scores == [] and figures.examples[0]["champion_label"] == "billing"
+    # An older binary champion's bare P(class 1), at its version's threshold, beside a labelled answer.
+    mixed = [_answered(0, 0.45, {"probability": 0.5, "predicted_label": 1})]
+    assert read_step(_log(tmp_path / "x.jsonl", mixed), 0, None, Thresholds(champion=0.4)).disagreements == 0
+    assert read_step(_log(tmp_path / "x.jsonl", mixed), 0, None, Thresholds(champion=0.5)).disagreements == 1
 
 
 def test_a_step_reads_only_its_own_window(tmp_path: Path) -> None:

@@ -27,3 +27,15 @@ def test_the_report_shows_the_outcome_every_step_the_traffic_and_the_disagreemen
 def test_a_promoted_canary_without_traffic_still_reports() -> None:
     page = canary_report_html("fraud", "7", "6", "promoted", STEPS[:1], [], {})
     assert "PROMOTED" in page and "<svg" not in page
+
+
+def test_a_disagreeing_row_shows_each_model_s_predicted_label_beside_its_answer() -> None:
+    example = {"t": 1.0, "row": 0, "champion": {"probability": 0.61, "predicted_label": 1},
+               "candidate": {"probability": 0.12, "predicted_label": 0},
+               "champion_label": 1, "candidate_label": 0}  # fmt: skip
+    steps = [{**STEPS[1], "examples": [example]}]
+    page = canary_report_html("fraud", "7", "6", "rolled_back", steps, [], {})
+    assert "champion (v6) predicted_label</th><th>candidate (v7) predicted_label" in page
+    assert "<td>0</td><td>1</td><td>0</td><td>{&#x27;probability&#x27;: 0.61" in page
+    old = canary_report_html("fraud", "7", "6", "rolled_back", STEPS, [], {})  # an event without labels
+    assert "<td>0</td><td>-</td><td>-</td><td>0.9</td><td>0.1</td>" in old

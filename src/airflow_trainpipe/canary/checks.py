@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from airflow_trainpipe.config.canary import CanaryChecks
+from airflow_trainpipe.contracts.predictions import predicted_class, score, unwrap
 
 EXAMPLES = 5  # disagreeing rows kept for the report
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Each model's decision threshold (binary: its own tuned threshold, from its version's tags)."""
+    """Each model's decision threshold (binary: its own tuned threshold, from its version's tags),
+    for an answer without its predicted label (a model logged before the label column)."""
 
     champion: float = 0.5
     candidate: float = 0.5
@@ -181,38 +183,30 @@ def _count_candidate(
 def _compare(
     figures: StepFigures, champion: list[Any], candidate: list[Any], thresholds: Thresholds, t: float
 ) -> None:
+    """Both models' classes of each row (contracts/predictions.py: the answer's `predicted_label`),
+    and their scores where an answer is one number (binary P(class 1), ranking, regression)."""
     for row, (old, new) in enumerate(zip(champion, candidate, strict=False)):
-        old, new = _unwrap(old), _unwrap(new)
-        old_score, new_score = _score(old), _score(new)
+        old, new = unwrap(old), unwrap(new)
+        old_score, new_score = score(old), score(new)
         if old_score is not None and new_score is not None:
             figures.champion_scores.append(old_score)
             figures.candidate_scores.append(new_score)
         figures.compared_rows += 1
-        if _decision(old, thresholds.champion) != _decision(new, thresholds.candidate):
+        old_class = predicted_class(old, thresholds.champion)
+        new_class = predicted_class(new, thresholds.candidate)
+        if old_class != new_class:
             figures.disagreements += 1
             if len(figures.examples) < EXAMPLES:
-                figures.examples.append({"t": t, "row": row, "champion": old, "candidate": new})
-
-
-def _unwrap(prediction: Any) -> Any:
-    """A one-column answer (a pandas Series comes back as {"name": value}) is that value."""
-    if isinstance(prediction, dict) and len(prediction) == 1:
-        return next(iter(prediction.values()))
-    return prediction
-
-
-def _score(prediction: Any) -> float | None:
-    if isinstance(prediction, int | float) and not isinstance(prediction, bool):
-        return float(prediction)
-    return None  # multiclass: one probability per class, compared by decision only
-
-
-def _decision(prediction: Any, threshold: float) -> Any:
-    if isinstance(prediction, dict):  # multiclass: {class: probability}
-        return max(prediction, key=prediction.__getitem__)
-    if isinstance(prediction, list):
-        return max(range(len(prediction)), key=prediction.__getitem__)
-    return float(prediction) >= threshold
+                figures.examples.append(
+                    {
+                        "t": t,
+                        "row": row,
+                        "champion": old,
+                        "candidate": new,
+                        "champion_label": old_class,
+                        "candidate_label": new_class,
+                    }
+                )
 
 
 def _percentile(values: list[float], percentile: float) -> float:

@@ -16,7 +16,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     replay = commands.add_parser(
         "canary-replay",
         help="send a day's rows (its snapshot, feature columns only) one per request to every local "
-        "canary of the pipeline, now serving or starting later, until Ctrl-C",
+        "canary of the pipeline, now serving or starting later, until Ctrl-C; then each canary's "
+        "answers and the classes they named (predicted_label)",
     )
     replay.add_argument("config", help="the pipeline's YAML config (its canary.backend must be local)")
     replay.add_argument("--ds", default=today(), help="the day whose rows are sent (default: today, UTC)")

@@ -53,17 +53,37 @@ def canary_report_html(
         sections += ["<h2>Traffic</h2>", f'<div class="charts">{_svg(_traffic_figure(traffic))}</div>']
     examples = [e for s in steps for e in s.get("examples", [])]
     if examples:
-        rows = [(_text(e["row"]), _text(e["champion"]), _text(e["candidate"])) for e in examples]
         sections += [
             "<h2>Rows the two models decided differently</h2>",
-            _table(
-                ("row of the request", f"champion (v{champion_version})", f"candidate (v{version})"), rows
-            ),
+            _examples_table(examples, version, champion_version),
         ]
     return (
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_text(title)}</title>'
         f"<style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>"
     )
+
+
+def _examples_table(examples: list[dict[str, Any]], version: str, champion_version: str) -> str:
+    """Each disagreeing row's predicted class by each model (its `predicted_label`), then their whole
+    answers; an event of a canary from before the label column has the answers only."""
+    rows = [
+        (
+            _text(e["row"]),
+            _text(e.get("champion_label", "-")),
+            _text(e.get("candidate_label", "-")),
+            _text(e["champion"]),
+            _text(e["candidate"]),
+        )
+        for e in examples
+    ]
+    header = (
+        "row of the request",
+        f"champion (v{champion_version}) predicted_label",
+        f"candidate (v{version}) predicted_label",
+        "champion's answer",
+        "candidate's answer",
+    )
+    return _table(header, rows)
 
 
 def _steps_table(steps: list[dict[str, Any]]) -> str:
