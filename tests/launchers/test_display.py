@@ -59,11 +59,22 @@ START = {
             "training finished at step 300: weights sha256 0123456789abcdef..., MLflow run run42",
         ),
         (
+            {"event": "result", "final_step": 300, "weights_sha256": "0123456789abcdef" + "f" * 48}
+            | {"mlflow_run_id": "run42", "weights_step": 200},
+            "training finished at step 300: weights sha256 0123456789abcdef... (the best epoch's weights, "
+            "of step 200), MLflow run run42",
+        ),
+        (
+            START | {"validation_rows": 8000},
+            "training started: 300 steps on 4 rank(s), global batch 1024, 80000 training / 8000 validation / "
+            "20000 holdout rows",
+        ),
+        (
             {"event": "error", "rank": 2, "error": "ValueError: bad batch"},
             "training failed on rank 2: ValueError: bad batch",
         ),
     ],
-    ids=["start", "progress", "epoch", "result", "error"],
+    ids=["start", "progress", "epoch", "result", "best_result", "start_with_validation", "error"],
 )
 def test_each_event_kind_has_its_line(event: dict[str, Any], line: str) -> None:
     assert describe(event) == line

@@ -21,9 +21,11 @@ def describe(event: dict[str, Any]) -> str | None:
             if event.get("resumed_from")
             else ""
         )
+        validation = f" / {event['validation_rows']} validation" if event.get("validation_rows") else ""
         return (
             f"training started: {event['total_steps']} steps on {event['world_size']} rank(s), global batch "
-            f"{event['global_batch']}, {event['train_rows']} training / {event['holdout_rows']} holdout rows{resumed}"
+            f"{event['global_batch']}, {event['train_rows']} training{validation} / {event['holdout_rows']} "
+            f"holdout rows{resumed}"
         )
     if kind == "progress":
         total = event["total_steps"]
@@ -45,8 +47,14 @@ def describe(event: dict[str, Any]) -> str | None:
         )
         return f"epoch {event['epoch']} done at step {event['step']}: {scored} {metrics}"
     if kind == "result":
+        published = event.get("weights_step")
+        best = (
+            f" (the best epoch's weights, of step {published})"
+            if published is not None and published != event["final_step"]
+            else ""
+        )
         return (
-            f"training finished at step {event['final_step']}: weights sha256 {event['weights_sha256'][:16]}..., "
+            f"training finished at step {event['final_step']}: weights sha256 {event['weights_sha256'][:16]}...{best}, "
             f"MLflow run {event['mlflow_run_id']}"
         )
     if kind == "error":
