@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trainpipe.canary.checks import Thresholds, judge, ks_statistic, read_step
+from airflow_trainpipe.canary.checks import StepFigures, Thresholds, judge, ks_statistic, read_step
 from airflow_trainpipe.config.canary import CanaryChecks, LatencyCheck
 
 
@@ -122,13 +122,26 @@ def test_a_failing_check_fails_the_step_before_its_end(tmp_path: Path) -> None:
     checks = CanaryChecks(min_requests=50, latency=LatencyCheck(percentile=95, max_ms=100))
     verdict = judge(_figures(tmp_path, 60, latency=250.0, answer=0.1), checks, ended=False)
     assert verdict.holds is False
-    assert verdict.failed == ("latency p95 250.0 ms > 100 ms", "disagreement 1.0000 > 0.05 (60 of 60 rows)")
+    assert verdict.failed == (
+        "latency_p95_ms 250 [250, -] > 100 (60 requests)",  # 60 requests cannot bound a p95 above
+        "disagreement 1 [0.9398, 1] > 0.05 (60 rows)",
+    )
 
 
-def test_a_step_holds_only_at_its_end(tmp_path: Path) -> None:
-    figures = _figures(tmp_path, 60)
-    assert judge(figures, CanaryChecks(), ended=False).holds is None
-    assert judge(figures, CanaryChecks(), ended=True).holds is True
+def test_a_step_holds_only_at_its_end_and_only_on_enough_requests(tmp_path: Path) -> None:
+    # No error, no disagreement, 10 ms: at 60 requests the error rate's interval still reaches
+    # 0.06 (> max_error_rate 0.01) and no p99 can be bounded from above; 400 requests decide both.
+    few, enough = _figures(tmp_path, 60), _figures(tmp_path, 400)
+    assert judge(enough, CanaryChecks(), ended=False).holds is None
+    assert judge(enough, CanaryChecks(), ended=True).holds is True
+    verdict = judge(few, CanaryChecks(), ended=True)
+    assert verdict.holds is False
+    assert verdict.failed == (
+        "error_rate 0 [0, 0.06017] around 0.01: undecided at 60 requests",
+        "latency_p99_ms 10 [10, -] around 500: undecided at 60 requests",
+        "disagreement 0 [0, 0.06017] around 0.05: undecided at 60 rows",
+    )
+    assert judge(few, CanaryChecks(), ended=True, undecided="hold").holds is True
 
 
 def test_score_distance_is_the_kolmogorov_smirnov_statistic() -> None:
@@ -140,3 +153,57 @@ def test_score_distance_is_the_kolmogorov_smirnov_statistic() -> None:
     b[:20] = a[:20]  # ties across the samples
     assert ks_statistic(a.tolist(), b.tolist()) == pytest.approx(ks_2samp(a, b).statistic)
     assert ks_statistic([], [1.0]) == 0.0
+
+
+def _disagreeing(rows: int, every: float) -> StepFigures:
+    """Figures of `rows` clean requests of which one in `every` is a disagreement, evenly spread."""
+    return StepFigures(
+        requests=rows, served=rows, latencies_ms=[10.0] * rows, compared_rows=rows,
+        disagreements=int(rows / every),
+    )  # fmt: skip
+
+
+def test_a_3_percent_candidate_seen_at_5_of_67_keeps_collecting_and_then_holds() -> None:
+    checks = CanaryChecks(max_error_rate=None, latency=None, max_disagreement=0.05, min_requests=50)
+    unlucky = StepFigures(requests=67, served=67, latencies_ms=[10.0] * 67, compared_rows=67, disagreements=5)
+    verdict = judge(unlucky, checks, ended=False)  # 0.075 > 0.05, but its interval is [0.032, 0.163]
+    assert verdict.holds is None and verdict.failed == ()
+    [disagreement] = [d for d in verdict.checks if d.check == "disagreement"]
+    assert (disagreement.low, disagreement.high) == pytest.approx((0.0323, 0.1631), abs=1e-4)
+    # Collecting at its true 3%: undecided while the upper bound is above 5%, held once below.
+    undecided = judge(_disagreeing(300, 1 / 0.03), checks, ended=True)
+    assert undecided.failed == ("disagreement 0.03 [0.01586, 0.05602] around 0.05: undecided at 300 rows",)
+    assert judge(_disagreeing(600, 1 / 0.03), checks, ended=True).holds is True
+
+
+def test_an_8_percent_candidate_fails_once_the_lower_bound_clears_5_percent_and_not_before() -> None:
+    from airflow_trainpipe.canary.confidence import wilson_interval
+
+    checks = CanaryChecks(max_disagreement=0.05, min_requests=50)
+    first_failure = None
+    for rows in range(50, 2000):
+        figures = StepFigures(
+            requests=rows, served=rows, latencies_ms=[10.0] * rows, compared_rows=rows,
+            disagreements=rows * 8 // 100,
+        )  # fmt: skip
+        verdict = judge(figures, checks, ended=False)
+        low = wilson_interval(figures.disagreements, rows, 0.95)[0]
+        assert (verdict.holds is False) == (low > 0.05), rows  # decided exactly by the interval
+        if verdict.holds is False and first_failure is None:
+            first_failure = rows
+    assert first_failure is not None and 200 < first_failure < 500  # not at 0.08 > 0.05 alone
+
+
+def test_a_30_percent_candidate_fails_at_min_requests() -> None:
+    checks = CanaryChecks(max_disagreement=0.05, min_requests=50)
+    assert judge(_disagreeing(49, 1 / 0.3), checks, ended=False).holds is None  # too few to judge
+    verdict = judge(_disagreeing(50, 1 / 0.3), checks, ended=False)
+    assert verdict.holds is False and verdict.failed[0].startswith("disagreement 0.3 [0.191")
+
+
+def test_a_backends_own_latency_percentile_decides_alone() -> None:
+    checks = CanaryChecks(max_error_rate=None, max_disagreement=None, min_requests=1)
+    slow = StepFigures(requests=10, served=10, latency_at_percentile_ms=900.0)
+    [latency] = judge(slow, checks, ended=False).checks
+    assert (latency.outcome, latency.low, latency.high) == ("fails", None, None)
+    assert judge(StepFigures(requests=10, served=10, latency_at_percentile_ms=90.0), checks, ended=True).holds

@@ -111,15 +111,17 @@ def test_weights_shift_step_by_step_and_a_rollback_restores_them(aws) -> None:
 
 def test_a_step_is_judged_on_the_candidate_variants_cloudwatch_figures(aws) -> None:
     _, cloudwatch = aws
-    section = _section(max_error_rate=0.01)
+    section = _section(max_error_rate=0.05)  # 0 of 120 holds it at 95% (0.01 would take 381)
     since = time.time() - 1
     _publish(cloudwatch, invocations=120, errors=0)
     held = first_event(_trigger(section, since, time.time() + 1), timeout=20)
     assert held is not None and held["status"] == "held", held
     assert held["figures"]["requests"] == 120
-    _publish(cloudwatch, invocations=80, errors=12)
+    _publish(cloudwatch, invocations=80, errors=30)
     failed = first_event(_trigger(section, since, time.time() + 3600), timeout=20)
-    assert failed is not None and failed["failed"] == ["error_rate 0.0600 > 0.01"]
+    assert failed is not None and failed["failed"] == [
+        "error_rate 0.15 [0.1071, 0.2061] > 0.05 (200 requests)"
+    ]
 
 
 def test_an_alarm_in_alarm_fails_the_step_at_once(aws) -> None:

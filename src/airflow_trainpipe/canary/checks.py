@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_trainpipe.canary.confidence import (
+    CheckDecision,
+    Outcome,
+    distance_decision,
+    latency_decision,
+    share_decision,
+)
 from airflow_trainpipe.config.canary import CanaryChecks
 from airflow_trainpipe.contracts.predictions import predicted_class, score, unwrap
 
@@ -90,7 +97,9 @@ class Verdict:
     holds: bool | None
     """True: the step held; False: it failed; None: not decided yet (keep waiting)."""
     failed: tuple[str, ...] = ()
-    """What failed, in words, e.g. `error_rate 0.12 > 0.01`."""
+    """What failed, in words, e.g. `error_rate 0.12 [0.07, 0.2] > 0.01 (60 requests)`."""
+    checks: tuple[CheckDecision, ...] = ()
+    """Each check's figure, interval and decision (empty before `min_requests`)."""
 
 
 def read_step(log: Path, since: float, until: float | None, thresholds: Thresholds) -> StepFigures:
@@ -103,9 +112,17 @@ def read_step(log: Path, since: float, until: float | None, thresholds: Threshol
     return figures
 
 
-def judge(figures: StepFigures, checks: CanaryChecks, ended: bool) -> Verdict:
-    """A check may fail the step early once it has `min_requests`; the step holds only at its end.
-    An alarm in ALARM fails it at once, whatever the traffic."""
+def judge(
+    figures: StepFigures,
+    checks: CanaryChecks,
+    ended: bool,
+    confidence: float = 0.95,
+    undecided: str = "fail",
+) -> Verdict:
+    """A check fails the step, even early, once it has `min_requests` and its interval lies above
+    its threshold (canary/confidence.py). The step holds at its end when every check's interval
+    lies below; a check still undecided then follows `undecided` (fail: nothing is promoted on
+    doubt). An alarm in ALARM fails it at once, whatever the traffic."""
     if figures.alarms:
         return Verdict(False, tuple(figures.alarms))
     if figures.requests < checks.min_requests:
@@ -114,29 +131,48 @@ def judge(figures: StepFigures, checks: CanaryChecks, ended: bool) -> Verdict:
         return Verdict(
             False, (f"too little traffic to judge: {figures.requests} of {checks.min_requests} requests",)
         )
-    failed = []
-    if checks.max_error_rate is not None and figures.error_rate > checks.max_error_rate:
-        failed.append(f"error_rate {figures.error_rate:.4f} > {checks.max_error_rate:g}")
+    decisions = tuple(_decisions(figures, checks, confidence))
+    failed = [d.describe() for d in decisions if d.outcome == "fails"]
     if checks.latency is not None and figures.latency_unreported:
         failed.append(
             f"latency p{checks.latency.percentile:g}: the backend reported none for {figures.requests} requests"
         )
-    elif checks.latency is not None:
-        latency = figures.latency_ms(checks.latency.percentile)
-        if latency > checks.latency.max_ms:
-            failed.append(
-                f"latency p{checks.latency.percentile:g} {latency:.1f} ms > {checks.latency.max_ms:g} ms"
-            )
-    if checks.max_disagreement is not None and figures.disagreement > checks.max_disagreement:
-        failed.append(
-            f"disagreement {figures.disagreement:.4f} > {checks.max_disagreement:g} "
-            f"({figures.disagreements} of {figures.compared_rows} rows)"
-        )
-    if checks.max_score_distance is not None and figures.score_distance > checks.max_score_distance:
-        failed.append(f"score_distance {figures.score_distance:.4f} > {checks.max_score_distance:g}")
     if failed:
-        return Verdict(False, tuple(failed))
-    return Verdict(True if ended else None)
+        return Verdict(False, tuple(failed), decisions)
+    if not ended:
+        return Verdict(None, (), decisions)
+    doubtful = [d.describe() for d in decisions if d.outcome == "undecided"]
+    if doubtful and undecided == "fail":
+        return Verdict(False, tuple(doubtful), decisions)
+    return Verdict(True, (), decisions)
+
+
+def _decisions(figures: StepFigures, checks: CanaryChecks, confidence: float) -> Iterator[CheckDecision]:
+    if checks.max_error_rate is not None:
+        yield share_decision(
+            "error_rate", figures.errors, figures.requests, checks.max_error_rate, confidence
+        )
+    if checks.latency is not None and not figures.latency_unreported:
+        percentile, max_ms = checks.latency.percentile, checks.latency.max_ms
+        name, value = f"latency_p{percentile:g}_ms", figures.latency_ms(percentile)
+        if figures.latency_at_percentile_ms is not None:
+            # A backend's own percentile (CloudWatch): no single request to bound it by, so the
+            # figure decides alone (and says so: no interval).
+            outcome: Outcome = "fails" if value > max_ms else "holds"
+            yield CheckDecision(name, value, None, None, max_ms, outcome, figures.requests)
+        else:
+            ordered = sorted(figures.latencies_ms)
+            yield latency_decision(name, ordered, value, percentile, max_ms, confidence)
+    if checks.max_disagreement is not None:
+        yield share_decision(
+            "disagreement", figures.disagreements, figures.compared_rows, checks.max_disagreement,
+            confidence, "rows",
+        )  # fmt: skip
+    if checks.max_score_distance is not None:
+        yield distance_decision(
+            "score_distance", figures.score_distance, len(figures.champion_scores),
+            len(figures.candidate_scores), checks.max_score_distance, confidence,
+        )  # fmt: skip
 
 
 def _records(log: Path) -> Iterator[dict[str, Any]]:

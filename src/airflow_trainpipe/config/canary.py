@@ -27,7 +27,8 @@ class CanaryChecks(Section):
     """What must hold at every step, measured on the step's own requests; null turns a check off."""
 
     max_error_rate: float | None = Field(default=0.01, ge=0.0, le=1.0)
-    """Share of the candidate's requests answered with an error (a 5xx, or no answer in time)."""
+    """Share of the candidate's requests answered with an error (a 5xx, or no answer in time).
+    Holding 0.01 with no errors takes 381 requests at 95% confidence; 0 allows none."""
 
     latency: LatencyCheck | None = LatencyCheck()
     """The candidate's latency percentile (router to model and back)."""
@@ -42,8 +43,9 @@ class CanaryChecks(Section):
     Kolmogorov-Smirnov statistic, 0 to 1); for regression and ranking, where no decision exists."""
 
     min_requests: PositiveInt = 50
-    """Candidate requests a step needs to be judged: a check fails early only with this many, and a
-    step that ends with fewer fails for lack of evidence (nothing is promoted on silence)."""
+    """Candidate requests a step needs before any check decides: a check fails early only with
+    this many (and once its interval clears its threshold), and a step that ends with fewer fails
+    for lack of evidence (nothing is promoted on silence)."""
 
 
 class LocalServing(Section):
@@ -86,7 +88,8 @@ class CanarySection(Section):
     keeps the rest, and scores every request in the shadow for the comparison."""
 
     step_duration: PositiveDuration = timedelta(minutes=10)
-    """How long each step lasts; its checks are read throughout and judged at its end."""
+    """How long each step lasts: a check that fails with confidence ends it early; otherwise it is
+    judged at its end."""
 
     checks: CanaryChecks = CanaryChecks()
     """What every step must satisfy."""
@@ -106,6 +109,15 @@ class CanarySection(Section):
 
     poll_interval: PositiveDuration = timedelta(seconds=30)
     """How often a waiting step (in the triggerer) reads its checks."""
+
+    confidence: float = Field(default=0.95, ge=0.5, lt=1.0)
+    """Each check decides on an interval at this confidence, not on its figure alone: it fails
+    once the interval is above its threshold, holds once it is below, and until then the step
+    keeps collecting (docs/canary.md has the requests each needs)."""
+
+    undecided: Literal["fail", "hold"] = "fail"
+    """What a check still undecided when its step ends does: `fail` (nothing is promoted on doubt)
+    or `hold`. The report says `undecided at N requests` either way."""
 
     @model_validator(mode="after")
     def _increasing_steps(self) -> CanarySection:

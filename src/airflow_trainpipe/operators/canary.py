@@ -199,6 +199,8 @@ class CanaryStepOperator(_CanaryTask):
                 thresholds=started["thresholds"],
                 poll_interval=section.poll_interval.total_seconds(),
                 sagemaker=sagemaker.settings.model_dump(mode="json") if sagemaker else None,
+                confidence=section.confidence,
+                undecided=section.undecided,
             ),
             method_name="execute_complete",
             # The trigger fires at `until` at the latest; the margin is the triggerer's own delay.
@@ -234,6 +236,14 @@ class CanaryStepOperator(_CanaryTask):
             canary_state(self.config, started["version"]),
             {**event, "step": self.step, "percent": percent, "failed": [] if held else reasons},
         )
+        if event.get("checks"):
+            from airflow_trainpipe.hooks.mlflow import MlflowHook
+            from airflow_trainpipe.registry.records import record_canary_step
+
+            record_canary_step(
+                MlflowHook(self.mlflow_conn_id), self.config.registered_model_name, started["version"],
+                self.step, event["checks"],
+            )  # fmt: skip
         if held:
             return {"step": self.step, "percent": percent, **figures}
         for example in event.get("examples", []):

@@ -22,7 +22,7 @@ from airflow_trainpipe.config.canary import CanaryChecks
 
 class CanaryStepTrigger(BaseTrigger):
     """Reads the step's figures every `poll_interval` seconds; fires once the step held (at
-    `until`) or failed (as soon as a check fails on enough requests)."""
+    `until`) or failed (as soon as a check's interval clears its threshold on enough requests)."""
 
     def __init__(
         self,
@@ -34,11 +34,15 @@ class CanaryStepTrigger(BaseTrigger):
         thresholds: dict[str, float],
         poll_interval: float = 30.0,
         sagemaker: dict[str, Any] | None = None,
+        confidence: float = 0.95,
+        undecided: str = "fail",
     ) -> None:
         super().__init__()
         self.requests_log, self.since, self.until = requests_log, since, until
         self.checks, self.thresholds, self.poll_interval = checks, thresholds, poll_interval
         self.sagemaker = sagemaker  # the SageMaker backend's settings; None: the local router's log
+        # canary.confidence and canary.undecided (defaults: a trigger serialized before they existed)
+        self.confidence, self.undecided = confidence, undecided
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -49,6 +53,8 @@ class CanaryStepTrigger(BaseTrigger):
             "thresholds": self.thresholds,
             "poll_interval": self.poll_interval,
             "sagemaker": self.sagemaker,
+            "confidence": self.confidence,
+            "undecided": self.undecided,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -63,7 +69,9 @@ class CanaryStepTrigger(BaseTrigger):
             if verdict.holds is not None:
                 yield TriggerEvent(step_event(figures, verdict, checks))
                 return
-            self.log.info("step so far: %s", figures.summary(checks))
+            self.log.info(
+                "step so far: %s", "; ".join(d.describe() for d in verdict.checks) or figures.summary(checks)
+            )
             await asyncio.sleep(max(0.05, min(self.poll_interval, self.until - time.time())))
 
     def _judge(self, checks: CanaryChecks, ended: bool) -> tuple[StepFigures, Verdict]:
@@ -79,7 +87,7 @@ class CanaryStepTrigger(BaseTrigger):
             figures = read_step(
                 Path(self.requests_log), self.since, self.until, Thresholds(**self.thresholds)
             )
-        return figures, judge(figures, checks, ended)
+        return figures, judge(figures, checks, ended, self.confidence, self.undecided)
 
 
 def step_event(figures: StepFigures, verdict: Verdict, checks: CanaryChecks) -> dict[str, Any]:
@@ -87,5 +95,6 @@ def step_event(figures: StepFigures, verdict: Verdict, checks: CanaryChecks) -> 
         "status": "held" if verdict.holds else "failed",
         "failed": list(verdict.failed),
         "figures": figures.summary(checks),
+        "checks": [decision.to_dict() for decision in verdict.checks],
         "examples": figures.examples,
     }
