@@ -145,6 +145,10 @@ def test_a_canary_step_resumes_where_it_was_after_airflow_restarts(
     # A request is logged once both models answered: the last second's may land after the verdict.
     judged = verdict["figures"]["requests"]
     assert _requests_between(lines, since, window - 1) <= judged <= _requests_between(lines, since, window)
+    # Each check held on an interval over the requests of both sides of the restart.
+    decided = {c["check"]: c for c in verdict["checks"]}
+    assert {name: c["decision"] for name, c in decided.items()} == dict.fromkeys(decided, "holds"), decided
+    assert decided["error_rate"]["requests"] == judged and decided["error_rate"]["interval"][1] < 0.01
 
     # The serving set never noticed: the same router and candidate server (the old champion's was
     # stopped by the promotion), and no request failed or went unanswered while Airflow was down.
@@ -156,3 +160,4 @@ def test_a_canary_step_resumes_where_it_was_after_airflow_restarts(
     champion = client.get_model_version_by_alias(DAG, "champion")
     assert str(champion.version) == "2"
     assert champion.tags["trainpipe.canary.result"] == "promoted"
+    assert json.loads(champion.tags["trainpipe.canary.step.1"])["error_rate"]["requests"] == judged

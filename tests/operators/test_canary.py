@@ -117,6 +117,10 @@ def test_a_failing_step_rolls_back_tags_the_version_and_is_final(registry, tmp_p
     assert tags["trainpipe.canary.result"] == "rolled_back" and tags["trainpipe.canary.failed_step"] == "1"
     assert tags["trainpipe.canary.failed"].startswith("error_rate")
     assert json.loads(tags["trainpipe.canary.figures"])["requests"] >= 20
+    # How sure the step was: each check's interval and count, on the version.
+    decided = json.loads(tags["trainpipe.canary.step.1"])
+    assert decided["error_rate"]["decision"] == "fails" and decided["error_rate"]["interval"][0] > 0.01
+    assert decided["error_rate"]["requests"] == json.loads(tags["trainpipe.canary.figures"])["requests"]
     # The report: on the version's run, named by a tag; traffic, the failed step and its figures.
     run_id = hook.get_conn().get_model_version(name, candidate).run_id
     assert (
@@ -125,6 +129,7 @@ def test_a_failing_step_rolls_back_tags_the_version_and_is_final(registry, tmp_p
     page = hook.get_conn().download_artifacts(run_id, "canary/report.html", str(tmp_path))
     text = Path(page).read_text()
     assert "ROLLED BACK" in text and "error_rate" in text and "<svg" in text
+    assert "How sure each step was" in text
 
 
 def test_a_retried_step_judges_the_window_it_started(tmp_path: Path) -> None:

@@ -39,3 +39,19 @@ def test_a_disagreeing_row_shows_each_model_s_predicted_label_beside_its_answer(
     assert "<td>0</td><td>1</td><td>0</td><td>{&#x27;probability&#x27;: 0.61" in page
     old = canary_report_html("fraud", "7", "6", "rolled_back", STEPS, [], {})  # an event without labels
     assert "<td>0</td><td>-</td><td>-</td><td>0.9</td><td>0.1</td>" in old
+
+
+def test_each_step_shows_the_interval_each_check_decided_on() -> None:
+    checks = [
+        {"check": "error_rate", "value": 0.0, "interval": [0.0, 0.0188], "threshold": 0.05, "decision": "holds",
+         "requests": 200},
+        {"check": "latency_p99_ms", "value": 12.5, "interval": [11.0, None], "threshold": 500.0,
+         "decision": "undecided", "requests": 200},
+        {"check": "disagreement", "value": 0.4, "interval": [0.3, 0.5], "threshold": 0.05, "decision": "fails",
+         "rows": 90},
+    ]  # fmt: skip
+    page = canary_report_html("m", "2", "1", "rolled_back", [{**STEPS[1], "checks": checks}], [], {}, ["x"])
+    assert "How sure each step was" in page
+    assert "[0, 0.0188]" in page and "[11, -]" in page  # `-`: too few requests to bound a p99
+    assert '<span class="fail">fails</span>' in page and "90 rows" in page and "200 requests" in page
+    assert "How sure each step was" not in canary_report_html("m", "2", "1", "promoted", STEPS, [], {})

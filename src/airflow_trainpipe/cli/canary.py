@@ -49,12 +49,37 @@ def _replay(args: argparse.Namespace) -> int:
     print(
         f"replaying {len(rows)} rows of {args.ds} to the canaries of {config.pipeline} ({state})", flush=True
     )
+    for line in decision_lines(config, args.per_second):
+        print(line, flush=True)
     stop = threading.Event()
     try:
         call_every_canary(state, rows, args.per_second, stop)
     except KeyboardInterrupt:
         stop.set()
     return 0
+
+
+def decision_lines(config: PipelineConfig, per_second: float) -> list[str]:
+    """How many requests each check needs to decide at `canary.confidence`, against what a step
+    collects at `per_second` (every request counts: the candidate shadow-scores the champion's)."""
+    from airflow_trainpipe.canary.confidence import decision_budget
+
+    canary = config.canary
+    assert canary is not None
+    step = round(per_second * canary.step_duration.total_seconds())
+    lines = [
+        f"a step of {canary.step_duration.total_seconds():g} s at {per_second:g} requests/s collects about "
+        f"{step} requests; at {canary.confidence:g} confidence each check needs (undecided at the end: "
+        f"{canary.undecided}):"
+    ]
+    for check, case, needed in decision_budget(canary.checks, canary.confidence):
+        enough = (
+            "never"
+            if needed is None
+            else f"{needed} requests" + (" (more than a step)" if needed > step else "")
+        )
+        lines.append(f"  {check} {case}: {enough}")
+    return lines
 
 
 def replay_rows(config: PipelineConfig, ds: str, limit: int) -> list[dict[str, Any]]:

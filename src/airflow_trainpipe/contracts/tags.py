@@ -120,6 +120,8 @@ CANARY_FAILED_TAG = "trainpipe.canary.failed"
 CANARY_FIGURES_TAG = "trainpipe.canary.figures"
 CANARY_REPORT_TAG = "trainpipe.canary.report"
 """The canary report's URL in MLflow's UI, else its `runs:/` URI."""
+CANARY_STEP_TAG_PREFIX = "trainpipe.canary.step."
+"""+ the step (1-based): JSON of each check's figure, interval, threshold, decision and count."""
 
 LINEAGE_RUN_TAGS = (
     DATA_DIGEST_TAG,

@@ -2,7 +2,8 @@
 
 What a reviewer needs to agree with a promotion or a rollback: the outcome and what failed; the
 traffic over time (requests per interval, by the model that answered, and the candidate's share);
-every step's figures beside its thresholds; and rows where the two models decided differently.
+every step's figures beside its thresholds, and the interval each check decided on; and rows
+where the two models decided differently.
 Built from plain values (the operator reads the router's log), so it imports nothing of canary/.
 Run at execute() time only: matplotlib is imported inside.
 """
@@ -46,6 +47,7 @@ def canary_report_html(
         + "</div>",
         "<h2>Steps</h2>",
         _steps_table(steps),
+        *(["<h2>How sure each step was</h2>", _decisions_table(steps)] if _has_decisions(steps) else []),
         "<h2>Checks</h2>",
         f"<pre>{_text(json.dumps(checks, indent=1))}</pre>",
     ]
@@ -101,6 +103,34 @@ def _steps_table(steps: list[dict[str, Any]]) -> str:
             (_text(step["step"]), _number(step["percent"]), *(_number(figures.get(n)) for n in names), check)
         )
     return _table(("step", "% on candidate", *names, "verdict"), rows)
+
+
+def _has_decisions(steps: list[dict[str, Any]]) -> bool:
+    return any(step.get("checks") for step in steps)
+
+
+def _decisions_table(steps: list[dict[str, Any]]) -> str:
+    """Each step's checks as decided: the figure, its interval at `canary.confidence` (`-`: no
+    bound, too few requests for it), the threshold, the decision, and what it was counted over."""
+    rows = []
+    for step in steps:
+        for check in step.get("checks", []):
+            low, high = check["interval"]
+            count = next((f"{v} {k}" for k, v in check.items() if k in ("requests", "rows", "scores")), "-")
+            decision = check["decision"]
+            shown = _text(decision) if decision != "fails" else f'<span class="fail">{_text(decision)}</span>'
+            rows.append(
+                (
+                    _text(step["step"]),
+                    _text(check["check"]),
+                    _number(check["value"]),
+                    f"[{_number(low)}, {_number(high)}]",
+                    _number(check["threshold"]),
+                    shown,
+                    _text(count),
+                )
+            )
+    return _table(("step", "check", "figure", "interval", "threshold", "decision", "over"), rows)
 
 
 def _traffic_figure(traffic: list[dict[str, Any]]) -> Any:

@@ -17,6 +17,7 @@ from airflow_trainpipe.contracts.tags import (
     CANARY_FIGURES_TAG,
     CANARY_REPORT_TAG,
     CANARY_RESULT_TAG,
+    CANARY_STEP_TAG_PREFIX,
     GATE_FORCED_TAG,
     GATE_PROMOTE_TAG,
     GATE_REASON_TAG,
@@ -73,6 +74,16 @@ def record_canary_rollback(
     }
     hook.set_version_tags(name, version, tags)
     release_alias(hook, name, canary_alias(config), version)
+
+
+def record_canary_step(
+    hook: MlflowHook, model_name: str, version: str, step: int, checks: list[dict[str, Any]]
+) -> None:
+    """How sure a step was, on the version: each check's interval and the count it decided on."""
+    compact = {c["check"]: {k: v for k, v in c.items() if k != "check"} for c in checks}
+    hook.set_version_tags(
+        model_name, version, {f"{CANARY_STEP_TAG_PREFIX}{step}": json.dumps(compact)[:5000]}
+    )
 
 
 def record_canary_report(hook: MlflowHook, model_name: str, version: str, page: str, path: str) -> str | None:
