@@ -105,6 +105,7 @@ SECTIONS = (
     "checkpoint",
     "preemption",
     "text",
+    "text_quality",
     "pretrained",
     "canary",
     "fork_startup",
@@ -128,6 +129,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
     from sources_bench import bench_sources
     from step_bench import bench_step
     from text_bench import bench_text
+    from text_quality_bench import bench_text_quality
     from train_bench import bench_training
     from tune_bench import bench_tuning
     from validation_bench import bench_validation
@@ -147,6 +149,7 @@ def _sections(names: list[str]) -> dict[str, list[str]]:
         "checkpoint": bench_checkpoint,
         "preemption": bench_preemption,
         "text": bench_text,
+        "text_quality": bench_text_quality,
         "pretrained": bench_pretrained,
         "canary": bench_canary,
         "fork_startup": bench_fork_startup,
@@ -225,6 +228,7 @@ def _section_name(heading: str) -> str:
         ("checkpoint", "checkpoint compression"),
         ("preemption", "preemption:"),
         ("soak", "chaos soak"),
+        ("text_quality", "text quality:"),
         ("text", "text models"),
         ("pretrained", "pretrained encoders"),
         ("gpu", "gpu:"),
