@@ -87,7 +87,10 @@ class RunEnd:
         # Final weights not scored at an epoch end (max_steps, a rung): a published candidate's
         # holdout metrics are its scoring below, the same rows through the same metrics, not a
         # second pass of the engine over the holdout (it was a third of the end).
-        if scored is None and not (publishing and self.scored == "holdout"):
+        # An epoch end's metrics are in MLflow already (at their step); only a scoring made here
+        # is logged here, so no step holds two values of one validation metric.
+        fresh = scored is None and not (publishing and self.scored == "holdout")
+        if fresh:
             scored = {"step": state["step"], **self.evaluate()}
         laps.lap("final_metrics")
         weights = full_state_dict(self.engine, self.spec.config.training.deepspeed.zero_stage)
@@ -105,7 +108,8 @@ class RunEnd:
         device_s = self.timing.device_s() if self.timing else state["device_seconds"]
         hours = device_s / 3600  # the world size each attempt actually ran with
         device = "gpu" if self.device.type == "cuda" else "cpu"
-        self._log_final(tracker, metrics, {f"{device}_hours": hours}, state["step"], sample)
+        logged = metrics if fresh or self.scored == "holdout" else {"holdout": metrics["holdout"]}
+        self._log_final(tracker, logged, {f"{device}_hours": hours}, state["step"], sample)
         laps.lap("final_logging")
         # Rank 0's end, counted for every process: the others wait for it at the barrier.
         end_s = time.monotonic() - loop_end
