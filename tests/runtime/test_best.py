@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow
 OVERFIT = (
     ("epochs: 2", "epochs: 12"),
     ("early_stopping_patience: 5", "early_stopping_patience: 1"),
-    ("learning_rate: 0.002", "learning_rate: 0.05"),
+    (
+        "learning_rate: 0.002",
+        "learning_rate: 0.05\n    lr_schedule: linear",
+    ),  # from scratch: constant by default
 )
 
 

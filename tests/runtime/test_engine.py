@@ -39,7 +39,7 @@ def test_the_schedules_follow_the_hf_trainers_with_warmup_ratio_and_floor() -> N
     # After the warm-up, the HF Trainer's curves; the warm-up itself starts at 1/warmup, not at 0
     # (HF's first step has no learning rate at all), as trainpipe's warm-up always did.
     total = 50
-    linear = lr_factor(Hyperparameters(warmup_ratio=0.1), total)
+    linear = lr_factor(Hyperparameters(warmup_ratio=0.1, lr_schedule="linear"), total)
     assert [linear(s) for s in range(5)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
     assert [linear(s) for s in range(5, total)] == pytest.approx(
         _hf_factors("get_linear_schedule_with_warmup", 5, total)[5:]
@@ -51,3 +51,17 @@ def test_the_schedules_follow_the_hf_trainers_with_warmup_ratio_and_floor() -> N
     # The larger warm-up wins; constant keeps the rate after it.
     constant = lr_factor(Hyperparameters(warmup_steps=2, warmup_ratio=0.2, lr_schedule="constant"), total)
     assert [constant(s) for s in range(12)] == pytest.approx([(s + 1) / 10 for s in range(10)] + [1.0, 1.0])
+
+
+def test_auto_decays_a_fine_tune_and_keeps_a_from_scratch_rate_constant() -> None:
+    import pytest
+
+    from airflow_trainpipe.config.training import Hyperparameters
+    from airflow_trainpipe.runtime.engine import lr_factor
+
+    auto = Hyperparameters()
+    assert auto.lr_schedule == "auto"
+    assert [lr_factor(auto, 10)(s) for s in range(10)] == [1.0] * 10
+    assert [lr_factor(auto, 10, fine_tuning=True)(s) for s in range(10)] == pytest.approx(
+        [1.0 - s / 10 for s in range(10)]
+    )

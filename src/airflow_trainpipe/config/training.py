@@ -58,9 +58,17 @@ class Hyperparameters(Section):
     """Warm-up as a share of the run's optimizer steps (the HF Trainer's `warmup_ratio`); the
     larger of the two warm-ups applies. 0.06-0.1 suits fine-tuning a pretrained encoder."""
 
-    lr_schedule: Literal["constant", "linear", "cosine"] = "linear"
+    lr_schedule: Literal["auto", "constant", "linear", "cosine"] = "auto"
     """After warm-up: `linear` decays to `min_lr_ratio` x `learning_rate` at the last step (the
-    HF Trainer's default), `cosine` follows half a cosine down to it, `constant` keeps it."""
+    HF Trainer's default), `cosine` follows half a cosine down to it, `constant` keeps it. `auto`:
+    `linear` when fine-tuning (`training.pretrained`), `constant` from scratch, where a decay over
+    a short run slows what little training it gets and the best epoch is registered anyway."""
+
+    def schedule(self, fine_tuning: bool) -> str:
+        """The schedule `lr_schedule` means for a run that fine-tunes (or not)."""
+        if self.lr_schedule != "auto":
+            return self.lr_schedule
+        return "linear" if fine_tuning else "constant"
 
     min_lr_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
     """The floor the decay ends at, as a share of `learning_rate`."""

@@ -86,14 +86,14 @@ def compute_dtype(ds_config: dict[str, Any]) -> torch.dtype:
     return torch.float16 if ds_config["fp16"]["enabled"] else torch.float32
 
 
-def lr_factor(hp: Hyperparameters, total_steps: int) -> Callable[[int], float]:
+def lr_factor(hp: Hyperparameters, total_steps: int, fine_tuning: bool = False) -> Callable[[int], float]:
     """The learning rate's multiplier at each optimizer step (0-based, as LambdaLR counts): a
     linear warm-up to 1, then the configured decay to `min_lr_ratio` at the run's last step.
 
     A function of the step and the run's step count alone, both fixed for a run (a resumed or
     re-sized job keeps its global batch): a retry and `trainpipe reproduce` follow the same curve."""
     warmup = max(hp.warmup_steps, math.ceil(hp.warmup_ratio * total_steps))
-    floor, schedule = hp.min_lr_ratio, hp.lr_schedule
+    floor, schedule = hp.min_lr_ratio, hp.schedule(fine_tuning)
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -123,7 +123,8 @@ def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, A
         )
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, total_steps))
+    fine_tuning = spec.config.training.pretrained is not None
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, total_steps, fine_tuning))
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )

@@ -158,7 +158,8 @@ class Trainer(JobSetup):
         return state
 
     def _sync_and_epoch_end(self, tracker: Tracker | None, total_steps: int) -> tuple[PeriodicSync, EpochEnd]:
-        factor, base = lr_factor(self.hp, total_steps), self.hp.learning_rate
+        factor = lr_factor(self.hp, total_steps, self.training.pretrained is not None)
+        base = self.hp.learning_rate
         sync = PeriodicSync(
             SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
             self.checkpoints,

@@ -46,9 +46,12 @@ def _config(
     training["pretrained"] = pretrained
     training["deepspeed"] = {"zero_stage": 3, **(deepspeed or {})}
     training["checkpoint"].update(uri=(root / "checkpoints").as_uri(), every_steps=5)
+    # A constant rate: the tests compare runs of different lengths step by step, and a decaying
+    # schedule (a fine-tune's default) spans each run's own steps.
     training["hyperparameters"].update(
-        epochs=1, batch_size=16, model_args={"dropout": 0.0, "head_hidden_sizes": [16]}, **hyperparameters
-    )
+        epochs=1, batch_size=16, model_args={"dropout": 0.0, "head_hidden_sizes": [16]},
+        lr_schedule="constant", **hyperparameters,
+    )  # fmt: skip
     return parse_config(yaml.safe_dump(config, sort_keys=False))
 
 
