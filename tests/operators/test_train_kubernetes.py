@@ -235,7 +235,7 @@ def test_each_tuning_trial_is_one_pod_through_its_rungs(tmp_path: Path) -> None:
     spec = json.loads(env["TRAINPIPE_SPEC"])
     assert spec["trial"] == {
         "number": 1,
-        "validation": {"fraction": 0.2, "seed": 0},
+        "validation": {"fraction": 0.1, "seed": 0},  # data.validation (the default share)
         "final": True,
         "study_run_id": "r1",  # the trials of study r1 share its pretrained pin
         "rungs": [1],  # the pod reports rung 1 to the study and stops there when pruned
