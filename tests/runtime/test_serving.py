@@ -25,6 +25,7 @@ from airflow_trainpipe.contracts.predictions import PREDICTED_LABEL, PROBABILITY
 from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
 from airflow_trainpipe.runtime.data.transform import FittedTransform
 from tests.helpers.jobs import job_config, uninterrupted_run
+from tests.helpers.transforms import tickets_transform
 
 slow = pytest.mark.slow  # the tests of the trained job's model; the in-memory ones are fast
 
@@ -154,23 +155,6 @@ def test_the_binary_model_names_its_class_at_the_threshold_its_run_tagged(
     assert (answer[PREDICTED_LABEL] != (answer[PROBABILITY] >= 0.5)).any()  # the threshold decides
 
 
-def _tickets(tmp_path: Path) -> tuple[FittedTransform, pa.Table]:
-    from datetime import date
-
-    import pyarrow.parquet as pq
-
-    from airflow_trainpipe.config import parse_config
-    from airflow_trainpipe.examples.synthetic import support_tickets
-    from airflow_trainpipe.runtime.data.prepare import fit
-    from tests.conftest import EXAMPLE_CONFIGS
-
-    config = parse_config((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
-    table = support_tickets(date(2026, 1, 1), 800, seed=2)
-    pq.write_table(table, tmp_path / "t.parquet")
-    uri = (tmp_path / "t.parquet").as_uri()
-    return fit([uri], config.data, config.features, config.training.task).transform, table
-
-
 def _network(transform: FittedTransform) -> Any:
     import torch
 
@@ -192,7 +176,7 @@ def test_a_multiclass_answer_names_the_top_class_beside_unchanged_probability_co
 ) -> None:
     from airflow_trainpipe.runtime.serving import TransformedNetwork, signature
 
-    transform, table = _tickets(tmp_path)
+    transform, table = tickets_transform(tmp_path)
     classes = transform.classes
     assert classes is not None
     rows = table.slice(0, 200).drop_columns(["team"]).to_pandas()
@@ -210,7 +194,7 @@ def test_a_multiclass_answer_names_the_top_class_beside_unchanged_probability_co
 def test_a_class_named_like_the_label_column_is_refused_before_anything_is_logged(tmp_path: Path) -> None:
     from airflow_trainpipe.runtime.serving import TransformedNetwork, log_raw_row_model, signature
 
-    transform, _ = _tickets(tmp_path)
+    transform, _ = tickets_transform(tmp_path)
     network = _network(transform)
     document = json.loads(transform.to_json())
     document["label"]["classes"][1] = PREDICTED_LABEL

@@ -21,6 +21,7 @@ from airflow_trainpipe.runtime.data.transform import (
     bucket_of,
 )
 from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.transforms import tickets_transform
 
 BASE = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
 FEATURES = BASE[BASE.index("features:\n") : BASE.index("validation:")]
@@ -261,18 +262,8 @@ def test_the_in_memory_predictor_applies_transform_then_network(files: list[str]
     np.testing.assert_allclose(predicted, expected, rtol=1e-6)
 
 
-def _tickets_transform(tmp_path: Path) -> tuple[FittedTransform, pa.Table]:
-    from airflow_trainpipe.examples.synthetic import support_tickets
-
-    config = parse_config((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
-    table = support_tickets(date(2026, 1, 1), 800, seed=2)
-    pq.write_table(table, tmp_path / "t.parquet")
-    uri = (tmp_path / "t.parquet").as_uri()
-    return fit([uri], config.data, config.features, config.training.task).transform, table
-
-
 def test_multiclass_targets_are_class_indices_and_unknown_classes_minus_one(tmp_path: Path) -> None:
-    transform, table = _tickets_transform(tmp_path)
+    transform, table = tickets_transform(tmp_path)
     assert transform.classes == ["account", "billing", "shipping", "technical"]
     assert transform.num_outputs == 4
     targets = transform.labels(table)
@@ -289,7 +280,7 @@ def test_the_multiclass_predictor_gives_a_probability_per_class_by_name(tmp_path
     from airflow_trainpipe.runtime.models import build_model
     from airflow_trainpipe.runtime.serving import TransformedNetwork, signature
 
-    transform, table = _tickets_transform(tmp_path)
+    transform, table = tickets_transform(tmp_path)
     torch.manual_seed(0)
     network = build_model(
         "tabular_mlp",

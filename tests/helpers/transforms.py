@@ -1,0 +1,28 @@
+"""Fitted transforms of the examples, for tests that need one without a training job."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_trainpipe.runtime.data.transform import FittedTransform
+
+
+def tickets_transform(tmp_path: Path) -> tuple[FittedTransform, pa.Table]:
+    """The support_tickets example's transform (multiclass, text) fitted on 800 tickets, and them."""
+    import pyarrow.parquet as pq
+
+    from airflow_trainpipe.config import parse_config
+    from airflow_trainpipe.examples.synthetic import support_tickets
+    from airflow_trainpipe.runtime.data.prepare import fit
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    config = parse_config((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
+    table = support_tickets(date(2026, 1, 1), 800, seed=2)
+    pq.write_table(table, tmp_path / "t.parquet")
+    uri = (tmp_path / "t.parquet").as_uri()
+    return fit([uri], config.data, config.features, config.training.task).transform, table
