@@ -241,6 +241,7 @@ def test_each_tuning_trial_is_one_pod_through_its_rungs(tmp_path: Path) -> None:
         "rungs": [1],  # the pod reports rung 1 to the study and stops there when pruned
         "study_name": "house_prices:r1",
         "trial_id": 8,
+        "budget": 20,  # the config's 20 epochs: the trial's learning-rate schedule spans them
     }
     assert spec["run_id"] == "r1.trial-001" and spec["hyperparameters"]["epochs"] == 3
     # The study's URL (it may hold a password) reaches the pod through the try's Secret only.

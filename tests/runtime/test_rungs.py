@@ -28,7 +28,9 @@ EPOCHS = 3
 
 def _base(root: Path, files: list[str]) -> TrainSpec:
     config = yaml.safe_load((EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text())
-    config["training"]["hyperparameters"].update(batch_size=32, epochs=EPOCHS)
+    # A decaying rate: a trial's schedule spans its full budget, so the job trained to the first
+    # rung alone follows the same curve as the trial (what the survivor test compares).
+    config["training"]["hyperparameters"].update(batch_size=32, epochs=EPOCHS, lr_schedule="linear")
     config["training"]["checkpoint"].update(uri=root.as_uri(), every_steps=5, keep_last=2)
     return TrainSpec(config=parse_config(yaml.safe_dump(config)), run_id="study", data_files=files)
 

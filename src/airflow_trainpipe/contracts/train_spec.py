@@ -60,6 +60,10 @@ class TrialRung(BaseModel):
     TRAINPIPE_OPTUNA_STORAGE: it may hold a password)."""
     trial_id: int | None = None
     """The trial's id in that storage (not its number, which is per study)."""
+    budget: int | None = None
+    """The trial's full budget in the pruning resource (epochs, or steps): its learning-rate
+    schedule spans it, so a trial continued rung by rung, or a job trained to a rung alone, follows
+    the curve of one trained in one go. None: the job's own budget (a spec from before it)."""
 
     @model_validator(mode="after")
     def _rungs_have_a_study(self) -> TrialRung:

@@ -149,7 +149,8 @@ class JobSetup:
             self.hp.seed,
         )
         total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
-        self.engine = self._build_engine(total_steps)
+        self.schedule_steps = self._schedule_steps(total_steps, sampler.steps_per_epoch)
+        self.engine = self._build_engine(self.schedule_steps)
         self._lap("engine")
         high_water = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
@@ -186,6 +187,16 @@ class JobSetup:
                 getattr(m, "is_gradient_checkpointing", False) for m in self.engine.module.modules()
             ),
         )
+
+    def _schedule_steps(self, total_steps: int, steps_per_epoch: int) -> int:
+        """The steps the learning-rate schedule spans: the run's, or a tuning trial's full budget
+        (a rung's job trains part of it, and must follow the same curve as the whole)."""
+        trial, tuning = self.spec.trial, self.config.tuning
+        if trial is None or trial.budget is None or tuning is None:
+            return total_steps
+        if tuning.pruning.resource == "steps":
+            return trial.budget
+        return min(self.hp.max_steps or 1 << 62, trial.budget * steps_per_epoch)
 
     def _build_engine(self, total_steps: int) -> Any:
         with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built

@@ -105,7 +105,7 @@ class Trainer(JobSetup):
         steps = StepRunner(
             self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss
         )
-        sync, epoch_end = self._sync_and_epoch_end(tracker, total_steps)
+        sync, epoch_end = self._sync_and_epoch_end(tracker, self.schedule_steps)
         step, train_loss = state["step"], state.get("final_train_loss")
         timing = self.timing = self._timing(state)
         # A retry that resumed at a rung's end asks the study the question its attempt could not.
@@ -157,8 +157,10 @@ class Trainer(JobSetup):
             high_water.flush()
         return state
 
-    def _sync_and_epoch_end(self, tracker: Tracker | None, total_steps: int) -> tuple[PeriodicSync, EpochEnd]:
-        factor = lr_factor(self.hp, total_steps, self.training.pretrained is not None)
+    def _sync_and_epoch_end(
+        self, tracker: Tracker | None, schedule_steps: int
+    ) -> tuple[PeriodicSync, EpochEnd]:
+        factor = lr_factor(self.hp, schedule_steps, self.training.pretrained is not None)
         base = self.hp.learning_rate
         sync = PeriodicSync(
             SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),

@@ -170,6 +170,7 @@ def rung_spec(
                 rungs=rungs or [],
                 study_name=ref.study_name if rungs else None,
                 trial_id=trial_id if rungs else None,
+                budget=tuning.max_resource(hp),
             ),
             "mlflow_run_id": None,  # the trial's run directory remembers its own MLflow run
             "tags": {
