@@ -9,7 +9,9 @@ epoch / LR decay change, against TF-IDF + logistic regression on the same rows.
   false` and `lr_schedule: constant` (epochs scored on the gate's holdout, the last one registered,
   a constant rate after warm-up), as the job behaved before the change;
 - after: the same config with the change's defaults (validation split 0.1, the best epoch's weights
-  registered, linear decay);
+  registered; `lr_schedule: auto`, a constant rate from scratch: linear decay is a fine-tune's
+  default, and an extra row, `TRAINPIPE_TEXT_QUALITY_EXTRA="after, linear decay:lr_schedule=linear"`,
+  measures it here);
 - both through the one job runner the operator and `trainpipe train` use (launchers/runner.py:
   torchrun, 2 ranks, DeepSpeed on gloo, MLflow); each run's logged model is loaded with
   `mlflow.pyfunc.load_model` and predicts the kept-aside rows from their raw columns;
@@ -332,7 +334,8 @@ def bench_text_quality() -> list[str]:
         "",
         "- *before*: `data.validation: null`, `training.restore_best: false`, `lr_schedule: constant` (epochs",
         f"  scored on the gate's holdout, the last epoch registered, a constant rate): trains on {sizes['before_train']:,} rows.",
-        "- *after*: the defaults (validation split 0.1, the best epoch's weights registered, linear decay):",
+        "- *after*: the defaults (validation split 0.1, the best epoch's weights registered, `lr_schedule: auto`:",
+        "  a constant rate from scratch; linear decay is what auto means for a fine-tune, measured in an extra row):",
         f"  trains on {sizes['train']:,} rows, chooses its epoch on {sizes['validation']:,}.",
         '- *TF-IDF + LR*: scikit-learn `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)` of subject + " " +',
         "  body, `LogisticRegression` (lbfgs, multinomial); C chosen from "
@@ -343,7 +346,8 @@ def bench_text_quality() -> list[str]:
         f"  and that fit, on the {sizes['train']:,} training rows the *after* job trains on, is the one scored.",
         "  It reads the text alone; the encoder's model also reads the example's numeric and categorical columns.",
         "",
-        f'Command: `make bench ONLY=text_quality` ({os.cpu_count()} cores, no GPU). Macro-F1: scikit-learn `f1_score(average="macro")`',
+        f"Command: `{'TRAINPIPE_TEXT_QUALITY_EXTRA=' + repr(EXTRA) + ' ' if EXTRA else ''}make bench ONLY=text_quality` "
+        f'({os.cpu_count()} cores, no GPU). Macro-F1: scikit-learn `f1_score(average="macro")`',
         "on the kept-aside rows; the curve is each epoch's macro-F1 as the job scored it (MLflow), on the holdout",
         "(*before*) or the validation split (*after*).",
         "",
