@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import torch
 
     from airflow_trainpipe.runtime.data.transform import FittedTransform
 
@@ -26,3 +27,20 @@ def tickets_transform(tmp_path: Path) -> tuple[FittedTransform, pa.Table]:
     pq.write_table(table, tmp_path / "t.parquet")
     uri = (tmp_path / "t.parquet").as_uri()
     return fit([uri], config.data, config.features, config.training.task).transform, table
+
+
+def small_classifier(transform: FittedTransform) -> torch.nn.Module:
+    """A seeded, untrained tabular_mlp (one hidden layer of 8) over `transform`'s classes."""
+    import torch
+
+    from airflow_trainpipe.runtime.models import build_model
+
+    torch.manual_seed(0)
+    return build_model(
+        "tabular_mlp",
+        num_numeric=transform.num_dense,
+        cardinalities=transform.cardinalities,
+        task="multiclass_classification",
+        num_outputs=transform.num_outputs,
+        hidden_sizes=[8],
+    )

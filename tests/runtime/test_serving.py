@@ -25,7 +25,7 @@ from airflow_trainpipe.contracts.predictions import PREDICTED_LABEL, PROBABILITY
 from airflow_trainpipe.runtime.data.reader import HoldoutSplit, read_table
 from airflow_trainpipe.runtime.data.transform import FittedTransform
 from tests.helpers.jobs import job_config, uninterrupted_run
-from tests.helpers.transforms import tickets_transform
+from tests.helpers.transforms import small_classifier, tickets_transform
 
 slow = pytest.mark.slow  # the tests of the trained job's model; the in-memory ones are fast
 
@@ -155,22 +155,6 @@ def test_the_binary_model_names_its_class_at_the_threshold_its_run_tagged(
     assert (answer[PREDICTED_LABEL] != (answer[PROBABILITY] >= 0.5)).any()  # the threshold decides
 
 
-def _network(transform: FittedTransform) -> Any:
-    import torch
-
-    from airflow_trainpipe.runtime.models import build_model
-
-    torch.manual_seed(0)
-    return build_model(
-        "tabular_mlp",
-        num_numeric=transform.num_dense,
-        cardinalities=transform.cardinalities,
-        task="multiclass_classification",
-        num_outputs=transform.num_outputs,
-        hidden_sizes=[8],
-    )
-
-
 def test_a_multiclass_answer_names_the_top_class_beside_unchanged_probability_columns(
     tmp_path: Path,
 ) -> None:
@@ -180,7 +164,7 @@ def test_a_multiclass_answer_names_the_top_class_beside_unchanged_probability_co
     classes = transform.classes
     assert classes is not None
     rows = table.slice(0, 200).drop_columns(["team"]).to_pandas()
-    predictor = TransformedNetwork.of(transform, _network(transform))
+    predictor = TransformedNetwork.of(transform, small_classifier(transform))
     answer = predictor.predict(None, rows)
     assert list(answer.columns) == [*classes, PREDICTED_LABEL]
     probabilities = predictor.scores(rows)  # what the job scores by
@@ -195,7 +179,7 @@ def test_a_class_named_like_the_label_column_is_refused_before_anything_is_logge
     from airflow_trainpipe.runtime.serving import TransformedNetwork, log_raw_row_model, signature
 
     transform, _ = tickets_transform(tmp_path)
-    network = _network(transform)
+    network = small_classifier(transform)
     document = json.loads(transform.to_json())
     document["label"]["classes"][1] = PREDICTED_LABEL
     clashing = FittedTransform(document)

@@ -21,7 +21,7 @@ from airflow_trainpipe.runtime.data.transform import (
     bucket_of,
 )
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.transforms import tickets_transform
+from tests.helpers.transforms import small_classifier, tickets_transform
 
 BASE = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
 FEATURES = BASE[BASE.index("features:\n") : BASE.index("validation:")]
@@ -277,19 +277,10 @@ def test_multiclass_targets_are_class_indices_and_unknown_classes_minus_one(tmp_
 def test_the_multiclass_predictor_gives_a_probability_per_class_by_name(tmp_path: Path) -> None:
     import torch
 
-    from airflow_trainpipe.runtime.models import build_model
     from airflow_trainpipe.runtime.serving import TransformedNetwork, signature
 
     transform, table = tickets_transform(tmp_path)
-    torch.manual_seed(0)
-    network = build_model(
-        "tabular_mlp",
-        num_numeric=transform.num_dense,
-        cardinalities=transform.cardinalities,
-        task="multiclass_classification",
-        num_outputs=transform.num_outputs,
-        hidden_sizes=[8],
-    )
+    network = small_classifier(transform)
     rows = table.slice(0, 10).drop_columns(["team"])
     predicted = TransformedNetwork.of(transform, network).predict(None, rows.to_pandas())
     assert list(predicted.columns) == [*transform.classes, "predicted_label"]  # tests/runtime/test_serving.py
