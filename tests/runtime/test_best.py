@@ -129,3 +129,30 @@ def test_a_retry_after_the_best_epoch_still_registers_the_best(
     assert retried.result is not None and retried.result["resumed_from_step"] == best_step
     assert retried.result["weights_step"] == best_step
     assert retried.result["weights_sha256"] == reference.result["weights_sha256"]
+
+
+def test_weights_a_run_stopped_mid_epoch_ends_on_are_scored_and_logged(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    from mlflow import MlflowClient
+
+    from airflow_trainpipe.core.tracking_store import default_tracking_uri
+    from tests.helpers.jobs import make_spec, run_job
+
+    # The tests' job (a rate that still improves it) on one rank: global batch 24, 38-step epochs;
+    # the run stops in the second.
+    spec = make_spec(tmp_path, job_files, "mid_epoch").limited_to(50)
+    run = run_job(spec, nproc=1, forked=True)
+    assert run.code == 0, run.text[-3000:]
+    result = run.result
+    assert result is not None and result["final_step"] == 50
+    history = MlflowClient(default_tracking_uri()).get_metric_history(
+        result["mlflow_run_id"], "validation_roc_auc"
+    )
+    logged = {m.step: m.value for m in history}
+    assert 38 in logged  # the epoch end
+    # The published weights' validation score is in MLflow, once, at its step: the final weights'
+    # (step 50), or the epoch's when restore_best chose it (logged at the epoch end already).
+    assert result["weights_step"] == 50  # still improving: restore_best keeps the final weights
+    assert logged[result["weights_step"]] == result["validation_metrics"]["roc_auc"]
+    assert len(history) == len(logged)

@@ -87,11 +87,12 @@ class RunEnd:
         # Final weights not scored at an epoch end (max_steps, a rung): a published candidate's
         # holdout metrics are its scoring below, the same rows through the same metrics, not a
         # second pass of the engine over the holdout (it was a third of the end).
-        # An epoch end's metrics are in MLflow already (at their step); only a scoring made here
-        # is logged here, so no step holds two values of one validation metric.
-        fresh = scored is None and not (publishing and self.scored == "holdout")
-        if fresh:
+        if scored is None and not (publishing and self.scored == "holdout"):
             scored = {"step": state["step"], **self.evaluate()}
+        # An epoch end's metrics are in MLflow already (at their step); a scoring of weights no
+        # epoch ended on (here, or restore_best's of a run stopped mid-epoch) is logged here, so no
+        # step holds two values of one validation metric.
+        fresh = scored is not None and all(e["step"] != scored["step"] for e in state["history"])
         laps.lap("final_metrics")
         weights = full_state_dict(self.engine, self.spec.config.training.deepspeed.zero_stage)
         peak_rss = self._gather_peak_rss()
