@@ -43,7 +43,7 @@ def _engine(tmp: Path):
 
     from airflow_trainpipe.config import parse_config
     from airflow_trainpipe.contracts.train_spec import TrainSpec
-    from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config
+    from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config, lr_factor
     from airflow_trainpipe.runtime.models import build_model
 
     text = (REPO / "dags/configs/fraud_detector.yaml").read_text()
@@ -54,7 +54,7 @@ def _engine(tmp: Path):
         hidden_sizes=[WIDTH] * DEPTH, dropout=0.0,
     )  # fmt: skip
     ds_config = deepspeed_config(spec, BATCH, 1, universal=False, on_gpu=False)
-    engine = build_engine(model, spec, ds_config)
+    engine = build_engine(model, spec, ds_config, lr_factor(spec.hyperparameters, STEPS))
     loss_fn = torch.nn.BCEWithLogitsLoss()
     for _ in range(STEPS):
         x, y = torch.randn(BATCH, NUM_NUMERIC), torch.randint(0, 2, (BATCH,)).float()

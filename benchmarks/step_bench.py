@@ -50,7 +50,7 @@ def _worker(spec_file: str) -> None:
     from airflow_trainpipe.runtime.data.reader import data_columns
     from airflow_trainpipe.runtime.data.sampler import ResumableSampler
     from airflow_trainpipe.runtime.data.stream import BlockStream
-    from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config
+    from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config, lr_factor
     from airflow_trainpipe.runtime.models import build_model
     from airflow_trainpipe.runtime.steps import StepRunner
 
@@ -69,8 +69,10 @@ def _worker(spec_file: str) -> None:
         **hp.model_args,
     )
     global_batch = hp.batch_size * world
+    # The job's schedule over every step this engine takes (the example's: a constant rate).
+    schedule = lr_factor(hp, (BLOCKS * 2 + 2) * BLOCK_STEPS)
     engine = build_engine(
-        model, spec, deepspeed_config(spec, global_batch, world, universal=False, on_gpu=False)
+        model, spec, deepspeed_config(spec, global_batch, world, universal=False, on_gpu=False), schedule
     )
     reader = BlockReader(spec.data_files, prepared_blocks.identities, data, data_columns(data))
     stream = BlockStream(

@@ -64,12 +64,6 @@ class Hyperparameters(Section):
     `linear` when fine-tuning (`training.pretrained`), `constant` from scratch, where a decay over
     a short run slows what little training it gets and the best epoch is registered anyway."""
 
-    def schedule(self, fine_tuning: bool) -> str:
-        """The schedule `lr_schedule` means for a run that fine-tunes (or not)."""
-        if self.lr_schedule != "auto":
-            return self.lr_schedule
-        return "linear" if fine_tuning else "constant"
-
     min_lr_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
     """The floor the decay ends at, as a share of `learning_rate`."""
 
@@ -82,6 +76,12 @@ class Hyperparameters(Section):
 
     model_args: dict[str, Scalar | list[Scalar]] = {}
     """Keyword arguments of the model builder, e.g. `{hidden_sizes: [64, 32], dropout: 0.1}`."""
+
+    def schedule(self, fine_tuning: bool) -> str:
+        """The schedule `lr_schedule` means for a run that fine-tunes (or not)."""
+        if self.lr_schedule != "auto":
+            return self.lr_schedule
+        return "linear" if fine_tuning else "constant"
 
     def with_overrides(self, overrides: dict[str, Any], max_steps: int | None = None) -> Hyperparameters:
         """One run's effective hyperparameters: these with `overrides` applied and the smaller of

@@ -108,9 +108,11 @@ def lr_factor(hp: Hyperparameters, total_steps: int, fine_tuning: bool = False) 
     return factor
 
 
-def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any], total_steps: int) -> Any:
-    """AdamW with warm-up and decay over the run's `total_steps`, under DeepSpeed (ZeRO,
-    precision, offload from `ds_config`)."""
+def build_engine(
+    model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any], schedule: Callable[[int], float]
+) -> Any:
+    """AdamW whose rate follows `schedule` (`lr_factor`'s multiplier per step), under DeepSpeed
+    (ZeRO, precision, offload from `ds_config`)."""
     hp = spec.hyperparameters
     offloaded = "offload_optimizer" in ds_config["zero_optimization"]
     if offloaded and ds_config.get("zero_force_ds_cpu_optimizer", True):
@@ -123,8 +125,7 @@ def build_engine(model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, A
         )
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
-    fine_tuning = spec.config.training.pretrained is not None
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(hp, total_steps, fine_tuning))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )

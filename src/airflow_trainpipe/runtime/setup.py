@@ -37,6 +37,7 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     compute_dtype,
     deepspeed,
     deepspeed_config,
+    lr_factor,
     model_construction,
 )
 from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout
@@ -148,9 +149,14 @@ class JobSetup:
             self.rank,
             self.hp.seed,
         )
-        total_steps = min(self.hp.max_steps or 1 << 62, self.hp.epochs * sampler.steps_per_epoch)
-        self.schedule_steps = self._schedule_steps(total_steps, sampler.steps_per_epoch)
-        self.engine = self._build_engine(self.schedule_steps)
+        total_steps = self._steps(self.hp.epochs, sampler.steps_per_epoch)
+        # One multiplier per step for the job: the engine's scheduler follows it, the loop logs it.
+        self.lr_factor = lr_factor(
+            self.hp,
+            self._schedule_steps(total_steps, sampler.steps_per_epoch),
+            fine_tuning=self.training.pretrained is not None,
+        )
+        self.engine = self._build_engine(self.lr_factor)
         self._lap("engine")
         high_water = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
@@ -196,14 +202,18 @@ class JobSetup:
             return total_steps
         if tuning.pruning.resource == "steps":
             return trial.budget
-        return min(self.hp.max_steps or 1 << 62, trial.budget * steps_per_epoch)
+        return self._steps(trial.budget, steps_per_epoch)
 
-    def _build_engine(self, total_steps: int) -> Any:
+    def _steps(self, epochs: int, steps_per_epoch: int) -> int:
+        """Optimizer steps in `epochs`, `max_steps` at most."""
+        return min(self.hp.max_steps or 1 << 62, epochs * steps_per_epoch)
+
+    def _build_engine(self, schedule: Callable[[int], float]) -> Any:
         with model_construction(self.ds_config):  # ZeRO-3: partitioned as it is built
             model = self._build_model()
         if self.rank == 0:
             log.info("model built: %s", _held(model))
-        return build_engine(model, self.spec, self.ds_config, total_steps)
+        return build_engine(model, self.spec, self.ds_config, schedule)
 
     def _open_data(self, prepared: PreparedData) -> None:
         """The block reader, the encoder the stream and the holdout share, the holdout."""

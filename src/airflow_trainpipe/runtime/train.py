@@ -36,7 +36,6 @@ from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.data.stream import BlockStream
 from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's accelerator
     deepspeed,
-    lr_factor,
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
 from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
@@ -105,7 +104,7 @@ class Trainer(JobSetup):
         steps = StepRunner(
             self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss
         )
-        sync, epoch_end = self._sync_and_epoch_end(tracker, self.schedule_steps)
+        sync, epoch_end = self._sync_and_epoch_end(tracker)
         step, train_loss = state["step"], state.get("final_train_loss")
         timing = self.timing = self._timing(state)
         # A retry that resumed at a rung's end asks the study the question its attempt could not.
@@ -157,11 +156,8 @@ class Trainer(JobSetup):
             high_water.flush()
         return state
 
-    def _sync_and_epoch_end(
-        self, tracker: Tracker | None, schedule_steps: int
-    ) -> tuple[PeriodicSync, EpochEnd]:
-        factor = lr_factor(self.hp, schedule_steps, self.training.pretrained is not None)
-        base = self.hp.learning_rate
+    def _sync_and_epoch_end(self, tracker: Tracker | None) -> tuple[PeriodicSync, EpochEnd]:
+        factor, base = self.lr_factor, self.hp.learning_rate
         sync = PeriodicSync(
             SyncConfig(every=SYNC_EVERY, checkpoint_every=self.checkpoints.cfg.every_steps),
             self.checkpoints,

@@ -321,30 +321,30 @@ class CheckpointManager:
     def latest_complete(self) -> CompleteCheckpoint | None:
         """Newest checkpoint with a marker and intact files; partial or corrupt ones are skipped."""
         for tag in self._tags():
-            uri = join(self.root, tag)
-            marker = self._read_json(f"{tag}/{MARKER}")
-            if marker is None:
-                log.warning(
-                    "skipping partial checkpoint %s: no %s (the attempt that wrote it died)", uri, MARKER
-                )
-                continue
-            problem = self._verify(tag, marker)
-            if problem:
-                log.warning("skipping corrupt checkpoint %s: %s", uri, problem)
-                continue
-            return CompleteCheckpoint(tag, uri, marker)
+            checkpoint, kind, problem = self._intact(tag)
+            if checkpoint is not None:
+                return checkpoint
+            log.warning("skipping %s checkpoint %s: %s", kind, join(self.root, tag), problem)
         return None
 
     def complete_at(self, step: int) -> CompleteCheckpoint:
         """The complete, intact checkpoint of `step`; CheckpointError when there is none."""
         tag = tag_for(step)
-        uri = join(self.root, tag)
+        checkpoint, kind, problem = self._intact(tag)
+        if checkpoint is None:
+            raise CheckpointError(f"{kind} checkpoint {join(self.root, tag)} cannot be loaded: {problem}")
+        return checkpoint
+
+    def _intact(self, tag: str) -> tuple[CompleteCheckpoint | None, str, str]:
+        """(the checkpoint, "", "") when its marker exists and every file matches it; else (None,
+        `partial` or `corrupt`, why)."""
         marker = self._read_json(f"{tag}/{MARKER}")
-        problem = f"no {MARKER}" if marker is None else self._verify(tag, marker)
+        if marker is None:
+            return None, "partial", f"no {MARKER} (the attempt that wrote it died)"
+        problem = self._verify(tag, marker)
         if problem:
-            raise CheckpointError(f"checkpoint {uri} cannot be loaded: {problem}")
-        assert marker is not None
-        return CompleteCheckpoint(tag, uri, marker)
+            return None, "corrupt", problem
+        return CompleteCheckpoint(tag, join(self.root, tag), marker), "", ""
 
     def _verify(self, tag: str, marker: dict[str, Any]) -> str | None:
         for relative, meta in sorted(marker["files"].items()):
