@@ -172,3 +172,12 @@ def test_an_unreadable_saved_fit_is_ignored(tmp_path: Path, caplog: pytest.LogCa
     assert prepared.transform.hash == _fit(files).transform.hash
     assert "ignoring unreadable" in caplog.text
     assert not np.isnan(prepared.fit_seconds)
+
+
+def test_a_validation_split_that_leaves_no_rows_names_its_fraction(tmp_path: Path) -> None:
+    from airflow_trainpipe.config.data import ValidationSplit
+
+    path = tmp_path / "part.parquet"
+    pq.write_table(transactions(date(2026, 1, 1), 40, seed=1), path)
+    with pytest.raises(DataError, match=r"validation split \(data.validation.fraction 0.001\) left no rows"):
+        _fit([path.as_uri()], validation=ValidationSplit(fraction=0.001, seed=7))

@@ -208,3 +208,15 @@ def test_an_unreadable_best_json_is_never_overwritten(tmp_path: Path, flaky, sin
     with pytest.raises(CheckpointError, match=r"best.json"):
         _complete_save(manager, run, 20, 0.1)  # worse: best.json must keep naming step 10
     assert json.loads((run / "checkpoints" / "best.json").read_text())["tag"] == tag_for(10)
+
+
+def test_a_best_checkpoint_that_is_partial_is_named_not_loaded(tmp_path: Path) -> None:
+    # training.restore_best loads the best epoch's checkpoint by step: a missing marker is an error
+    # naming the checkpoint, never a load of half a checkpoint.
+    _write(tmp_path, 10)
+    _write(tmp_path, 20, complete=False)
+    assert _manager(tmp_path).complete_at(10).step == 10
+    with pytest.raises(
+        CheckpointError, match=rf"partial checkpoint {tmp_path.as_uri()}/checkpoints/step_000000020"
+    ):
+        _manager(tmp_path).complete_at(20)
