@@ -93,6 +93,8 @@ def airflow_env(
             "AIRFLOW_CONN_TRAINPIPE_WAREHOUSE": "sqlite://" + quote(str(trainpipe_home / WAREHOUSE), safe=""),
             "AIRFLOW_CONN_TRAINPIPE_LAKE": connection(trainpipe_home / LAKE),
             "TRAINPIPE_HOME": str(trainpipe_home),
+            # The training pool `ensure_pools` sizes to the cores: each rank's share when it is full.
+            "TRAINPIPE_HOST_RANKS": str(len(os.sched_getaffinity(0))),
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # torchrun, trainpipe of this venv
         }
     )
@@ -252,6 +254,22 @@ def ensure_feast(trainpipe_home: Path, days: int = 7, rows: int = 5_000) -> None
         _make_table_data("feast", root, wanted, rows, "the Feast example")
 
 
+def ensure_pools(env: dict[str, str], configs: Path) -> None:
+    """`trainpipe pools --apply`: the training pools the configs' train tasks take slots of, sized
+    to this host's cores (a train task waits, `scheduled`, for a pool that does not exist). Run
+    once Airflow answers: `airflow standalone` migrates the metadata database first."""
+    done = subprocess.run(
+        [str(BIN / "trainpipe"), "pools", str(configs), "--apply"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"trainpipe pools --apply failed:\n{done.stdout}{done.stderr[-3000:]}")
+    print(done.stdout.strip(), flush=True)
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -357,6 +375,7 @@ def main() -> int:
         wait_http(
             f"http://127.0.0.1:{airflow_port}/api/v2/monitor/health", airflow, "airflow standalone", 300
         )
+        ensure_pools(env, REPO / "dags" / "configs")
         with _starting():
             replay = start_canary_replay(env, trainpipe_home / "canary-replay.log")
         passwords = airflow_home / "simple_auth_manager_passwords.json.generated"

@@ -400,3 +400,32 @@ def test_a_tuned_pipeline_runs_its_trials_as_mapped_tasks_before_train(tmp_path:
     dag.validate()
     stored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     assert sorted(stored.task_ids) == sorted(order)
+
+
+def test_training_takes_pool_slots_by_the_config_and_the_light_tasks_stay_in_the_default_pool(
+    tmp_path: Path,
+) -> None:
+    from airflow.task.priority_strategy import get_weight_rule_from_priority_weight_strategy
+
+    tuned = (EXAMPLE_CONFIGS / "fraud_detector_tuned.yaml").read_text()
+    assert "\ntuning:" in tuned
+    tuned = tuned.replace("\ntuning:", "\ntuning:\n  priority_weight: 2\n#", 1)  # its trials run 1 rank
+    nightly = FRAUD.replace("pipeline: fraud_detector", "pipeline: nightly").replace(
+        "\ntraining:\n", "\ntraining:\n  priority_weight: 10\n", 1
+    )
+    dags = _dags(_folder(tmp_path, **{"tuned.yaml": tuned, "nightly.yaml": nightly}))
+    for dag_id, task_id, slots, weight in [
+        ("nightly", "train", 2, 10),
+        ("fraud_detector_tuned", "train", 2, 1),
+        ("fraud_detector_tuned", "trial", 1, 2),
+    ]:
+        stored = DagSerialization.from_dict(
+            DagSerialization.to_dict(dags[dag_id])
+        )  # as the scheduler sees it
+        task = stored.get_task(task_id)
+        # The weight the scheduler orders by is the config's: `downstream` would add gate's, register's...
+        rule = get_weight_rule_from_priority_weight_strategy(type(task.weight_rule))
+        got = (task.pool, task.pool_slots, task.priority_weight, rule)
+        assert got == ("trainpipe_training", slots, weight, "absolute"), (dag_id, task_id)
+        others = {t.task_id: t.pool for t in stored.tasks if t.task_id not in ("train", "trial")}
+        assert set(others.values()) == {"default_pool"}, others

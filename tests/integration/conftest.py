@@ -220,6 +220,7 @@ def running_stack(
             raise RuntimeError(
                 f"{exc}\n{(airflow_home / 'standalone.log').read_text(errors='replace')[-4000:]}"
             ) from None
+        up.ensure_pools(env, dags / "configs")  # as `make up` does: train tasks wait for their pool
         mlflow.wait_healthy()
         s3.wait_ready((BUCKET,))
         stack = Stack(url, requests.Session(), dags / "configs", airflow_home, home, mlflow, smtp, s3)

@@ -100,6 +100,20 @@ def test_the_host_cores_are_shared_between_every_rank_of_the_jobs_side_by_side(
     assert threads_per_rank(nproc, jobs) == threads
 
 
+@pytest.mark.parametrize(("host_ranks", "threads"), [(None, 8), ("8", 2), ("1", 8), ("not a number", 8)])
+def test_a_worker_whose_pool_runs_several_jobs_gives_each_rank_its_share_of_a_full_pool(
+    monkeypatch: pytest.MonkeyPatch, host_ranks: str | None, threads: int
+) -> None:
+    # 16 cores, a 2-rank job: alone it would take 8 threads a rank; in a pool of 8 ranks, 4 such
+    # jobs run at once and 8 threads each would put 64 on 16 cores.
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    if host_ranks is None:
+        monkeypatch.delenv("TRAINPIPE_HOST_RANKS", raising=False)
+    else:
+        monkeypatch.setenv("TRAINPIPE_HOST_RANKS", host_ranks)
+    assert threads_per_rank(2) == threads
+
+
 def test_a_thread_count_the_user_set_wins(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, job_files: list[str]
 ) -> None:

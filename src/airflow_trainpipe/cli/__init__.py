@@ -1,7 +1,7 @@
 """`trainpipe`: command-line entry point, one module per command group.
 
 check (check, schema), training (train, tune), render, make_data, make_encoder, models (promote, rollback,
-reproduce), snapshots (snapshots gc), canary (canary-replay). Each subcommand imports what it needs inside its handler:
+reproduce), snapshots (snapshots gc), canary (canary-replay), pools. Each subcommand imports what it needs inside its handler:
 `trainpipe check` runs in CI and pre-commit hooks and must stay as light as the DAG processor
 (no Airflow, torch or mlflow).
 """
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         make_data,
         make_encoder,
         models,
+        pools,
         render,
         snapshots,
         training,
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (check, training, make_data, make_encoder, render, models, snapshots, canary):
+    for group in (check, training, make_data, make_encoder, render, models, snapshots, canary, pools):
         group.register(commands)
     return parser
 

@@ -23,9 +23,12 @@ from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.catalog import BUILTIN_MODELS, Task, available_models
 from airflow_trainpipe.config.kubernetes import KubernetesSection
 from airflow_trainpipe.config.suggest import did_you_mean
-from airflow_trainpipe.config.types import PretrainedUri, Quantity, StorageUri
+from airflow_trainpipe.config.types import PoolName, PretrainedUri, Quantity, StorageUri
 
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+# training.pool's defaults: a host's cores and a cluster's GPUs are different things to share out.
+DEFAULT_POOLS = {"local": "trainpipe_training", "kubernetes": "trainpipe_kubernetes"}
 
 Scalar = str | int | float | bool
 
@@ -304,10 +307,37 @@ class TrainingSection(Section):
     checkpoint: CheckpointSection = CheckpointSection()
     """Checkpointing and resume."""
 
+    pool: PoolName | None = None
+    """The Airflow pool whose slots the train task takes while its job runs: one slot per rank
+    (`launcher: local`) or per GPU (`kubernetes`; 1 for a CPU-only job). null: `trainpipe_training`
+    for local jobs, sized to the ranks a worker host may run at once, and `trainpipe_kubernetes`
+    for pods. `trainpipe pools --apply` creates or grows them (`make up` does). A pool that does
+    not exist keeps the task `scheduled` for ever; the scheduler logs why."""
+
+    priority_weight: PositiveInt = 1
+    """The train task's place in the queue for pool slots, as is (Airflow's `absolute` weight
+    rule): e.g. 10 for a nightly production retrain, 1 for an exploratory study."""
+
     restore_best: bool = True
     """Register the best epoch's weights, by the gate's metric on the validation split, not the
     last epoch's (the HF Trainer's `load_best_model_at_end`). Its checkpoint is kept for it
     (`checkpoint.keep_best`), so a retry after the best epoch still registers the best."""
+
+    @property
+    def pool_name(self) -> str:
+        return self.pool or DEFAULT_POOLS[self.launcher]
+
+    @property
+    def pool_slots(self) -> int:
+        """The slots one job takes of `pool`: its ranks when they run beside the worker, its GPUs
+        when they run in pods (the cluster's quota is Kueue's, `kubernetes.queue`)."""
+        return self.slots_for(self.resources.nproc_per_node)
+
+    def slots_for(self, nproc_per_node: int) -> int:
+        """The slots of a job of this section's launcher with `nproc_per_node` ranks per node (a trial)."""
+        if self.launcher == "local":
+            return nproc_per_node
+        return max(1, self.resources.nodes * self.resources.gpus_per_node)
 
     @field_validator("model")
     @classmethod

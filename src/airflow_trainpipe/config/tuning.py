@@ -17,6 +17,7 @@ from airflow_trainpipe.config.base import FieldProblems, Section
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import Hyperparameters, Scalar, TrainingSection
+from airflow_trainpipe.config.types import PoolName
 
 # Hyperparameters a search may vary; `model_args.<name>` may be varied too. The others are the
 # study's own (epochs or max_steps are the pruner's resource, the seed is held fixed so trials
@@ -171,6 +172,12 @@ class TuningSection(Section):
     pruning: a trial's pod reports its rungs to it."""
     nproc_per_trial: PositiveInt | None = None
     """Processes per trial; default training.resources.processes_per_node."""
+    pool: PoolName | None = None
+    """The Airflow pool each trial takes slots of (its ranks, or its GPUs in pods); null:
+    the train task's pool, so trials and retrains of one host share its cores."""
+    priority_weight: PositiveInt | None = None
+    """Each trial's place in the queue for pool slots; null: `training.priority_weight`. An
+    exploratory study set below the production retrains waits for them."""
 
     @model_validator(mode="before")
     @classmethod

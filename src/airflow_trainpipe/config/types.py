@@ -150,6 +150,9 @@ PretrainedUri = Annotated[
     ),
 ]
 
+# An Airflow pool's name: the API refuses the empty name, the UI links break on other characters.
+PoolName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.-]+$")]
+
 # A column name as it appears in the data files.
 ColumnName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s].*$")]
 

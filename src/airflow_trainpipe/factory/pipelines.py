@@ -24,6 +24,7 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from airflow_trainpipe.config import PipelineConfig
 from airflow_trainpipe.config.loader import duplicate_pipeline
+from airflow_trainpipe.config.pools import training_claim, trial_claim
 from airflow_trainpipe.config.schedule import aware_datetime
 from airflow_trainpipe.config.types import short_duration
 from airflow_trainpipe.core.exceptions import ConfigError
@@ -168,6 +169,7 @@ def pipeline_dag(config: PipelineConfig, source: str) -> DAG:
         validation=validate.output,  # the ValidationSummary: train reads exactly its manifest's bytes
         hyperparameter_overrides=params.hyperparameter_template(),
         **_after_tuning(tuned),
+        **training_claim(config).task_arguments(),
         **task_defaults,
     )
     if tuned is not None:
@@ -224,7 +226,8 @@ def _tuning_tasks(
         TuningTrialOperator,
     )
 
-    assert config.tuning is not None
+    trial = trial_claim(config)
+    assert config.tuning is not None and trial is not None
     start = TuningStartOperator(
         task_id="tune_start", config=config, enabled=params.tune_template(), dag=dag, **task_defaults
     )
@@ -237,6 +240,7 @@ def _tuning_tasks(
         hyperparameter_overrides=params.hyperparameter_template(),
         study=start.output,
         max_active_tis_per_dagrun=config.tuning.budget.max_parallel,
+        **trial.task_arguments(),
         dag=dag,
         **task_defaults,
     ).expand(slot=list(range(config.tuning.budget.trials)))

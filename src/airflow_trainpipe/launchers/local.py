@@ -25,6 +25,8 @@ from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.launchers.command import torchrun_command, torchrun_environment
 
+HOST_RANKS_ENV = "TRAINPIPE_HOST_RANKS"
+
 
 @dataclass
 class Line:
@@ -38,8 +40,16 @@ def threads_per_rank(nproc: int, jobs_on_host: int = 1) -> int:
     torchrun sets OMP_NUM_THREADS=1 only for more than one rank; a one-rank job keeps torch's
     default, a thread per core. Two such jobs side by side (two trials) put twice as many spinning
     OpenMP threads as cores on the host, and each ran 13x slower than alone (BENCHMARKS.md, Tuning).
+
+    A worker whose training pool lets several jobs run at once says how many ranks that is in
+    TRAINPIPE_HOST_RANKS (the pool's slots; `make up` sets it): each rank then gets its share of
+    the cores when the pool is full, not the whole host each job would otherwise assume it has.
     """
-    return max(1, len(os.sched_getaffinity(0)) // (nproc * jobs_on_host))
+    ranks = nproc * jobs_on_host
+    host = os.environ.get(HOST_RANKS_ENV, "")
+    if host.isdigit() and int(host) > 0:
+        ranks = max(ranks, int(host))
+    return max(1, len(os.sched_getaffinity(0)) // ranks)
 
 
 def job_environment(
