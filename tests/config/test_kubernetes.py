@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from airflow_trainpipe.config import load_config
 from airflow_trainpipe.config.kubernetes import (
     RESERVED_ENV,
     EnvKey,
@@ -15,6 +17,8 @@ from airflow_trainpipe.config.kubernetes import (
     Toleration,
     VolumeMount,
 )
+from airflow_trainpipe.core.exceptions import ConfigError
+from tests.conftest import EXAMPLE_CONFIGS
 
 SECRET_NAME_PROBLEM = "expected the name of a Kubernetes Secret (lower-case DNS name), got "
 
@@ -162,3 +166,35 @@ def test_the_startup_timeout_must_be_positive() -> None:
         ("startup_timeout",),
         "expected a duration greater than zero, got 0s",
     )
+
+
+def test_no_queue_by_default() -> None:
+    assert KubernetesSection().queue is None
+
+
+@pytest.mark.parametrize("queue", ["ml-gpu", "team_a.Batch-1", "q", "a" * 63])
+def test_a_queue_is_a_label_value(queue: str) -> None:
+    assert KubernetesSection(queue=queue).queue == queue
+
+
+@pytest.mark.parametrize("queue", ["", "-ml", "ml-", "_ml", "ml.", "a" * 64, "ml/gpu", "ml gpu", "ml-gpu\n"])
+def test_a_queue_that_is_no_label_value_is_rejected(queue: str) -> None:
+    assert _error(queue=queue) == (
+        ("queue",),
+        "expected the name of a Kueue LocalQueue usable as a label value (at most 63 characters: "
+        "letters, digits, '-', '_' and '.', starting and ending with a letter or digit), "
+        f"got {queue!r}",
+    )
+
+
+def test_a_bad_queue_is_located_at_training_kubernetes_queue(tmp_path: Path) -> None:
+    text = (EXAMPLE_CONFIGS / "house_prices.yaml").read_text()
+    assert "    shm_size: 16Gi\n" in text
+    path = tmp_path / "house_prices.yaml"
+    path.write_text(text.replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    queue: ml/gpu\n"))
+    line = path.read_text().splitlines().index("    queue: ml/gpu") + 1
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    [problem] = caught.value.problems
+    assert (problem.file, problem.line, problem.path) == (str(path), line, "training.kubernetes.queue")
+    assert str(problem).startswith(f"{path}:{line}:") and problem.message.endswith("got 'ml/gpu'")

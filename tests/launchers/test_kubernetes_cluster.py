@@ -7,10 +7,12 @@ import logging
 from collections.abc import Callable
 
 import pytest
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 from kubernetes.client import models as k8s
+from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError
 
 from airflow_trainpipe.config import PipelineConfig, parse_config
@@ -199,3 +201,197 @@ def test_a_job_try_first_lists_the_jobs_of_all_earlier_tries(elastic: PipelineCo
     url = str(caught.value.url)
     assert url.startswith("/apis/batch/v1/namespaces/ml-training/jobs?labelSelector=")
     assert "dag_id%3Dhouse_prices%2Ctask_id%3Dtrain%2Crun_id%3D" in url and "try_number" not in url
+
+
+# -- Kueue (training.kubernetes.queue) -------------------------------------------------------------
+
+QUEUED = {"    shm_size: 16Gi\n": "    shm_size: 16Gi\n    queue: ml-gpu\n"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_a_queued_job_is_created_suspended_with_the_queue_label_on_it_and_its_pods() -> None:
+    operator = _job(_config(QUEUED))
+    job = operator.build_job_request_obj(task_context(try_number=3))
+    assert operator.suspend is True and job.spec.suspend is True
+    assert job.metadata.labels[QUEUE_LABEL] == job.spec.template.metadata.labels[QUEUE_LABEL] == "ml-gpu"
+    # suspend is the operator's own parameter, not a full_job_spec field.
+    assert operator.full_job_spec.spec.suspend is None
+    assert _job(_config(QUEUED, STATIC)).full_job_spec is None
+    unqueued = _job(_config()).build_job_request_obj(task_context(try_number=3))
+    assert unqueued.spec.suspend is None and QUEUE_LABEL not in unqueued.metadata.labels
+
+
+def test_a_queued_pod_carries_the_queue_label_and_waits_for_admission() -> None:
+    operator = _pod(_config(ONE_NODE, QUEUED))
+    assert isinstance(operator, cluster.QueuedPodOperator)
+    assert operator.labels[QUEUE_LABEL] == "ml-gpu"
+    assert operator.pod_template_dict["metadata"]["labels"][QUEUE_LABEL] == "ml-gpu"
+    assert type(_pod(_config(ONE_NODE))) is KubernetesPodOperator
+
+
+class _Clock:
+    """time.monotonic and time.sleep of kubernetes_cluster: sleeping advances the clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _FakeCluster:
+    """The API calls of a try (the operator's hook, client, job_client and pod_manager) on a
+    cluster whose Kueue admits the workload `queued_s` seconds after it is created."""
+
+    is_job_failed = staticmethod(KubernetesHook.is_job_failed)
+
+    def __init__(self, clock: _Clock, queued_s: float, pods_after_admission: bool = True):
+        self.clock, self.queued_s, self.pods_after_admission = clock, queued_s, pods_after_admission
+        self.calls: list[tuple[str, float]] = []
+        self.deleted = False
+
+    def _call(self, name: str) -> None:
+        self.calls.append((name, self.clock.now))
+
+    def admitted(self) -> bool:
+        return self.clock.now >= self.queued_s
+
+    # hook
+    def create_job(self, job: k8s.V1Job) -> k8s.V1Job:
+        self._call("create_job")
+        assert job.spec.suspend is True  # created suspended: no pod before Kueue admits it
+        return k8s.V1Job(metadata=k8s.V1ObjectMeta(name=job.metadata.name, uid="uid-1"))
+
+    def wait_until_job_complete(self, job_name: str, namespace: str, job_poll_interval: float) -> k8s.V1Job:
+        self._call("wait_until_job_complete")
+        return k8s.V1Job(
+            status=k8s.V1JobStatus(conditions=[k8s.V1JobCondition(type="Complete", status="True")])
+        )
+
+    # job_client
+    def read_namespaced_job(self, name: str, namespace: str) -> k8s.V1Job:
+        self._call("read_namespaced_job")
+        if self.deleted:
+            raise ApiException(status=404)
+        spec = k8s.V1JobSpec(suspend=not self.admitted(), template=k8s.V1PodTemplateSpec())
+        return k8s.V1Job(metadata=k8s.V1ObjectMeta(name=name), spec=spec)
+
+    def delete_namespaced_job(self, name: str, namespace: str, propagation_policy: str) -> None:
+        self._call("delete_namespaced_job")
+
+    # client
+    def create_namespaced_service(self, namespace: str, body: dict) -> None:
+        self._call("create_namespaced_service")
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str) -> k8s.V1PodList:
+        self._call("list_namespaced_pod")
+        exists = self.admitted() and self.pods_after_admission
+        leader = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="leader", namespace=namespace))
+        return k8s.V1PodList(items=[leader] if exists else [])
+
+    # pod_manager
+    def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
+        self._call("read_pod")
+        gates = [] if self.admitted() else [k8s.V1PodSchedulingGate(name="kueue.x-k8s.io/admission")]
+        return k8s.V1Pod(
+            metadata=pod.metadata,
+            spec=k8s.V1PodSpec(containers=[], scheduling_gates=gates),
+            status=k8s.V1PodStatus(phase="Pending"),
+        )
+
+    async def await_pod_start(self, pod: k8s.V1Pod, **timeouts: float) -> None:
+        self._call("await_pod_start")
+        self.timeouts = timeouts
+
+    async def watch_pod_events(self, pod: k8s.V1Pod, check_interval: float) -> None:
+        return None
+
+    def fetch_requested_container_logs(self, pod: k8s.V1Pod, **kwargs: object) -> None:
+        self._call("fetch_requested_container_logs")
+
+
+def _faked(operator: KubernetesPodOperator, fake: _FakeCluster) -> None:
+    for name in ("hook", "client", "job_client", "pod_manager"):
+        setattr(operator, name, fake)  # the operator's cached API objects
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    clock = _Clock()
+    monkeypatch.setattr(cluster, "time", clock)
+    return clock
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_an_hour_in_the_kueue_queue_is_no_stuck_job_and_startup_timeout_counts_from_admission(
+    clock: _Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(QUEUED)
+    operator = _job(config)
+    fake = _FakeCluster(clock, queued_s=3600)  # six times startup_timeout (10m)
+    job = operator.build_job_request_obj(task_context(try_number=3))
+    _faked(operator, fake)
+    with caplog.at_level(logging.INFO, logger=LOG.name):
+        cluster._run_job(operator, config, LABELS, job, LOG)
+    when = dict(reversed(fake.calls))  # each call's first time
+    assert when["create_job"] == 0 and when["list_namespaced_pod"] == 3600
+    names = [name for name, _ in fake.calls]
+    # Pods are looked for only once Kueue unsuspended the Job, then followed as without a queue.
+    assert names.index("list_namespaced_pod") > names.index("read_namespaced_job")
+    assert names[-4:] == [
+        "await_pod_start",
+        "fetch_requested_container_logs",
+        "wait_until_job_complete",
+        "delete_namespaced_job",
+    ]
+    assert fake.timeouts["schedule_timeout"] == fake.timeouts["startup_timeout"] == 600
+    messages = [r.getMessage() for r in caplog.records]
+    name = job.metadata.name
+    assert f"Job ml-training/{name} waits in Kueue LocalQueue ml-gpu until Kueue admits it" in messages
+    assert f"Kueue admitted Job ml-training/{name} after 3600s" in messages
+    still = [m for m in messages if "still waits in Kueue LocalQueue ml-gpu" in m]
+    assert len(still) == 11 and "`kubectl get workloads -n ml-training` says why" in still[0]
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_after_admission_the_startup_timeout_still_bounds_a_job_whose_pods_never_come(clock: _Clock) -> None:
+    config = _config(QUEUED)
+    operator = _job(config)
+    fake = _FakeCluster(clock, queued_s=3600, pods_after_admission=False)
+    job = operator.build_job_request_obj(task_context(try_number=3))
+    _faked(operator, fake)
+    with pytest.raises(TrainingJobError, match=r"^no pod of Job ml-training/job-\S+ appeared within 600s$"):
+        cluster._run_job(operator, config, LABELS, job, LOG)
+    assert 4200 <= clock.now < 4210  # an hour in the queue, then the 10 minutes of startup_timeout
+    assert fake.calls[-1][0] == "delete_namespaced_job"  # the Job it stops watching goes
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_a_job_deleted_while_queued_ends_the_try_naming_it(clock: _Clock) -> None:
+    config = _config(QUEUED)
+    operator = _job(config)
+    fake = _FakeCluster(clock, queued_s=3600)
+    fake.deleted = True
+    job = operator.build_job_request_obj(task_context(try_number=3))
+    _faked(operator, fake)
+    with pytest.raises(
+        TrainingJobError, match=r"^Job ml-training/job-\S+ was deleted before Kueue admitted it$"
+    ):
+        cluster._run_job(operator, config, LABELS, job, LOG)
+
+
+def test_a_queued_pod_s_startup_wait_begins_when_kueue_lifts_its_scheduling_gate(clock: _Clock) -> None:
+    operator = _pod(_config(ONE_NODE, QUEUED))
+    fake = _FakeCluster(clock, queued_s=3600)
+    _faked(operator, fake)
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=LABELS.workload_name(), namespace="ml-training"))
+    operator.await_pod_start(pod)
+    reads = [t for name, t in fake.calls if name == "read_pod"]
+    assert reads[0] == 0 and reads[-1] == 3600  # gated for an hour: polled, not timed out
+    # The provider's wait (schedule and startup timeouts) starts only then.
+    assert fake.calls[-1] == ("await_pod_start", 3600)
+    assert fake.timeouts["schedule_timeout"] == fake.timeouts["startup_timeout"] == 600

@@ -15,6 +15,7 @@ from airflow_trainpipe.cli import main
 from airflow_trainpipe.config import load_config, parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.kubernetes_manifests import (
+    QUEUE_LABEL,
     RunLabels,
     container_command,
     label_value,
@@ -34,6 +35,12 @@ def _single_node_config() -> str:
         "    min_nodes: 1                          # on retry, resume on the nodes that can be had\n", ""
     )
     return text
+
+
+def _queued(config_text: str, queue: str = "ml-gpu") -> str:
+    """The config with `training.kubernetes.queue` (Kueue's LocalQueue) set."""
+    assert "    shm_size: 16Gi\n" in config_text
+    return config_text.replace("    shm_size: 16Gi\n", f"    shm_size: 16Gi\n    queue: {queue}\n")
 
 
 def _render(config_text: str, try_number: int = 2) -> list[dict]:
@@ -65,19 +72,36 @@ def pod() -> dict:
     return manifest
 
 
+@pytest.fixture(scope="module")
+def queued_pod() -> dict:
+    (manifest,) = _render(_queued(_single_node_config()))
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def queued_job() -> list[dict]:
+    return _render(_queued((EXAMPLE_CONFIGS / "house_prices.yaml").read_text()))
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_manifests_validate_strictly(
-    tmp_path: Path, version: str, pod: dict, job_and_service: list[dict], static_job: list[dict]
+    tmp_path: Path,
+    version: str,
+    pod: dict,
+    job_and_service: list[dict],
+    static_job: list[dict],
+    queued_pod: dict,
+    queued_job: list[dict],
 ) -> None:
     path = tmp_path / "manifests.yaml"
-    path.write_text(yaml.safe_dump_all([pod, *job_and_service, *static_job]))
+    path.write_text(yaml.safe_dump_all([pod, *job_and_service, *static_job, queued_pod, *queued_job]))
     cli = Path(sys.executable).with_name("kubernetes-validate")
     done = subprocess.run(
         [str(cli), "--strict", "-k", version, str(path)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
     passed = [line for line in done.stdout.splitlines() if "passed" in line]
-    assert len(passed) == 5 and all(
+    assert len(passed) == 8 and all(
         f"against version {version.rsplit('.', 1)[0]}" in line for line in passed
     ), done.stdout
 
@@ -162,6 +186,40 @@ def test_labels_name_dag_task_run_and_try(pod: dict, job_and_service: list[dict]
     ):
         assert {k: labels[k] for k in expected} == expected
     assert labels["run_id"] != RUN_ID  # sanitised, the way KubernetesPodOperator labels its pods
+
+
+def test_a_queue_labels_the_pod_and_the_job_with_its_pods_and_suspends_the_job(
+    queued_pod: dict, queued_job: list[dict]
+) -> None:
+    job, service = queued_job
+    for labels in (
+        queued_pod["metadata"]["labels"],
+        job["metadata"]["labels"],
+        job["spec"]["template"]["metadata"]["labels"],
+    ):
+        assert labels["kueue.x-k8s.io/queue-name"] == "ml-gpu" and labels["try_number"] == "2"
+    # Kueue admits the Job by unsuspending it: until then the Job controller creates no pod.
+    assert job["spec"]["suspend"] is True
+    assert "suspend" not in queued_pod["spec"]  # a Pod is held by Kueue's scheduling gate instead
+    assert QUEUE_LABEL not in service["metadata"]["labels"]  # not a workload: nothing to queue
+    # Queueing changes nothing else of what the pods run (but the config inside the TrainSpec).
+    assert _without_spec(queued_pod["spec"]) == _without_spec(_render(_single_node_config())[0]["spec"])
+
+
+def _without_spec(pod_spec: dict) -> dict:
+    (container,) = pod_spec["containers"]
+    env = [e for e in container["env"] if e["name"] != "TRAINPIPE_SPEC"]
+    return {**pod_spec, "containers": [{**container, "env": env}]}
+
+
+def test_without_a_queue_nothing_is_queued(
+    pod: dict, job_and_service: list[dict], static_job: list[dict]
+) -> None:
+    for manifest in (pod, *job_and_service, *static_job):
+        assert QUEUE_LABEL not in manifest["metadata"]["labels"]
+        assert "suspend" not in manifest["spec"]
+    for job in (job_and_service[0], static_job[0]):
+        assert QUEUE_LABEL not in job["spec"]["template"]["metadata"]["labels"]
 
 
 @pytest.mark.parametrize("text", ["house_prices", RUN_ID, "x" * 80, "-leading.and.trailing-", "a/b c", ""])
@@ -308,6 +366,23 @@ def test_render_cli_prints_the_manifests(capsys: pytest.CaptureFixture[str]) -> 
     ]  # partition template rendered
     assert spec["run_id"] == "scheduled__2026-01-05T00:00:00+00:00"
     assert docs[0]["metadata"]["labels"]["try_number"] == "1"
+
+
+def test_render_cli_prints_the_queue_label_and_the_suspended_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "house_prices.yaml"
+    path.write_text(_queued((EXAMPLE_CONFIGS / "house_prices.yaml").read_text(), "team-a"))
+    assert main(["render", str(path), "--ds", "2026-01-05"]) == 0
+    job, service = yaml.safe_load_all(capsys.readouterr().out)
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["spec"]["suspend"] is True and service["kind"] == "Service"
+
+    path.write_text(_queued(_single_node_config(), "team-a"))
+    assert main(["render", str(path), "--ds", "2026-01-05"]) == 0
+    (pod,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert pod["kind"] == "Pod" and pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
 
 def test_render_cli_refuses_a_local_launcher_config(capsys: pytest.CaptureFixture[str]) -> None:

@@ -248,3 +248,30 @@ def test_each_tuning_trial_is_one_pod_through_its_rungs(tmp_path: Path) -> None:
     assert container["envFrom"] == [{"secretRef": {"name": pods[-1]["metadata"]["name"] + "-conn"}}]
     assert "TRAINPIPE_OPTUNA_STORAGE" not in json.dumps(pods)
     _validate(tmp_path, pods[:1])
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_queued_try_submits_kueue_s_label_and_a_suspended_job(
+    tmp_path: Path, kubeconfig: str, nodes: int
+) -> None:
+    config = Path(_config_file(tmp_path, nodes))
+    config.write_text(
+        config.read_text().replace("    shm_size: 16Gi\n", "    shm_size: 16Gi\n    queue: ml-gpu\n")
+    )
+    from airflow.sdk import DAG
+
+    with DAG("house_prices", schedule=None, start_date=datetime(2026, 1, 1)):
+        operator = DistributedTrainOperator(task_id="train", config=str(config), data_files=DATA)
+    context = task_context()
+    kubernetes_operator = operator.kubernetes_operator(context, operator._spec(store=None, context={}))
+    if nodes == 1:
+        submitted = _serialize(kubernetes_operator.build_pod_request_obj(context, dry_run=True))
+        pod_labels = submitted["metadata"]["labels"]
+        assert "suspend" not in submitted["spec"]  # Kueue gates a Pod instead
+    else:
+        submitted = _serialize(kubernetes_operator.build_job_request_obj(context))
+        assert submitted["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "ml-gpu"
+        assert submitted["spec"]["suspend"] is True
+        pod_labels = submitted["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["kueue.x-k8s.io/queue-name"] == "ml-gpu" and pod_labels["try_number"] == "2"
+    _validate(tmp_path, [submitted])

@@ -20,6 +20,8 @@ from airflow_trainpipe.config.types import PositiveDuration, Quantity
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# A label value (the queue name travels in the `kueue.x-k8s.io/queue-name` label): at most 63.
+_LABEL_VALUE = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
 
 # Set by the launcher itself; a config value would silently change what the pod runs.
 RESERVED_ENV = (
@@ -138,6 +140,9 @@ class KubernetesSection(Section):
     backoff_limit: NonNegativeInt = 0
     """Pod failures the Indexed Job retries itself; 0 leaves retries to Airflow (a new try resumes from the checkpoint)."""
 
+    queue: str | None = None
+    """Kueue LocalQueue (in the pods' namespace) the try waits in: the Pod or Job gets the `kueue.x-k8s.io/queue-name` label and the Job starts suspended until Kueue admits it; the wait in the queue does not count against `startup_timeout`. Needs Kueue (with its `pod` integration for one node); without Kueue a suspended Job never starts."""
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
@@ -167,4 +172,15 @@ class KubernetesSection(Section):
                 raise ValueError(
                     f"expected the name of a Kubernetes Secret (lower-case DNS name), got {name!r}"
                 )
+        return value
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_name(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 63 or not re.fullmatch(_LABEL_VALUE, value)):
+            raise ValueError(
+                "expected the name of a Kueue LocalQueue usable as a label value (at most 63 "
+                "characters: letters, digits, '-', '_' and '.', starting and ending with a letter "
+                f"or digit), got {value!r}"
+            )
         return value

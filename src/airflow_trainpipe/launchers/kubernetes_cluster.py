@@ -10,6 +10,9 @@ Imported by DistributedTrainOperator.execute only (it pulls in the kubernetes cl
   Service), follows the index-0 pod's log and waits for the Job. A retry first deletes what an
   earlier try of the same task left running, then starts a new Job that resumes from the
   checkpoint in the run directory.
+- With `training.kubernetes.queue` (Kueue), the Job is created suspended and the Pod is held by
+  Kueue's scheduling gate until Kueue admits them; the try waits for that admission without a
+  deadline of its own, and `startup_timeout` counts from it (see _await_admission).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
@@ -31,6 +35,7 @@ from airflow_trainpipe.core.exceptions import TrainingJobError
 from airflow_trainpipe.launchers.kubernetes_manifests import (
     CONTAINER,
     JOB_NAME_PREFIX,
+    QUEUE_LABEL,
     RunLabels,
     connection_secret,
     job_manifest,
@@ -39,6 +44,12 @@ from airflow_trainpipe.launchers.kubernetes_manifests import (
     service_manifest,
 )
 from airflow_trainpipe.launchers.watcher import JobWatcher
+
+ADMISSION_POLL_S = 10
+ADMISSION_LOG_EVERY_S = 300
+# Kueue gates the pods it manages (`kueue.x-k8s.io/admission`, and `kueue.x-k8s.io/topology` with
+# topology-aware scheduling) and removes its gates on admission.
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
 
 
 def to_model(data: dict, klass: str) -> Any:
@@ -85,6 +96,30 @@ def _without_namespace(manifest: dict) -> dict:
     return {**manifest, "metadata": metadata}
 
 
+class QueuedPodOperator(KubernetesPodOperator):
+    """The pod operator of a Pod that Kueue queues: it waits for Kueue's admission before the
+    provider's startup wait, so the schedule timeout counts from admission, not from creation."""
+
+    def await_pod_start(self, pod: k8s.V1Pod) -> None:
+        namespace = pod.metadata.namespace
+        _await_admission(
+            lambda: _pod_admitted(self, pod),
+            f"Pod {namespace}/{pod.metadata.name}",
+            namespace,
+            self.labels[QUEUE_LABEL],
+            self.log,
+        )
+        super().await_pod_start(pod)
+
+
+def _pod_admitted(operator: KubernetesPodOperator, pod: k8s.V1Pod) -> bool:
+    remote = operator.pod_manager.read_pod(pod)
+    if (remote.status and remote.status.phase) not in (None, "Pending"):
+        return True  # running or already over: the provider's wait takes it from here
+    gates = (remote.spec and remote.spec.scheduling_gates) or []
+    return not any(gate.name.startswith(KUEUE_GATE_PREFIX) for gate in gates)
+
+
 def pod_operator(
     spec: TrainSpec, labels: RunLabels, task_id: str, watcher: JobWatcher
 ) -> KubernetesPodOperator:
@@ -92,7 +127,8 @@ def pod_operator(
     manifest = pod_manifest(spec, labels, config.training.kubernetes.namespace or "default")
     if config.training.kubernetes.namespace is None:
         manifest = _without_namespace(manifest)
-    return KubernetesPodOperator(
+    operator_class = KubernetesPodOperator if config.training.kubernetes.queue is None else QueuedPodOperator
+    return operator_class(
         pod_template_dict=manifest,
         durable=True,
         on_finish_action="delete_succeeded_pod",  # a failed pod stays for `kubectl describe`
@@ -120,6 +156,7 @@ def job_operator(
             "parallelism",
             "backoffLimit",
             "ttlSecondsAfterFinished",
+            "suspend",
         )
     }
     full_job_spec = to_model({"spec": {**extra, "template": {}}}, "V1Job") if extra else None
@@ -131,6 +168,7 @@ def job_operator(
         parallelism=job_spec["parallelism"],
         backoff_limit=job_spec["backoffLimit"],
         ttl_seconds_after_finished=job_spec["ttlSecondsAfterFinished"],
+        suspend=job_spec.get("suspend"),  # True with a Kueue queue: Kueue unsuspends it on admission
         wait_until_job_complete=True,
         on_finish_action="delete_succeeded_pod",
         **_common(
@@ -267,6 +305,14 @@ def _run_job(
     log.info("created Job %s/%s (%d pods) and its headless Service", namespace, name, job.spec.parallelism)
     job_failed = False
     try:
+        if job.spec.suspend:
+            _await_admission(
+                lambda: _job_admitted(operator, namespace, name),
+                f"Job {namespace}/{name}",
+                namespace,
+                config.training.kubernetes.queue or "",
+                log,
+            )
         leader = _leader_pod(
             operator, namespace, name, int(config.training.kubernetes.startup_timeout.total_seconds())
         )
@@ -296,6 +342,44 @@ def _run_job(
         # goes now, with its Service (ownerReferences).
         if not job_failed:
             _delete_job(operator, namespace, name)
+
+
+def _await_admission(admitted: Callable[[], bool], what: str, namespace: str, queue: str, log: Any) -> None:
+    """Wait until Kueue admits `what` from LocalQueue `queue`.
+
+    No deadline here: waiting in the queue is what a queue is for (behind other teams' jobs, or
+    until quota frees up, for hours), and no pod exists yet, so `startup_timeout`, which bounds
+    waiting for a node and an image, starts after admission, in the provider's pod wait and in
+    _leader_pod as without a queue. What bounds the whole try is the task's `execution_timeout`;
+    when Airflow stops the task, on_kill deletes the queued Job or Pod, which leaves the queue.
+    """
+    started = last_log = time.monotonic()
+    log.info("%s waits in Kueue LocalQueue %s until Kueue admits it", what, queue)
+    while not admitted():
+        if time.monotonic() - last_log >= ADMISSION_LOG_EVERY_S:
+            last_log = time.monotonic()
+            log.info(
+                "%s still waits in Kueue LocalQueue %s after %.0fs (`kubectl get workloads -n %s` says why)",
+                what,
+                queue,
+                last_log - started,
+                namespace,
+            )
+        time.sleep(ADMISSION_POLL_S)
+    log.info("Kueue admitted %s after %.0fs", what, time.monotonic() - started)
+
+
+def _job_admitted(operator: KubernetesJobOperator, namespace: str, name: str) -> bool:
+    """Kueue admits a Job by unsuspending it; a Job deleted or failed while queued ends the try."""
+    try:
+        job = operator.job_client.read_namespaced_job(name=name, namespace=namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise TrainingJobError(f"Job {namespace}/{name} was deleted before Kueue admitted it") from exc
+        raise
+    if error := operator.hook.is_job_failed(job=job):
+        raise TrainingJobError(f"Kubernetes Job {namespace}/{name} failed before Kueue admitted it: {error}")
+    return not job.spec.suspend
 
 
 def _leader_pod(operator: KubernetesJobOperator, namespace: str, job_name: str, timeout_s: int) -> k8s.V1Pod:

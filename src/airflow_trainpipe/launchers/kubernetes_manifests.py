@@ -5,6 +5,8 @@ One node: a Pod (submitted by KubernetesPodOperator). Several nodes: an Indexed 
 find each other through a headless Service; torchrun's rendezvous runs on the index-0 pod's DNS
 name, and each pod's node rank is its completion index. Every pod runs the entrypoint that
 `launcher: local` runs, under torchrun, with the TrainSpec in the `TRAINPIPE_SPEC` variable.
+With `training.kubernetes.queue`, the Pod, or the Job and its pod template, carry Kueue's
+`kueue.x-k8s.io/queue-name` label and the Job is created suspended (Kueue unsuspends it).
 
 The same functions feed the operator, `trainpipe render` and the tests, so what is validated and
 run locally is what the cluster gets.
@@ -25,6 +27,8 @@ RENDEZVOUS_PORT = 29500
 SCRATCH = "/var/tmp/trainpipe"  # TRAINPIPE_HOME, HOME and TMPDIR: the root filesystem is read-only
 JOB_NAME_PREFIX = "job-"  # KubernetesJobOperator prepends it to the name it is given
 TTL_AFTER_FINISHED_S = 3600
+# Kueue's label naming the LocalQueue of a workload (Job, or a plain Pod with its `pod` integration).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
@@ -271,23 +275,31 @@ def _metadata(name: str, namespace: str, labels: RunLabels, config: PipelineConf
     return metadata
 
 
+def _workload_metadata(name: str, namespace: str, labels: RunLabels, config: PipelineConfig) -> dict:
+    """The Pod's or the Job's metadata: with a queue, Kueue's label naming its LocalQueue."""
+    metadata = _metadata(name, namespace, labels, config)
+    if config.training.kubernetes.queue is not None:
+        metadata["labels"][QUEUE_LABEL] = config.training.kubernetes.queue
+    return metadata
+
+
 def pod_manifest(spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
-    config = spec.config
     """One node: the Pod that KubernetesPodOperator submits."""
+    config = spec.config
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(labels.workload_name(), namespace, labels, config),
+        "metadata": _workload_metadata(labels.workload_name(), namespace, labels, config),
         "spec": pod_spec(spec, labels),
     }
 
 
 def job_manifest(spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
-    config = spec.config
     """Several nodes: an Indexed Job, one pod per node, all of them needed (or min_nodes, elastic)."""
+    config = spec.config
     nodes = config.training.resources.nodes
     name = JOB_NAME_PREFIX + labels.workload_name()
-    metadata = _metadata(name, namespace, labels, config)
+    metadata = _workload_metadata(name, namespace, labels, config)
     template_metadata = {key: value for key, value in metadata.items() if key in ("labels", "annotations")}
     job_spec: dict = {
         "completionMode": "Indexed",
@@ -297,6 +309,10 @@ def job_manifest(spec: TrainSpec, labels: RunLabels, namespace: str) -> dict:
         "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
         "template": {"metadata": template_metadata, "spec": pod_spec(spec, labels, job_name=name)},
     }
+    if config.training.kubernetes.queue is not None:
+        # Kueue's documented form: created suspended, no pod exists until Kueue admits the Job
+        # and unsuspends it (its webhook would suspend it too; here it does not depend on that).
+        job_spec["suspend"] = True
     if config.training.kubernetes.min_nodes is not None:
         # Index 0 finishes only when training does; pods that never got a node must not keep
         # the Job running (successPolicy: beta in 1.31, GA in 1.33).
