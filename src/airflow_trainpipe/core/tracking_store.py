@@ -7,6 +7,7 @@ sits on the ground floor: it reads TRAINPIPE_HOME and nothing else.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from airflow_trainpipe.core.storage import trainpipe_home
 
@@ -29,3 +30,30 @@ def artifact_location(tracking_uri: str, experiment: str) -> str | None:
         return None
     database = Path(tracking_uri.removeprefix("sqlite:///"))
     return (database.parent / "mlartifacts" / experiment).as_uri()
+
+
+def experiment_id_of(client: Any, experiment: str, tracking_uri: str) -> str:
+    """The id of the experiment named `experiment`, created when missing.
+
+    Two jobs of one pipeline can start at once (runs with `max_active_runs` above 1, a study's
+    trials): both find no experiment and both create it, and the store refuses the second
+    (RESOURCE_ALREADY_EXISTS, a unique name). The loser reads the winner's.
+    """
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return str(found.experiment_id)
+    try:
+        return str(
+            client.create_experiment(
+                experiment, artifact_location=artifact_location(tracking_uri, experiment)
+            )
+        )
+    except MlflowException as error:
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        found = client.get_experiment_by_name(experiment)
+        if found is None:  # created and deleted in between: nothing of ours to log into
+            raise
+        return str(found.experiment_id)

@@ -34,7 +34,7 @@ from airflow_trainpipe.contracts.tags import (
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.storage import filesystem, join, resolve
-from airflow_trainpipe.core.tracking_store import artifact_location, default_tracking_uri
+from airflow_trainpipe.core.tracking_store import default_tracking_uri, experiment_id_of
 from airflow_trainpipe.data.sources import lineage_tags
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,7 @@ class Tracker:
         run_id = run_id or self._stored_run_id()
         self.resumed = run_id is not None
         if run_id is None:
-            experiment_obj = self.client.get_experiment_by_name(experiment)
-            experiment_id = (
-                experiment_obj.experiment_id
-                if experiment_obj
-                else self.client.create_experiment(
-                    experiment, artifact_location=artifact_location(tracking_uri, experiment)
-                )
-            )
+            experiment_id = experiment_id_of(self.client, experiment, tracking_uri)
             run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
             self.experiment_id = experiment_id
             self._fs.makedirs(self._id_path.rsplit("/", 1)[0], exist_ok=True)

@@ -86,17 +86,10 @@ def start_parent_run(
     client: MlflowClient, experiment: str, ref_name: str, tags: dict[str, str], tracking_uri: str
 ) -> str:
     """The study's MLflow run (each trial's run is its child), created once per study."""
-    from airflow_trainpipe.core.tracking_store import artifact_location
+    from airflow_trainpipe.core.tracking_store import experiment_id_of
 
-    existing = client.get_experiment_by_name(experiment)
-    experiment_id = (
-        existing.experiment_id
-        if existing
-        # Where the training jobs would put it: an embedded store keeps artifacts beside its database.
-        else client.create_experiment(
-            experiment, artifact_location=artifact_location(tracking_uri, experiment)
-        )
-    )
+    # Where the training jobs would put it: an embedded store keeps artifacts beside its database.
+    experiment_id = experiment_id_of(client, experiment, tracking_uri)
     found = client.search_runs(
         [experiment_id],
         filter_string=f"tags.`{STUDY_TAG}` = '{ref_name}' and tags.`{ROLE_TAG}` = 'study'",

@@ -1,0 +1,39 @@
+"""core.tracking_store: the experiment two jobs of one pipeline create at the same moment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from airflow_trainpipe.core.tracking_store import experiment_id_of
+
+
+def test_the_job_that_loses_the_race_to_create_the_experiment_logs_into_the_winners(tmp_path: Path) -> None:
+    # The interleaving of two jobs starting at once on a real store: the first looks the name up
+    # and finds nothing, the second creates it, then the first creates it too. A store refuses
+    # the second create (RESOURCE_ALREADY_EXISTS): a train task of a pipeline with two runs at
+    # once failed there on the e2e stack.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    loser, winner = MlflowClient(uri), MlflowClient(uri)
+    looked_up = loser.get_experiment_by_name
+    created: list[str] = []
+
+    def racing_lookup(name: str):
+        found = looked_up(name)
+        if found is None and not created:
+            created.append(winner.create_experiment(name))
+        return found
+
+    loser.get_experiment_by_name = racing_lookup  # type: ignore[method-assign]
+    assert experiment_id_of(loser, "fraud_pooled", uri) == created[0]
+    assert experiment_id_of(winner, "fraud_pooled", uri) == created[0]  # found, nothing created
+
+
+def test_another_refusal_is_not_taken_for_the_race(tmp_path: Path) -> None:
+    from mlflow.exceptions import MlflowException
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(MlflowException, match="Invalid experiment name"):
+        experiment_id_of(MlflowClient(uri), "", uri)
