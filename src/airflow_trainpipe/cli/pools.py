@@ -1,6 +1,6 @@
 """`trainpipe pools`: the Airflow pools the pipelines' training tasks take slots of, sized, and
-with `--apply` created or grown in Airflow's metadata database (docs/operations.md, *Many
-pipelines on one Airflow*). Reading the configs needs no Airflow; `--apply` imports it."""
+with `--apply` created or grown in Airflow's metadata database (docs/operations.md). Reading the
+configs needs no Airflow; `--apply` imports it."""
 
 from __future__ import annotations
 
