@@ -71,9 +71,12 @@ check: $(INSTALLED)
 demo: $(INSTALLED)
 	$(BIN)/python scripts/demo.py
 
-# Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C, SIGTERM or SIGHUP stops both.
+# Airflow standalone + mlflow server on 127.0.0.1 with this repo's dags/ and plugins/; Ctrl-C, SIGTERM or SIGHUP stops them all.
+# DB=postgres: Airflow's metadata in a PostgreSQL cluster of make up's own (Debian's postgresql, data
+# kept in var/up/postgres), with the LocalExecutor sized to the host's cores; SQLite by default.
+DB ?= sqlite
 up: $(INSTALLED) $(FEAST_INSTALLED)
-	$(BIN)/python scripts/up.py
+	$(BIN)/python scripts/up.py --db $(DB)
 
 # `make bench ONLY=sources` (or several: ONLY="sources validation_engines") re-measures those
 # sections and keeps the others. PostgreSQL and Java come from Debian, as for the tests.

@@ -3,14 +3,20 @@ this repo's dags/ and plugins/, plus an `mlflow server`, both on 127.0.0.1. Ctrl
 SIGHUP (a closed terminal, `kill`, a supervisor) stops every process group it started, and the
 model servers of the canaries that Airflow started (they outlive tasks, not `make up`).
 
+`--db postgres` (`make up DB=postgres`): Airflow's metadata database in a PostgreSQL cluster of
+its own (Debian's `postgresql`, tests/helpers/postgres.py, the tests' code), data in
+var/up/postgres/ kept between runs, started on a free 127.0.0.1 port and stopped last; Airflow
+on it with the LocalExecutor and a parallelism sized to the host's cores (`postgres_env`).
+
 State lives in var/up/ (gitignored): airflow/ (AIRFLOW_HOME), home/ (TRAINPIPE_HOME with
 synthetic data for fraud_detector, home/warehouse.db, the SQLite table fraud_detector_sql reads
 through the connection trainpipe_warehouse, home/lake, the Iceberg catalog fraud_detector_iceberg
 reads through the connection trainpipe_lake, home/lake_delta, fraud_detector_delta's Delta table, and home/feast, fraud_detector_features's
-transactions and Feast repo), mlflow/ (tracking db and artifacts). A third child replays today's
+transactions and Feast repo), mlflow/ (tracking db and artifacts), postgres/ (with --db postgres). A third child replays today's
 rows to fraud_detector_canary's canary whenever one serves (`trainpipe canary-replay`, log in
 home/canary-replay.log). tests/integration reuses
-`airflow_env` and `start_airflow` so the test starts Airflow exactly the way `make up` does.
+`airflow_env`, `start_airflow` and `start_postgres` so the test starts Airflow exactly the way
+`make up` does.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +47,9 @@ LAKE = "lake"  # under TRAINPIPE_HOME: the catalog of dags/configs/fraud_detecto
 DELTA_TABLE = "lake_delta/card_transactions"  # under TRAINPIPE_HOME: fraud_detector_delta.yaml's table
 FEAST_EXAMPLE = "feast"  # under TRAINPIPE_HOME: fraud_detector_features.yaml's transactions and Feast repo
 CANARY_EXAMPLE = REPO / "dags" / "configs" / "fraud_detector_canary.yaml"
+
+if TYPE_CHECKING:
+    from tests.helpers.postgres import PostgresCluster
 
 
 def port_free(port: int) -> bool:
@@ -51,22 +61,35 @@ def port_free(port: int) -> bool:
         return True
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def pick_port(preferred: int) -> int:
     if port_free(preferred):
         return preferred
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     print(f"port {preferred} is taken; using {port}", flush=True)
     return port
 
 
 def airflow_env(
-    airflow_home: Path, dags: Path, plugins: Path, trainpipe_home: Path, port: int, mlflow_connection: str
+    airflow_home: Path,
+    dags: Path,
+    plugins: Path,
+    trainpipe_home: Path,
+    port: int,
+    mlflow_connection: str,
+    metadata_db: str | None = None,
 ) -> dict[str, str]:
     """The environment of `airflow standalone`: loopback, short parse intervals, mlflow_default,
     trainpipe_warehouse (the SQLite file of the sql source example, `sqlite://` + its path) and
-    trainpipe_lake (the Iceberg SQL catalog of the iceberg source example)."""
+    trainpipe_lake (the Iceberg SQL catalog of the iceberg source example). `metadata_db`: a
+    PostgreSQL SQLAlchemy URL (`postgres_url`) for the metadata database, with `postgres_env`'s
+    settings; None keeps Airflow's default, SQLite in AIRFLOW_HOME."""
     from airflow_trainpipe.examples.iceberg_table import connection
 
     env = {**os.environ}
@@ -99,7 +122,77 @@ def airflow_env(
         }
     )
     env.update(openlineage_env(env, trainpipe_home))
+    if metadata_db is not None:
+        env.update(postgres_env(metadata_db))
     return env
+
+
+POSTGRES_FOLDER = "postgres"  # under the state folder: make up's cluster, kept between runs
+AIRFLOW_DATABASE = "airflow"  # the database of that cluster Airflow's metadata lives in
+
+
+def start_postgres(folder: Path) -> tuple[PostgresCluster, str]:
+    """The PostgreSQL cluster in `folder` (initdb the first time, its data kept) started on a free
+    127.0.0.1 port, with the database `airflow`: the cluster (call its `stop()`) and the
+    SQLAlchemy URL of that database. The cluster code is the tests' own
+    (tests/helpers/postgres.py), imported from the repo root, only when asked for: one way to
+    start a Debian PostgreSQL cluster, and the SQLite `make up` needs nothing of tests/."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.helpers.postgres import PostgresCluster
+
+    cluster = PostgresCluster(folder, free_port())
+    cluster.start()
+    try:
+        return cluster, postgres_url(cluster.ensure_database(AIRFLOW_DATABASE))
+    except BaseException:
+        cluster.stop()  # the caller never got hold of it
+        raise
+
+
+def postgres_url(connection_uri: str) -> str:
+    """SQLAlchemy's URL of a postgres:// database for the installed driver, psycopg 3 (psycopg2,
+    Airflow's usual one, is not installed; asyncpg neither)."""
+    return connection_uri.replace("postgres://", "postgresql+psycopg://", 1)
+
+
+def parallelism(cores: int) -> int:
+    """Task instances the LocalExecutor runs at once. Every running task is a worker process (the
+    executor forks them all when the scheduler starts), so not Airflow's 32 on a 2-core host.
+    Training: the trainpipe_training pool has a slot per core (`trainpipe pools`) and each local
+    train task takes one per rank, so at most `cores` train tasks run (deferrable sensors and
+    canary steps wait in the triggerer, outside any slot). Light tasks (validate_data, gate,
+    register, tuning's bookkeeping) mostly wait on I/O or MLflow: two per core, at least 4, so
+    that full training slots leave room for them. 2 cores: 6; 16 cores: 48. Train tasks of pods
+    hold a slot each while they watch theirs: with many, set AIRFLOW__CORE__PARALLELISM."""
+    return cores + max(4, 2 * cores)
+
+
+def postgres_env(url: str) -> dict[str, str]:
+    """Airflow on PostgreSQL: the metadata database, the LocalExecutor and its parallelism.
+    `airflow standalone` takes them as they are: it forces the LocalExecutor only when the
+    configured executor is not a local one, and migrates whatever database sql_alchemy_conn names.
+    [core] max_active_tasks_per_dag stays at its default (16): a pipeline's run is a chain of
+    single tasks, its trials take the training pool's slots, so parallelism and the pools bind
+    first; default_pool (128 slots) likewise."""
+    return {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+        # Airflow derives postgresql+asyncpg:// for its async engine; psycopg 3 is async as well.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": url,
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        # A parallelism of the user's environment wins.
+        "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM")
+        or str(parallelism(len(os.sched_getaffinity(0)))),
+    }
+
+
+def metadata_description(env: dict[str, str]) -> str:
+    """The banner's line: which metadata database Airflow runs on, and its executor."""
+    url = env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") or f"sqlite:///{env['AIRFLOW_HOME']}/airflow.db"
+    kind = "PostgreSQL" if url.startswith("postgresql") else "SQLite" if url.startswith("sqlite") else ""
+    # Airflow 3.3's defaults, on SQLite too: the LocalExecutor, parallelism 32.
+    executor = env.get("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    return f"{kind} {url}   ({executor}, parallelism {env.get('AIRFLOW__CORE__PARALLELISM', '32')})".lstrip()
 
 
 OPENLINEAGE_SETTINGS = (
@@ -334,11 +427,39 @@ def start_mlflow(root: Path, port: int) -> subprocess.Popen[bytes]:
     )
 
 
+def banner(env: dict[str, str], airflow_port: int, mlflow_url: str, state: Path) -> str:
+    """What `make up` prints once everything answers: addresses, login, the examples' data."""
+    airflow_home, trainpipe_home = Path(env["AIRFLOW_HOME"]), Path(env["TRAINPIPE_HOME"])
+    passwords = airflow_home / "simple_auth_manager_passwords.json.generated"
+    password = json.loads(passwords.read_text()).get("admin", "?") if passwords.exists() else "?"
+    lines = [
+        f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
+        f"metadata {metadata_description(env)}",
+        f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
+        f"dags     {REPO / 'dags'}   state {state}",
+        f"sql      fraud_detector_sql reads {trainpipe_home / WAREHOUSE} (connection trainpipe_warehouse)",
+        f"iceberg  fraud_detector_iceberg reads the catalog {trainpipe_home / LAKE} (connection trainpipe_lake)",
+        f"delta    fraud_detector_delta reads the table {trainpipe_home / DELTA_TABLE}",
+        f"feast    fraud_detector_features joins the Feast repo {trainpipe_home / FEAST_EXAMPLE / 'repo'}",
+        "canary   fraud_detector_canary's router http://127.0.0.1:5055 gets today's rows while it"
+        f" serves (log {trainpipe_home / 'canary-replay.log'})",
+        "Ctrl-C (or SIGTERM, SIGHUP) stops everything.",
+    ]
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", type=Path, default=REPO / "var" / "up")
     parser.add_argument("--airflow-port", type=int, default=8080)
     parser.add_argument("--mlflow-port", type=int, default=5000)
+    parser.add_argument(
+        "--db",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="Airflow's metadata database: SQLite in AIRFLOW_HOME (default) or a PostgreSQL cluster "
+        f"of make up's own in <state>/{POSTGRES_FOLDER}",
+    )
     args = parser.parse_args()
     state = args.state.resolve()
     airflow_home, trainpipe_home, mlflow_root = state / "airflow", state / "home", state / "mlflow"
@@ -346,7 +467,7 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
     for signum in STOP_SIGNALS:  # Ctrl-C included: one path, and SIGINT is held back too while a child starts
         signal.signal(signum, _on_signal)
-    mlflow = airflow = replay = None
+    mlflow = airflow = replay = postgres = None
     try:
         ensure_data(trainpipe_home)
         ensure_warehouse(trainpipe_home)
@@ -355,14 +476,17 @@ def main() -> int:
         ensure_feast(trainpipe_home)
         airflow_port, mlflow_port = pick_port(args.airflow_port), pick_port(args.mlflow_port)
         if airflow_port == mlflow_port:
-            mlflow_port = pick_port(0)
+            mlflow_port = free_port()
         mlflow_url = f"http://127.0.0.1:{mlflow_port}"
         with _starting():
             mlflow = start_mlflow(mlflow_root, mlflow_port)
+        metadata_db = None
+        if args.db == "postgres":  # while the MLflow server starts; initdb ~2 s the first time
+            with _starting():  # pg_ctl cut short could leave a postmaster nobody stops
+                postgres, metadata_db = start_postgres(state / POSTGRES_FOLDER)
         connection = json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": mlflow_port})
-        env = airflow_env(
-            airflow_home, REPO / "dags", REPO / "plugins", trainpipe_home, airflow_port, connection
-        )
+        dags, plugins = REPO / "dags", REPO / "plugins"
+        env = airflow_env(airflow_home, dags, plugins, trainpipe_home, airflow_port, connection, metadata_db)
         with _starting():
             airflow = start_airflow(
                 env, airflow_home / "standalone.log"
@@ -378,27 +502,7 @@ def main() -> int:
         ensure_pools(env, REPO / "dags" / "configs")
         with _starting():
             replay = start_canary_replay(env, trainpipe_home / "canary-replay.log")
-        passwords = airflow_home / "simple_auth_manager_passwords.json.generated"
-        password = json.loads(passwords.read_text()).get("admin", "?") if passwords.exists() else "?"
-        print(
-            "\n"
-            + "\n".join(
-                [
-                    f"Airflow  http://127.0.0.1:{airflow_port}   login admin / {password}   (from {passwords})",
-                    f"MLflow   {mlflow_url}   (also under Browse > MLflow in Airflow)",
-                    f"dags     {REPO / 'dags'}   state {state}",
-                    f"sql      fraud_detector_sql reads {trainpipe_home / WAREHOUSE} (connection trainpipe_warehouse)",
-                    f"iceberg  fraud_detector_iceberg reads the catalog {trainpipe_home / LAKE} (connection trainpipe_lake)",
-                    f"delta    fraud_detector_delta reads the table {trainpipe_home / DELTA_TABLE}",
-                    f"feast    fraud_detector_features joins the Feast repo {trainpipe_home / FEAST_EXAMPLE / 'repo'}",
-                    "canary   fraud_detector_canary's router http://127.0.0.1:5055 gets today's rows while it"
-                    f" serves (log {trainpipe_home / 'canary-replay.log'})",
-                    "Ctrl-C (or SIGTERM, SIGHUP) stops everything.",
-                ]
-            )
-            + "\n",
-            flush=True,
-        )
+        print(banner(env, airflow_port, mlflow_url, state), flush=True)
         while airflow.poll() is None and mlflow.poll() is None:
             time.sleep(1)
         print(
@@ -407,15 +511,20 @@ def main() -> int:
         )
         return 1
     except Stop as request:
-        print(f"\n{request}: stopping airflow and mlflow ...", flush=True)
+        also = " and postgresql" if args.db == "postgres" else ""
+        print(f"\n{request}: stopping airflow and mlflow{also} ...", flush=True)
         return 0
     finally:
         for signum in STOP_SIGNALS:  # a second Ctrl-C or kill must not leave orphans
             signal.signal(signum, signal.SIG_IGN)
-        for process in (replay, airflow, mlflow):
-            if process is not None:
-                stop(process)
-        stop_canaries(trainpipe_home)
+        try:
+            for process in (replay, airflow, mlflow):
+                if process is not None:
+                    stop(process)
+            stop_canaries(trainpipe_home)
+        finally:
+            if postgres is not None:  # last: Airflow's processes use it until they exit
+                postgres.stop()
 
 
 def stop_canaries(trainpipe_home: Path) -> None:

@@ -9,11 +9,13 @@ the suite (tests/launchers ... tests/validation, after this package) would other
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,6 +62,20 @@ class Stack:
     password: str = ADMIN_PASSWORD
     airflow: subprocess.Popen[bytes] | None = None  # the running `airflow standalone`
     airflow_env: dict[str, str] = field(default_factory=dict)
+    database: str = "sqlite"  # the metadata database: "sqlite" or "postgres"
+    database_url: str = ""  # its SQLAlchemy URL, as Airflow has it
+    postgres: object = None  # tests.helpers.postgres.PostgresCluster holding it (database="postgres")
+
+    def database_connect(self):
+        """A connection to the metadata database itself (psycopg for PostgreSQL, sqlite3 for SQLite),
+        to check what Airflow wrote beside its REST API."""
+        if self.database == "postgres":
+            import psycopg
+
+            return psycopg.connect(self.database_url.replace("postgresql+psycopg://", "postgresql://", 1))
+        import sqlite3
+
+        return contextlib.closing(sqlite3.connect(self.database_url.removeprefix("sqlite:///")))
 
     def sign_in(self) -> None:
         token = requests.post(
@@ -161,7 +177,11 @@ def write_day(home: Path, day: date) -> None:
 
 @contextmanager
 def running_stack(
-    root: Path, *, scheduled_runs: bool = False, dag_files: dict[str, str] | None = None
+    root: Path,
+    *,
+    scheduled_runs: bool = False,
+    dag_files: dict[str, str] | None = None,
+    database: str = "sqlite",
 ) -> Iterator[Stack]:
     """Airflow standalone (as `make up` starts it) + mlflow server + a moto S3 server (bucket
     BUCKET; the Airflow processes, and so the training jobs, get its AWS_* variables), state under `root`.
@@ -171,10 +191,16 @@ def running_stack(
     scheduled_runs: the scheduler also creates runs itself (cron and asset-triggered). Off for
     the shared stack, whose tests unpause the cron pipelines: each would otherwise also start
     today's scheduled run, which waits for a partition and holds the DAG's single active-run slot.
+
+    database: Airflow's metadata database, "sqlite" (in its AIRFLOW_HOME) or "postgres" (as
+    `make up DB=postgres`: up.py's cluster code, LocalExecutor and parallelism; the cluster in a
+    temp folder, stopped after Airflow and removed, its log kept as `root`/postgres.log).
     """
     from tests.helpers.mlflow_server import start_mlflow_server, stop_mlflow_server
     from tests.helpers.moto_server import start_moto_server
 
+    if database not in ("sqlite", "postgres"):
+        raise ValueError(f"database: 'sqlite' or 'postgres', not {database!r}")
     up = load_up()
     dags, home, airflow_home = root / "dags", root / "home", root / "airflow"
     (dags / "configs").mkdir(parents=True)
@@ -203,11 +229,17 @@ def running_stack(
     # the two startups overlap (the server is waited for after Airflow answers).
     mlflow = start_mlflow_server(root / "mlflow", wait=False)
     smtp = SmtpServer().__enter__()
-    airflow = s3 = stack = None
+    airflow = s3 = stack = postgres = postgres_folder = None
     try:
         s3 = start_moto_server(root / "moto.log")
-        port = free_port()
-        env = up.airflow_env(airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json())
+        port, metadata_db = free_port(), None
+        if database == "postgres":
+            # Not under `root`: as root the cluster runs as `postgres`, and pytest's tmp is 0700.
+            postgres_folder = Path(tempfile.mkdtemp(prefix="trainpipe-up-pg-"))
+            postgres, metadata_db = up.start_postgres(postgres_folder)
+        env = up.airflow_env(
+            airflow_home, dags, REPO_ROOT / "plugins", home, port, mlflow.connection_json(), metadata_db
+        )
         env.update(s3.env())
         env["AIRFLOW_CONN_SMTP_DEFAULT"] = smtp.connection_json()
         env["TRAINPIPE_CONFIG_CACHE"] = str(root / "config-cache")
@@ -225,17 +257,29 @@ def running_stack(
         s3.wait_ready((BUCKET,))
         stack = Stack(url, requests.Session(), dags / "configs", airflow_home, home, mlflow, smtp, s3)
         stack.airflow, stack.airflow_env = airflow, env
+        stack.database, stack.postgres = database, postgres
+        stack.database_url = metadata_db or f"sqlite:///{airflow_home / 'airflow.db'}"
         stack.sign_in()
         yield stack
     finally:
         if stack is not None:
             airflow = stack.airflow  # restart_airflow() replaced it
-        if airflow is not None:
-            up.stop(airflow)
-        if s3 is not None:
-            s3.stop()
-        smtp.__exit__(None, None, None)
-        stop_mlflow_server(mlflow.process)
+        try:
+            if airflow is not None:
+                up.stop(airflow)
+            if s3 is not None:
+                s3.stop()
+            smtp.__exit__(None, None, None)
+            stop_mlflow_server(mlflow.process)
+        finally:
+            try:
+                if postgres is not None:  # last, as make up stops it: Airflow uses it until it exits
+                    postgres.stop()
+            finally:
+                if postgres_folder is not None:
+                    with contextlib.suppress(OSError):  # its log stays with the stack's others
+                        shutil.copy(postgres_folder / "log", root / "postgres.log")
+                    shutil.rmtree(postgres_folder, ignore_errors=True)
 
 
 def approval_config(fraud: str) -> str:
