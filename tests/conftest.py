@@ -217,6 +217,7 @@ SHARED_FIXTURE_FILES = {
         "tests/integration/test_standalone.py",
         "tests/integration/test_standalone_approval.py",
         "tests/integration/test_standalone_canary.py",
+        "tests/integration/test_standalone_pools.py",
         "tests/integration/test_ui_browser.py",
     ),
     "spark_connect": ("tests/operators/test_validate_spark.py", "tests/data/validation/test_spark_engine.py"),
