@@ -20,8 +20,6 @@ from airflow_trainpipe.config.types import PositiveDuration, Quantity
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# A label value (the queue name travels in the `kueue.x-k8s.io/queue-name` label): at most 63.
-_LABEL_VALUE = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
 
 # Set by the launcher itself; a config value would silently change what the pod runs.
 RESERVED_ENV = (
@@ -177,10 +175,12 @@ class KubernetesSection(Section):
     @field_validator("queue")
     @classmethod
     def _queue_name(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > 63 or not re.fullmatch(_LABEL_VALUE, value)):
+        # A LocalQueue's name is an object name (DNS-1123 subdomain), and it travels in the
+        # `kueue.x-k8s.io/queue-name` label, whose values stop at 63 characters: a name outside
+        # both would never match a queue, and the try would wait for admission until it times out.
+        if value is not None and (len(value) > 63 or not re.fullmatch(_DNS_SUBDOMAIN, value)):
             raise ValueError(
-                "expected the name of a Kueue LocalQueue usable as a label value (at most 63 "
-                "characters: letters, digits, '-', '_' and '.', starting and ending with a letter "
-                f"or digit), got {value!r}"
+                "expected the name of a Kueue LocalQueue (at most 63 characters: lowercase letters, "
+                f"digits, '-' and '.', starting and ending with a letter or digit), got {value!r}"
             )
         return value
