@@ -113,7 +113,7 @@ SECTIONS = (
 )
 # Sections another command writes (`make soak`: scripts/soak.py); kept as they are, after ours.
 # `gpu`: benchmarks/gpu_bench.py and gpu_job.py on a GPU machine (the device tool), never on the CPU machine.
-KEPT = ("soak", "gpu")
+KEPT = ("soak", "soak_many", "gpu")  # written by scripts/soak.py and the GPU sessions, not by make bench
 
 
 def _sections(names: list[str]) -> dict[str, list[str]]:
@@ -228,6 +228,7 @@ def _section_name(heading: str) -> str:
         ("checkpoint", "checkpoint compression"),
         ("preemption", "preemption:"),
         ("soak", "chaos soak"),
+        ("soak_many", "many pipelines"),
         ("text_quality", "text quality:"),
         ("text", "text models"),
         ("pretrained", "pretrained encoders"),
