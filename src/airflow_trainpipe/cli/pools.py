@@ -22,7 +22,6 @@ class PoolNeed:
     """What the configs ask of one pool: the largest job (a smaller pool never starts it), and
     whether any job runs its ranks beside the worker (then the host's cores size the pool)."""
 
-    name: str
     largest: int = 0
     total: int = 0
     local: bool = False
@@ -45,7 +44,7 @@ def pool_needs(configs: Iterable[PipelineConfig]) -> dict[str, PoolNeed]:
     needs: dict[str, PoolNeed] = {}
     for config in configs:
         for claim in pool_claims(config):
-            need = needs.setdefault(claim.pool, PoolNeed(claim.pool))
+            need = needs.setdefault(claim.pool, PoolNeed())
             need.largest = max(need.largest, claim.slots)
             need.total += claim.slots
             need.local |= config.training.launcher == "local"

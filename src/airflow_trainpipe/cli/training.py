@@ -54,7 +54,7 @@ def _tune(args: argparse.Namespace) -> int:
             return 2
         manifest = snapshot_for_date(config, args.ds)
         base = TrainSpec.from_manifest(config, args.run_id or f"tune-{args.ds}", manifest, tags=CLI_TAGS)
-        nproc = args.nproc or config.tuning.nproc_per_trial or config.training.resources.nproc_per_node
+        nproc = args.nproc or config.trial_nproc_per_node
         done = tune_locally(
             config,
             base,

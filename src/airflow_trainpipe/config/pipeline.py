@@ -114,6 +114,12 @@ class PipelineConfig(Section):
         return metric, (objective.direction if objective else None) or METRICS[self.training.task][metric]
 
     @property
+    def trial_nproc_per_node(self) -> int:
+        """Processes per node of one trial: `tuning.nproc_per_trial`, else the train task's."""
+        per_trial = self.tuning.nproc_per_trial if self.tuning is not None else None
+        return per_trial or self.training.resources.nproc_per_node
+
+    @property
     def tuning_max_resource(self) -> int:
         """The full budget of a trial, in the pruning resource (epochs, or max_steps)."""
         hp = self.training.hyperparameters

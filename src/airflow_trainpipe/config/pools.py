@@ -47,11 +47,10 @@ def trial_claim(config: PipelineConfig) -> PoolClaim | None:
     tuning, t = config.tuning, config.training
     if tuning is None:
         return None
-    nproc = tuning.nproc_per_trial or t.resources.nproc_per_node
     return PoolClaim(
         "trial",
         tuning.pool or t.pool_name,
-        t.slots_for(nproc),
+        t.slots_for(config.trial_nproc_per_node),
         tuning.priority_weight or t.priority_weight,
     )
 

@@ -123,7 +123,7 @@ class TuningTrialOperator(DistributedTrainOperator):
         self.study = study
         self.slot = slot
         if self.config.tuning is not None:
-            self.nproc = self.nproc or self.config.tuning.nproc_per_trial
+            self.nproc = self.nproc or self.config.trial_nproc_per_node
             # The grid runs up to max_parallel trials at once; on one worker they share its cores.
             self._jobs_on_host = self.config.tuning.budget.max_parallel
 
