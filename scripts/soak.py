@@ -156,15 +156,13 @@ def replace_section(path: Path, title: str, section: list[str]) -> None:
 
 def write_section(path: Path, lines: list[str], args: argparse.Namespace, elapsed_s: float) -> None:
     """Replace (or add) BENCHMARKS.md's `## Chaos soak` section; `make bench` keeps it as it is."""
-    import platform
-
     stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     section = [
         "## Chaos soak (issue 19)",
         "",
         f"_Measured {stamp} UTC by `scripts/soak.py --runs {args.runs} --seed {args.seed}` (what "
         f"`make soak SOAK_RUNS={args.runs} SOAK_SEED={args.seed}` runs) "
-        f"({elapsed_s / 60:.0f} min, stack startup included; {platform.machine()}, {os.cpu_count()} cores, no GPU)._",
+        f"({elapsed_s / 60:.0f} min, stack startup included; {_machine()})._",
         "",
         "Scheduled catchup runs of one pipeline (fraud_detector on one fixed 64,000-row partition,",
         "~800 steps on 2 ranks, checkpoints every 10 steps on a moto `s3://` bucket, `retries: 3`) on",

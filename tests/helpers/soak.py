@@ -97,7 +97,7 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
 
 
-def _seconds(start: str | None, end: str | None) -> float | None:
+def seconds_between(start: str | None, end: str | None) -> float | None:
     if not start or not end:
         return None
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
@@ -216,12 +216,12 @@ class Soak:
 
     def _collect(self, record: RunRecord) -> None:
         dag_run = self.stack.get(self._runs_path(record.run_id))
-        record.run_wall_s = _seconds(dag_run.get("start_date"), dag_run.get("end_date"))
+        record.run_wall_s = seconds_between(dag_run.get("start_date"), dag_run.get("end_date"))
         tries = self.stack.get(f"{self._runs_path(record.run_id)}/taskInstances/train/tries")
         attempts = [t for t in tries["task_instances"] if t.get("start_date")]
         record.tries = max((t["try_number"] for t in attempts), default=0)
         if attempts:
-            record.train_wall_s = _seconds(
+            record.train_wall_s = seconds_between(
                 min(t["start_date"] for t in attempts), max(t["end_date"] or "" for t in attempts) or None
             )
         response = self.stack.session.get(

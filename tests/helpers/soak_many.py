@@ -38,6 +38,7 @@ import yaml
 
 from tests.conftest import EXAMPLE_CONFIGS
 from tests.helpers.chaos import ENTRYPOINT, find_job
+from tests.helpers.soak import seconds_between
 
 DAY = date.today() - timedelta(days=1)  # inside the 7-day windows the SQL and Delta tables hold
 EVERY_STEPS = 20
@@ -146,7 +147,6 @@ class Sampler(threading.Thread):
         self.at_most = ""  # when the most ranks ran, and which
         self.baseline_mib = self._used_mib()
         self.peak_mib = self.baseline_mib
-        self.timeline: list[tuple[float, int]] = []
         self._done = threading.Event()
 
     @staticmethod
@@ -190,7 +190,6 @@ class Sampler(threading.Thread):
                 self.most_ranks = len(ranks)
                 self.at_most = f"{time.strftime('%H:%M:%S')}: {self._describe(ranks)}"
             self.peak_mib = max(self.peak_mib, self._used_mib())
-            self.timeline.append((time.monotonic(), len(ranks)))
 
     def stop(self) -> None:
         self._done.set()
@@ -218,12 +217,6 @@ class Outcome:
     train_s: float | None = None
     struck: str = "-"
     problems: list[str] = field(default_factory=list)
-
-
-def _seconds(start: str | None, end: str | None) -> float | None:
-    if not start or not end:
-        return None
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
 class ManySoak:
@@ -350,7 +343,7 @@ class ManySoak:
         runs = f"/api/v2/dags/{plan.pipeline}/dagRuns/{outcome.run_id}"
         dag_run = stack.get(runs)
         outcome.run_start, outcome.run_end = dag_run.get("start_date"), dag_run.get("end_date")
-        outcome.run_s = _seconds(outcome.run_start, outcome.run_end)
+        outcome.run_s = seconds_between(outcome.run_start, outcome.run_end)
         for ti in stack.get(f"{runs}/taskInstances")["task_instances"]:
             outcome.tasks[ti["task_id"]] = ti["state"]
             if ti["try_number"] and ti["try_number"] > 1:
@@ -370,7 +363,7 @@ class ManySoak:
                 ]
                 starts = [t["start_date"] for t in tries if t.get("start_date")]
                 outcome.train_start, outcome.train_end = min(starts), ti["end_date"]
-                outcome.train_s = _seconds(outcome.train_start, outcome.train_end)
+                outcome.train_s = seconds_between(outcome.train_start, outcome.train_end)
                 outcome.train_slots = ti["pool_slots"]
         self._check(plan, outcome)
 
@@ -443,20 +436,26 @@ class ManySoak:
 # -- the report ----------------------------------------------------------------------------------
 
 
-def slots_at_once(outcomes: list[Outcome]) -> int:
-    """The most pool slots the train tasks held at one instant, from their start and end times."""
-    edges = []
-    for o in outcomes:
-        for start, end in o.train_tries:  # a retry's delay holds no slot
-            edges += [
-                (datetime.fromisoformat(start), o.train_slots),
-                (datetime.fromisoformat(end), -o.train_slots),
-            ]
+def held_at_once(intervals: list[tuple[datetime, datetime, int]]) -> int:
+    """The most slots held at one instant by (start, end, slots) intervals: a sweep over their
+    edges, an end before a start at the same instant (a slot given back is free to take)."""
+    edges = [(start, slots) for start, _, slots in intervals] + [(end, -slots) for _, end, slots in intervals]
     held = most = 0
-    for _, change in sorted(edges, key=lambda e: (e[0], e[1])):  # ends before starts at one instant
+    for _, change in sorted(edges):
         held += change
         most = max(most, held)
     return most
+
+
+def slots_at_once(outcomes: list[Outcome]) -> int:
+    """The most pool slots the train tasks held at one instant, from their tries' start and end."""
+    return held_at_once(
+        [
+            (datetime.fromisoformat(start), datetime.fromisoformat(end), o.train_slots)
+            for o in outcomes
+            for start, end in o.train_tries  # a retry's delay holds no slot
+        ]
+    )
 
 
 def ideal_drain_s(outcomes: list[Outcome], pool_slots: int) -> float:
@@ -469,7 +468,7 @@ def ideal_drain_s(outcomes: list[Outcome], pool_slots: int) -> float:
         return 0.0
 
     def gap(start: str | None, end: str | None) -> float:
-        return max(0.0, _seconds(start, end) or 0.0)
+        return max(0.0, seconds_between(start, end) or 0.0)
 
     held = sum(gap(start, end) * o.train_slots for o in trained for start, end in o.train_tries)
     packed = held / pool_slots

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLE_CONFIGS
+from tests.helpers.soak_many import held_at_once
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.slow
@@ -37,15 +38,6 @@ def _config(pipeline: str) -> str:
     training.update(pool=POOL, resources={"processes_per_node": 1})
     training["hyperparameters"].update(epochs=1, batch_size=64)
     return yaml.safe_dump(config, sort_keys=False)
-
-
-def _most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    running = most = 0
-    for _, step in edges:  # an end sorts before a start at the same instant: -1 < 1
-        running += step
-        most = max(most, running)
-    return most
 
 
 def test_a_two_slot_pool_holds_the_third_of_three_jobs_until_one_ends(stack: Stack) -> None:
@@ -90,7 +82,9 @@ def test_a_two_slot_pool_holds_the_third_of_three_jobs_until_one_ends(stack: Sta
         assert (ti["pool"], ti["pool_slots"]) == (POOL, 1)
         trains.append(tuple(datetime.fromisoformat(t) for t in (ti["start_date"], ti["end_date"], ready)))
     trains.sort()
-    assert _most_at_once([(start, end) for start, end, _ in trains]) == 2, trains  # two at once, never three
+    assert held_at_once([(start, end, 1) for start, end, _ in trains]) == 2, (
+        trains
+    )  # two at once, never three
     first_end = min(end for _, end, _ in trains[:2])
     third_start, _, third_ready = trains[2]
     # Ready while both slots were taken, it started only once one was given back. (The scheduler's
