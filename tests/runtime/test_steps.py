@@ -18,7 +18,9 @@ from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.stream import MicroBatch
 from airflow_trainpipe.runtime.engine import deepspeed
+from airflow_trainpipe.runtime.models.inputs import ModelInputs
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager, _PendingSave, tag_for
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
 from tests.conftest import free_port
@@ -72,10 +74,12 @@ class _Rows:
             else self.x.sum(1) + 1
         )
 
-    def take(
+    inputs = ModelInputs(3, [], [])
+
+    def take_step(
         self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [(self.x[a:b], self.y[a:b]) for a, b in ranges]
+    ) -> list[MicroBatch]:
+        return [MicroBatch(self.x[a:b], self.y[a:b], np.zeros((b - a, 0), np.int64)) for a, b in ranges]
 
 
 def _bce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from pydantic import (
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.catalog import BUILTIN_MODELS, Task, available_models
 from airflow_trainpipe.config.kubernetes import KubernetesSection
+from airflow_trainpipe.config.speed import SpeedSection
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.types import PoolName, PretrainedUri, Quantity, StorageUri
 
@@ -292,6 +293,9 @@ class TrainingSection(Section):
     deepspeed: DeepSpeedSection = DeepSpeedSection()
     """DeepSpeed engine settings."""
 
+    speed: SpeedSection = SpeedSection()
+    """The training step's levers: optimizer kernels, attention, compilation, where the rows are."""
+
     resources: Resources = Resources()
     """Nodes, GPUs, processes, CPU and memory."""
 
@@ -397,6 +401,7 @@ class TrainingSection(Section):
                     "pruning); or set restore_best: false to register the last epoch",
                 )
             )
+        problems.extend(self._speed_problems())
         if self.resources.gpus_per_node == 0 and self.deepspeed.precision == "fp16":
             problems.append(
                 (
@@ -406,6 +411,38 @@ class TrainingSection(Section):
             )
         field_problems(problems)
         return self
+
+    def _speed_problems(self) -> FieldProblems:
+        """`speed` against the rest of the section: the task, the precision, the ZeRO stage."""
+        problems: FieldProblems = [
+            (("speed", *loc), message)
+            for loc, message in self.speed.problems(
+                self.resources.gpus_per_node > 0, self.hyperparameters.gradient_accumulation_steps
+            )
+        ]
+        if self.speed.group_by_length and self.task == "ranking":
+            problems.append(
+                (
+                    ("speed", "group_by_length"),
+                    "would split a ranking group's rows between micro-batches, where its loss "
+                    "compares them; ranking keeps each group in one micro-batch",
+                )
+            )
+        if self.speed.immediate_grad_update and self.deepspeed.precision in ("fp32", "fp16"):
+            problems.append(
+                (
+                    ("speed", "immediate_grad_update"),
+                    f"is bf16's (DeepSpeed's bf16 optimizer); precision is {self.deepspeed.precision}",
+                )
+            )
+        if self.speed.immediate_grad_update and self.deepspeed.zero_stage != 1:
+            problems.append(
+                (
+                    ("speed", "immediate_grad_update"),
+                    f"needs deepspeed.zero_stage 1 (DeepSpeed's bf16 optimizer is ZeRO-1's), got {self.deepspeed.zero_stage}",
+                )
+            )
+        return problems
 
 
 def pod_storage_problems(uri: str, kubernetes: KubernetesSection, loc: tuple[str, ...]) -> FieldProblems:

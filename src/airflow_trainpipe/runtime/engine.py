@@ -23,6 +23,7 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 
 import deepspeed
 
+from airflow_trainpipe.config.speed import SpeedLevers
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 
@@ -61,6 +62,11 @@ def deepspeed_config(
         "steps_per_print": 1 << 62,
         "checkpoint": {"load_universal": universal},
     }
+    if precision == "bf16" and spec.config.training.speed.immediate_grad_update:
+        # Only DeepSpeed's bf16 optimizer has it, and ZeRO-1 picks that one only when gradients
+        # accumulate in fp32 (otherwise its ZeRO optimizer steps bf16 gradient partitions).
+        config["bf16"]["immediate_grad_update"] = True
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     if ds.offload_optimizer != "none" and not on_gpu:
         # CPU ranks: the optimizer runs on this CPU either way, so torch's AdamW steps the
         # offloaded partitions (DeepSpeedCPUAdam, the GPU nodes' choice, is a C++ op built on
@@ -109,10 +115,15 @@ def lr_factor(hp: Hyperparameters, total_steps: int, fine_tuning: bool = False) 
 
 
 def build_engine(
-    model: torch.nn.Module, spec: TrainSpec, ds_config: dict[str, Any], schedule: Callable[[int], float]
+    model: torch.nn.Module,
+    spec: TrainSpec,
+    ds_config: dict[str, Any],
+    schedule: Callable[[int], float],
+    levers: SpeedLevers | None = None,
 ) -> Any:
     """AdamW whose rate follows `schedule` (`lr_factor`'s multiplier per step), under DeepSpeed
-    (ZeRO, precision, offload from `ds_config`)."""
+    (ZeRO, precision, offload from `ds_config`), with `levers`' optimizer kernels and compilation
+    (None: torch's defaults, not compiled)."""
     hp = spec.hyperparameters
     offloaded = "offload_optimizer" in ds_config["zero_optimization"]
     if offloaded and ds_config.get("zero_force_ds_cpu_optimizer", True):
@@ -124,12 +135,37 @@ def build_engine(
             model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay, adamw_mode=True
         )
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay)
+        # fused=None is torch's own choice: foreach on GPUs, a loop over tensors on CPUs.
+        fused = True if levers is not None and levers.fused_optimizer else None
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=hp.learning_rate, weight_decay=hp.weight_decay, fused=fused
+        )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
     )
+    if levers is not None and levers.compile_mode is not None:
+        mode = levers.compile_mode
+        engine.compile(compile_kwargs={} if mode == "default" else {"mode": mode})
     return engine
+
+
+def speed_in_force(engine: Any) -> dict[str, Any]:
+    """What the engine runs, read off it rather than the config: a test (or a user) sees that a
+    lever is really on, not only asked for."""
+    module = getattr(engine, "module", engine)
+    optimizer = getattr(engine, "basic_optimizer", None)
+    kernels = {
+        str(m.config._attn_implementation)
+        for m in module.modules()
+        if hasattr(getattr(m, "config", None), "_attn_implementation")  # transformers' models
+    }
+    return {
+        "fused_optimizer": bool(optimizer is not None and optimizer.defaults.get("fused")),
+        "attention": ",".join(sorted(kernels)) or None,
+        "compiled": bool(getattr(engine, "is_compiled", False)),
+        "immediate_grad_update": bool(getattr(engine.optimizer, "immediate_grad_update", False)),
+    }
 
 
 def input_dtype(engine: Any, dtype: torch.dtype) -> torch.dtype:

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.speed import SpeedLevers, SpeedSection
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
@@ -39,6 +40,7 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     deepspeed_config,
     lr_factor,
     model_construction,
+    speed_in_force,
 )
 from airflow_trainpipe.runtime.evaluation.holdout import ShardedHoldout
 from airflow_trainpipe.runtime.models import build_model
@@ -81,6 +83,7 @@ class JobSetup:
         self.training = spec.config.training
         self.hp = spec.hyperparameters  # the effective, validated ones: never the config's
         self.on_gpu = torch.cuda.is_available() and self.training.resources.gpus_per_node > 0
+        self.levers = speed_levers(self.training.speed, self.on_gpu)  # before any process group
         deepspeed.init_distributed(dist_backend="nccl" if self.on_gpu else "gloo")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -192,6 +195,11 @@ class JobSetup:
             activation_checkpointing=any(
                 getattr(m, "is_gradient_checkpointing", False) for m in self.engine.module.modules()
             ),
+            speed={
+                **speed_in_force(self.engine),
+                "group_by_length": self.levers.group_by_length,
+                "data_on_device": self.levers.data_on_device,
+            },
         )
 
     def _schedule_steps(self, total_steps: int, steps_per_epoch: int) -> int:
@@ -213,7 +221,7 @@ class JobSetup:
             model = self._build_model()
         if self.rank == 0:
             log.info("model built: %s", _held(model))
-        return build_engine(model, self.spec, self.ds_config, schedule)
+        return build_engine(model, self.spec, self.ds_config, schedule, self.levers)
 
     def _open_data(self, prepared: PreparedData) -> None:
         """The block reader, the encoder the stream and the holdout share, the holdout."""
@@ -354,6 +362,7 @@ class JobSetup:
             num_outputs=transform.num_outputs,
             pretrained=str(self.pretrained.path) if self.pretrained is not None else None,
             activation_checkpointing=self.training.activation_checkpointing,
+            attention=self.levers.attention,
             **self.hp.model_args,
         )
 
@@ -365,6 +374,15 @@ class JobSetup:
         box = [value]
         dist.broadcast_object_list(box, src=0, group=self.host_group)
         return box[0]
+
+
+def speed_levers(speed: SpeedSection, on_gpu: bool) -> SpeedLevers:
+    """`training.speed` for this rank; what only a GPU runs stops a CPU rank before it starts (a
+    config that asks for GPUs, run where there are none)."""
+    try:
+        return speed.for_rank(on_gpu)
+    except ValueError as exc:
+        raise TrainpipeError(str(exc)) from None
 
 
 def _held(model: torch.nn.Module) -> str:

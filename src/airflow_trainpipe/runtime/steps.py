@@ -1,6 +1,9 @@
 """One optimizer step, and the collective that follows every few of them.
 
-`StepRunner` runs forward, backward and DeepSpeed's step over this rank's micro-batches.
+`StepRunner` runs forward, backward and DeepSpeed's step over this rank's micro-batches, with the
+levers of `training.speed` that act on the step itself: rows cut on the device, micro-batches
+grouped by length, text widths counted on the host (so the host never waits for the device to
+learn a shape), copies from pinned memory that do not block the host.
 `PeriodicSync` gathers the losses of the steps since the last sync, every rank's checkpoint vote
 and whether a rank got SIGTERM (runtime/resume/preemption.py) in one all-reduce: on a latency-bound job
 a gloo round trip costs as much as a third of a step, so it runs every `SyncConfig.every` steps
@@ -17,14 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from airflow_trainpipe.config.speed import SpeedLevers
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
-from airflow_trainpipe.runtime.data.stream import BlockStream
+from airflow_trainpipe.runtime.data.stream import BlockStream, MicroBatch
 from airflow_trainpipe.runtime.engine import input_dtype
+from airflow_trainpipe.runtime.models.inputs import text_widths
 from airflow_trainpipe.runtime.models.losses import loss_function
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.resume.faults import fault_point
@@ -43,32 +49,74 @@ class StepRunner:
         device: torch.device,
         dtype: torch.dtype,
         ranking_loss: str = "listwise",
+        levers: SpeedLevers | None = None,
     ):
         self.engine, self.stream, self.device = engine, stream, device
         self.dtype = input_dtype(engine, dtype)
         self.loss_fn = loss_function(task, ranking_loss)
+        module = getattr(engine, "module", engine)
+        # A mapping model with text inputs is told each batch's widths (runtime.models.inputs).
+        self.passes_widths = bool(getattr(module, "keeps_float32_inputs", False) and stream.inputs.text)
+        self.group_by_length = levers is not None and levers.group_by_length
+        # A compiled model is compiled once per input shape: widths rounded up to 16 tokens
+        # bound the shapes (96-token text: 6) for a little more padding.
+        self.width_multiple = 16 if levers is not None and levers.compile_mode else 1
 
     def run(self, sampler: ResumableSampler, step: int, timing: Timing) -> torch.Tensor:
         """Optimizer step number `step`; returns this rank's mean micro-batch loss, a scalar on the
         device: read on the host only at the next sync, so that a GPU step is not waited for by the
         host before it queues the next one (an `.item()` per micro-batch did that)."""
         t0 = time.perf_counter()
-        epoch = sampler.epoch
-        global_range, ranges = sampler.step_positions()
+        batches = self.stream.take_step(sampler.epoch, *sampler.step_positions())
+        if self.group_by_length and len(batches) > 1:
+            batches = by_length(batches, self.device)
         inputs = [
-            (torch.from_numpy(x).to(self.device, self.dtype), torch.from_numpy(y).to(self.device))
-            for x, y in self.stream.take(epoch, global_range, ranges)
+            (self._to_device(b.x, self.dtype), self._to_device(b.y, None), self._widths(b)) for b in batches
         ]
         timing.data_wait_s += time.perf_counter() - t0
         loss_sum = torch.zeros((), device=self.device)
-        for k, (x, y) in enumerate(inputs):
-            loss = self.loss_fn(self.engine(x).float(), y)
+        for k, (x, y, widths) in enumerate(inputs):
+            outputs = self.engine(x, widths=widths) if widths is not None else self.engine(x)
+            loss = self.loss_fn(outputs.float(), y)
             self.engine.backward(loss)
             if k == len(inputs) - 1:
                 fault_point("mid_step", step)
             self.engine.step()
             loss_sum += loss.detach()
         return loss_sum / len(inputs)
+
+    def _widths(self, batch: MicroBatch) -> tuple[int, ...] | None:
+        if not self.passes_widths:
+            return None
+        return text_widths(batch.lengths, self.stream.inputs, self.width_multiple)
+
+    def _to_device(self, rows: Any, dtype: torch.dtype | None) -> torch.Tensor:
+        """Host rows copied from pinned memory without blocking the host (a copy from pageable
+        memory waits for every kernel queued before it); rows on the device already, as they are."""
+        tensor = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
+        if tensor.device.type == "cpu" and self.device.type == "cuda":
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, dtype, non_blocking=True)
+
+
+def by_length(batches: list[MicroBatch], device: torch.device) -> list[MicroBatch]:
+    """A step's micro-batches with their rows sorted by text length, cut to the same sizes: the
+    same rows, each micro-batch padded to a width near its own rows'."""
+    lengths = np.concatenate([b.lengths for b in batches])
+    order = np.argsort(lengths.sum(axis=1), kind="stable")
+    x: Any
+    y: Any
+    if isinstance(batches[0].x, torch.Tensor):
+        on_device = torch.from_numpy(order).to(device)
+        x, y = torch.cat([b.x for b in batches])[on_device], torch.cat([b.y for b in batches])[on_device]
+    else:
+        x, y = np.concatenate([b.x for b in batches])[order], np.concatenate([b.y for b in batches])[order]
+    lengths = lengths[order]
+    cut, at = [], 0
+    for size in (len(b) for b in batches):
+        cut.append(MicroBatch(x[at : at + size], y[at : at + size], lengths[at : at + size]))
+        at += size
+    return cut
 
 
 @dataclass(frozen=True)

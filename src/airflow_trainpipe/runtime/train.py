@@ -88,6 +88,7 @@ class Trainer(JobSetup):
             self.prepared, self.reader, self.hp.seed, self.config.data.shuffle_buffer_rows,
             self.rank, self.world_size, self.host_group, epochs=self.hp.epochs,
             cache_bytes=self.config.data.encoded_cache_mib << 20, encoder=self.encoder,
+            device=self.device if self.levers.data_on_device else None,
         )  # fmt: skip
 
     # -- training -----------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class Trainer(JobSetup):
     ) -> dict[str, Any]:
         stream = self._stream()
         steps = StepRunner(
-            self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss
+            self.engine, stream, self.task, self.device, self.dtype, self.training.ranking_loss, self.levers
         )
         sync, epoch_end = self._sync_and_epoch_end(tracker)
         step, train_loss = state["step"], state.get("final_train_loss")

@@ -30,6 +30,12 @@ no read, no decode, no all-gather, no copy. The
 bytes are the ones a read would produce, so the stream is the same; a larger snapshot streams
 every epoch and memory stays bounded by the chunks, as above.
 
+Device. With `device` (a GPU rank's, `training.speed.data_on_device`) each chunk's rows are
+copied to the device once, as the chunk loads (the cache once, whole), and `take_step` cuts its
+micro-batches there: a step moves only its row positions to the device, not its rows. Each
+micro-batch also carries its rows' text lengths, counted on the host from the host rows, so the
+step knows its padded widths without reading the device.
+
 Statistical quality vs a full permutation: a batch draws its rows from the blocks of one or two
 chunks, not from the whole snapshot. With blocks that are random samples of the data that is
 the same thing; with data sorted within its files (by time, by user), rows of one batch are
@@ -40,6 +46,7 @@ Each row is still seen exactly once per epoch, and the chunk composition changes
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +56,7 @@ import torch.distributed as dist
 from airflow_trainpipe.runtime.data.blocks import Block, BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData
 from airflow_trainpipe.runtime.data.tokens import BlockEncoder
+from airflow_trainpipe.runtime.models.inputs import ModelInputs, text_lengths
 
 _ORDER_STREAM = 0x0B10C5  # separates the block-order draws from the per-chunk permutations
 
@@ -70,13 +78,29 @@ class Chunk:
     the rows keeps the load at a few integer operations per row, and each micro-batch copies out
     only its own rows."""
 
-    __slots__ = ("end", "index", "rows", "start")
+    __slots__ = ("end", "index", "on_device", "rows", "start")
 
-    def __init__(self, start: int, rows: np.ndarray, index: np.ndarray):
+    def __init__(
+        self, start: int, rows: np.ndarray, index: np.ndarray, on_device: torch.Tensor | None = None
+    ):
         self.start, self.end, self.rows, self.index = start, start + len(index), rows, index
+        self.on_device = on_device  # `rows` on the device, when the stream has one
 
     def positions(self, start: int, stop: int) -> np.ndarray:
         return self.index[start - self.start : stop - self.start]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of a step: inputs, targets (numpy on the host, or tensors on the stream's
+    device) and each row's non-pad token count per text input, (rows, text inputs), on the host."""
+
+    x: Any
+    y: Any
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
 
 
 class EncodedCache:
@@ -116,8 +140,10 @@ class BlockStream:
         epochs: int | None = None,
         cache_bytes: int = 0,
         encoder: BlockEncoder | None = None,
+        device: torch.device | None = None,
     ):
-        """`encoder`: reads and encodes blocks, caching token ids (default: one keyed by the fit)."""
+        """`encoder`: reads and encodes blocks, caching token ids (default: one keyed by the fit).
+        `device`: where `take_step` cuts micro-batches (None: on the host, as numpy)."""
         self.transform, self.reader = prepared.transform, reader
         self.encoder = encoder or BlockEncoder(reader, prepared.transform, prepared.key)
         self.blocks = [b for b in prepared.blocks if b.train_rows]
@@ -125,6 +151,9 @@ class BlockStream:
         self.rank, self.world_size, self.group = rank, world_size, group
         self.epochs = epochs  # known: the last chunk of an epoch prefetches the next epoch's first
         self.width = prepared.transform.width
+        self.inputs = ModelInputs.of(prepared.transform)
+        self.device = device
+        self._cache_on_device: tuple[int, torch.Tensor] | None = None  # (blocks held, copy)
         # After the inputs, the target: the label, or for ranking (relevance, group code).
         self.targets = 2 if prepared.transform.task == "ranking" else 1
         self.row_width = self.width + self.targets
@@ -175,6 +204,19 @@ class BlockStream:
                 self.loaded[c] = self._load(c)
         return [self._rows(start, stop) for start, stop in ranges]
 
+    def take_step(
+        self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
+    ) -> list[MicroBatch]:
+        """Collective: `take`'s rows as micro-batches with their text lengths, cut on the device
+        when the stream has one."""
+        host = self.take(epoch, global_range, ranges)
+        if self.device is None:
+            return [MicroBatch(x, y, text_lengths(x, self.inputs)) for x, y in host]
+        return [
+            MicroBatch(*self._device_rows(start, stop), text_lengths(x, self.inputs))
+            for (start, stop), (x, _) in zip(ranges, host, strict=True)
+        ]
+
     def _chunk_of(self, position: int) -> int:
         return int(np.searchsorted(self.ends, position, side="right"))
 
@@ -192,6 +234,33 @@ class BlockStream:
                 )
         return (xs[0], ys[0]) if len(xs) == 1 else (np.concatenate(xs), np.concatenate(ys))
 
+    def _device_rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows at stream positions [start, stop) cut from the chunks' device copies: only
+        the positions travel (pinned, asynchronously: the host does not wait for the device)."""
+        assert self.device is not None
+        xs, ys = [], []
+        for chunk in sorted(self.loaded.values(), key=lambda c: c.start):
+            lo, hi = max(start, chunk.start), min(stop, chunk.end)
+            if lo < hi:
+                assert chunk.on_device is not None
+                positions = torch.from_numpy(chunk.positions(lo, hi))
+                if self.device.type == "cuda":
+                    positions = positions.pin_memory()
+                rows = chunk.on_device[positions.to(self.device, non_blocking=True)]
+                xs.append(rows[:, : self.width])
+                ys.append(rows[:, self.width] if self.targets == 1 else rows[:, self.width :])
+        return (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
+
+    def _to_device(self, rows: np.ndarray) -> torch.Tensor:
+        """A chunk's rows on the device: the cache is copied once, whole; a gathered chunk once."""
+        assert self.device is not None
+        if self.cache is not None and rows is self.cache.rows:
+            # Copied again when blocks were kept since (a resumed first epoch fills it late).
+            if self._cache_on_device is None or self._cache_on_device[0] != len(self.cache):
+                self._cache_on_device = (len(self.cache), torch.from_numpy(rows).to(self.device))
+            return self._cache_on_device[1]
+        return torch.from_numpy(rows).to(self.device)
+
     def close(self) -> None:
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
 
@@ -208,9 +277,10 @@ class BlockStream:
         index = np.concatenate([np.arange(o, o + b.train_rows) for o, b in zip(offsets, blocks, strict=True)])
         rng = np.random.default_rng([self.seed, self.epoch or 0, c])
         start = int(self.ends[c - 1]) if c else 0
+        on_device = self._to_device(rows) if self.device is not None else None
         if self.targets == 1:
-            return Chunk(start, rows, index[rng.permutation(len(index))])
-        return Chunk(start, rows, index[_group_permutation(rng, rows[index, -1])])
+            return Chunk(start, rows, index[rng.permutation(len(index))], on_device)
+        return Chunk(start, rows, index[_group_permutation(rng, rows[index, -1])], on_device)
 
     def _prefetch_after(self, c: int) -> None:
         """Read this rank's share of the chunk after `c` in the background: the epoch's next one,

@@ -48,13 +48,15 @@ def build_model(
     inputs: ModelInputs | None = None,
     pretrained: str | None = None,
     activation_checkpointing: bool = False,
+    attention: str | None = None,
     **kwargs: Any,
 ) -> torch.nn.Module:
     """The model `name`, taking the flat input row. With `inputs` (what the training job passes),
     a mapping builder gets them and its model is wrapped in `MappedInputs`; a builder of the first
     contract gets `num_numeric` and `cardinalities` from them. Without, `kwargs` are the first
     contract's, passed as they are. `pretrained`: a checked local directory (runtime.pretrained),
-    for a builder with a `pretrained` parameter."""
+    for a builder with a `pretrained` parameter; `attention`: transformers' attention kernel
+    (training.speed.attention), for a builder with an `attention` parameter."""
     builder = _builder(name)
     if pretrained is not None:
         if "pretrained" not in inspect.signature(builder).parameters:
@@ -69,6 +71,13 @@ def build_model(
                 "builder has no `activation_checkpointing` parameter"
             )
         kwargs = {**kwargs, "activation_checkpointing": True}
+    if attention is not None:
+        if "attention" not in inspect.signature(builder).parameters:
+            raise TrainpipeError(
+                f"model {name!r} has no attention kernel to choose (training.speed.attention "
+                f"{attention}): its builder has no `attention` parameter; leave it auto"
+            )
+        kwargs = {**kwargs, "attention": attention}
     if inputs is None:
         return _called(name, builder, kwargs)
     if takes_inputs(builder):

@@ -12,7 +12,9 @@ forward takes the mapping
 
 `MappedInputs` cuts the row into it: ids, codes and masks as integers (never cast to bf16, which
 holds integers exactly only up to 256), the dense block in the model's dtype, and each text input
-cut to the batch's longest row (dynamic padding) when not exporting. A builder without `inputs`
+cut to the batch's longest row (dynamic padding) when not exporting. The training step passes
+those widths in, counted on the host (`text_widths`): read off the device they would make the
+host wait for the GPU at every step before it could queue the next one. A builder without `inputs`
 (`tabular_mlp`, plugins written before text) keeps the old call and the flat tensor.
 """
 
@@ -69,10 +71,11 @@ class MappedInputs(nn.Module):
         super().__init__()
         self.model, self.inputs = model, inputs
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(self.mapping(x))  # type: ignore[no-any-return]
+    def forward(self, x: torch.Tensor, widths: tuple[int, ...] | None = None) -> torch.Tensor:
+        """`widths`: each text input's padded width for this batch (`text_widths`), else counted here."""
+        return self.model(self.mapping(x, widths))  # type: ignore[no-any-return]
 
-    def mapping(self, x: torch.Tensor) -> dict[str, Any]:
+    def mapping(self, x: torch.Tensor, widths: tuple[int, ...] | None = None) -> dict[str, Any]:
         numeric, codes = self.inputs.num_numeric, len(self.inputs.cardinalities)
         dtype = next(self.model.parameters()).dtype
         batch: dict[str, Any] = {
@@ -81,15 +84,18 @@ class MappedInputs(nn.Module):
             "text": {},
         }
         at = numeric + codes
-        for text in self.inputs.text:
-            ids = x[:, at : at + text.max_length].long()
+        for k, text in enumerate(self.inputs.text):
+            ids = x[:, at : at + text.max_length]
             at += text.max_length
-            mask = ids != text.pad_id
             if not torch.compiler.is_exporting():
                 # Dynamic padding: the batch's longest row, not max_length (a text is a prefix of
                 # non-pad ids: [CLS] ... [SEP]); an exported program serves any batch at full width.
-                longest = max(1, int(mask.sum(dim=1).max()))
-                ids, mask = ids[:, :longest], mask[:, :longest]
+                longest = (
+                    widths[k] if widths is not None else max(1, int((ids != text.pad_id).sum(dim=1).max()))
+                )
+                ids = ids[:, :longest]
+            ids = ids.long()
+            mask = ids != text.pad_id
             seps = (ids == text.sep_id).long()
             after_first_sep = (torch.cumsum(seps, dim=1) - seps) >= 1
             batch["text"][text.name] = {
@@ -98,3 +104,25 @@ class MappedInputs(nn.Module):
                 "token_type_ids": (after_first_sep & mask).long(),
             }
         return batch
+
+
+def text_lengths(x: Any, inputs: ModelInputs) -> Any:
+    """Each row's count of non-pad ids per text input, (B, T), from flat host rows (numpy)."""
+    import numpy as np
+
+    lengths = np.zeros((len(x), len(inputs.text)), np.int64)
+    at = inputs.num_numeric + len(inputs.cardinalities)
+    for k, text in enumerate(inputs.text):
+        lengths[:, k] = (x[:, at : at + text.max_length] != text.pad_id).sum(axis=1)
+        at += text.max_length
+    return lengths
+
+
+def text_widths(lengths: Any, inputs: ModelInputs, multiple: int = 1) -> tuple[int, ...]:
+    """The padded width of each text input for a batch with these `text_lengths`: its longest
+    row, rounded up to `multiple` (a compiled model sees few shapes), never past max_length."""
+    widths = []
+    for k, text in enumerate(inputs.text):
+        longest = max(1, int(lengths[:, k].max())) if len(lengths) else 1
+        widths.append(min(text.max_length, -(-longest // multiple) * multiple))
+    return tuple(widths)

@@ -48,13 +48,16 @@ class TextEncoder(nn.Module):
         head_hidden_sizes: list[int],
         pretrained: str | None = None,
         activation_checkpointing: bool = False,
+        attention: str | None = None,
     ):
         from transformers import BertConfig, BertModel
+
+        kernel: dict[str, Any] = {"attn_implementation": attention} if attention is not None else {}
 
         super().__init__()
         self.encoders = nn.ModuleDict(
             {
-                text.name: _pretrained_encoder(pretrained)
+                text.name: _pretrained_encoder(pretrained, kernel)
                 if pretrained is not None
                 else BertModel(
                     BertConfig(
@@ -68,6 +71,7 @@ class TextEncoder(nn.Module):
                         pad_token_id=text.pad_id,
                         hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout,
+                        **kernel,
                     ),
                     add_pooling_layer=False,
                 )
@@ -155,13 +159,13 @@ def _encoder_arguments(encoders: nn.ModuleDict) -> dict[str, set[str]]:
     }
 
 
-def _pretrained_encoder(path: str) -> nn.Module:
+def _pretrained_encoder(path: str, kernel: dict[str, Any]) -> nn.Module:
     """The directory's encoder (checked before: runtime.pretrained.directory), without its pooler:
     the head reads the [CLS] state itself, and a layer no loss reaches would hold no gradients."""
     from transformers import AutoModel
 
     encoder = AutoModel.from_pretrained(
-        path, local_files_only=True, use_safetensors=True, dtype=torch.float32
+        path, local_files_only=True, use_safetensors=True, dtype=torch.float32, **kernel
     )
     if getattr(encoder, "pooler", None) is not None:
         encoder.pooler = None
@@ -196,6 +200,7 @@ def build_text_encoder(
     dropout: float = 0.1,
     head_hidden_sizes: list[int] | tuple[int, ...] = (64,),
     activation_checkpointing: bool = False,
+    attention: str | None = None,
 ) -> TextEncoder:
     del task  # in num_outputs already, as for tabular_mlp
     if not inputs.text:
@@ -216,4 +221,5 @@ def build_text_encoder(
         [int(h) for h in head_hidden_sizes],
         pretrained,
         bool(activation_checkpointing),
+        attention,
     )
