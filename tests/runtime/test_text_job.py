@@ -35,7 +35,9 @@ def _config_text(checkpoints: Path) -> str:
     config = yaml.safe_load((EXAMPLE_CONFIGS / "support_tickets.yaml").read_text())
     config["training"]["checkpoint"].update(uri=checkpoints.as_uri(), every_steps=5)
     # A tiny encoder and small batches: ~40 steps, what a resume needs; the bench trains the real size.
-    config["training"]["hyperparameters"].update(epochs=2, batch_size=16)
+    config["training"]["hyperparameters"].update(epochs=2, batch_size=8, gradient_accumulation_steps=2)
+    # The levers a CPU rank runs (training.speed): a resume must be bit-exact with them too.
+    config["training"]["speed"] = {"optimizer": "fused", "attention": "eager", "group_by_length": True}
     config["training"]["hyperparameters"]["model_args"].update(hidden_size=32, num_layers=1, num_heads=2)
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -91,6 +93,14 @@ def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
     killed, retry, written = resumed
     assert retry.code == 0, retry.text[-3000:]
     assert retry.result is not None and retry.result["resumed_from_step"] == 10
+    assert retry.start is not None and retry.start["speed"] == {
+        "fused_optimizer": True,
+        "attention": "eager",
+        "compiled": False,
+        "immediate_grad_update": False,
+        "group_by_length": True,
+        "data_on_device": False,
+    }
     # The first attempt tokenized its blocks into the cache (it was killed before it could say
     # so); the retry read every one from there, tokenizing none.
     assert "TRAINPIPE PAUSED step:13" in killed.text  # killed past its step-10 checkpoint, mid-epoch

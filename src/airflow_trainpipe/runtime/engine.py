@@ -164,7 +164,9 @@ def speed_in_force(engine: Any) -> dict[str, Any]:
         "fused_optimizer": bool(optimizer is not None and optimizer.defaults.get("fused")),
         "attention": ",".join(sorted(kernels)) or None,
         "compiled": bool(getattr(engine, "is_compiled", False)),
-        "immediate_grad_update": bool(getattr(engine.optimizer, "immediate_grad_update", False)),
+        "immediate_grad_update": bool(
+            getattr(getattr(engine, "optimizer", None), "immediate_grad_update", False)
+        ),
     }
 
 

@@ -280,3 +280,40 @@ def test_a_ranking_stream_moves_whole_queries_and_takes_every_row_once(tmp_path:
     assert sorted(order.tolist()) == list(range(6))
     moved = np.array([5.0, 5, 3, 3, 3, 8])[order]
     assert np.count_nonzero(np.diff(moved)) == 2
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 30], ids=["streamed", "cached"])
+def test_rows_cut_on_the_device_are_the_rows_the_host_cuts(
+    snapshot: tuple[list[str], PreparedData], cache_bytes: int
+) -> None:
+    """training.speed.data_on_device, with the CPU as the device: each chunk copied once, the
+    micro-batches cut there by position are the host's, through a resumed first epoch too (which
+    fills the cache late, so its device copy is made again)."""
+    import torch
+
+    files, prepared = snapshot
+    reader = BlockReader(files, prepared.identities, CONFIG.data, data_columns(CONFIG.data))
+    host, device = (
+        BlockStream(prepared, reader, SEED, BUFFER, epochs=3, cache_bytes=cache_bytes, device=d)
+        for d in (None, torch.device("cpu"))
+    )
+    sampler = ResumableSampler(prepared.train_rows, GLOBAL_BATCH, ACCUMULATION, 1, 0, SEED)
+    # Resumed at step 7: the blocks of the chunks before were never read by this attempt.
+    sampler.load_state_dict({**sampler.state_dict(), "consumed": 7 * GLOBAL_BATCH})
+    steps = 0
+    while sampler.epoch < 3:  # blocks the second epoch keeps are read from the cache in the third
+        while not sampler.epoch_done():
+            positions = sampler.step_positions()
+            expected, got = (
+                host.take_step(sampler.epoch, *positions),
+                device.take_step(sampler.epoch, *positions),
+            )
+            for a, b in zip(expected, got, strict=True):
+                assert isinstance(a.x, np.ndarray) and isinstance(b.x, torch.Tensor)
+                np.testing.assert_array_equal(b.x.numpy(), a.x)
+                np.testing.assert_array_equal(b.y.numpy(), a.y)
+                np.testing.assert_array_equal(b.lengths, a.lengths)
+            steps += 1
+        sampler.next_epoch()
+    assert steps > 40
+    assert (device.cache is not None) == bool(cache_bytes)

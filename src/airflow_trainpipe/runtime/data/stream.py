@@ -257,9 +257,10 @@ class BlockStream:
         if self.cache is not None and rows is self.cache.rows:
             # Copied again when blocks were kept since (a resumed first epoch fills it late).
             if self._cache_on_device is None or self._cache_on_device[0] != len(self.cache):
-                self._cache_on_device = (len(self.cache), torch.from_numpy(rows).to(self.device))
+                self._cache_on_device = (len(self.cache), torch.from_numpy(rows).to(self.device, copy=True))
             return self._cache_on_device[1]
-        return torch.from_numpy(rows).to(self.device)
+        # A copy even when the device is the host's (a test's): later writes to `rows` are not in it.
+        return torch.from_numpy(rows).to(self.device, copy=True)
 
     def close(self) -> None:
         self._prefetcher.shutdown(wait=True, cancel_futures=True)

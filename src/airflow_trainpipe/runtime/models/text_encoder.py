@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,6 +85,7 @@ class TextEncoder(nn.Module):
             first: Any = next(iter(self.encoders.values()))
             hidden_size = int(first.config.hidden_size)
         self.encoder_arguments = _encoder_arguments(self.encoders)
+        self.mask_kernels = {name: _prepared_mask_kernel(encoder) for name, encoder in self.encoders.items()}
         dims = [min(16, (c + 1) // 2 + 1) for c in inputs.cardinalities]
         self.embeddings = nn.ModuleList(
             nn.Embedding(c, d) for c, d in zip(inputs.cardinalities, dims, strict=True)
@@ -140,6 +142,11 @@ class TextEncoder(nn.Module):
         for name, encoder in self.encoders.items():
             arguments = self.encoder_arguments[name]
             text = {k: v for k, v in batch["text"][name].items() if k in arguments}
+            kernel = self.mask_kernels[name]
+            if kernel is not None and not torch.compiler.is_exporting():
+                text["attention_mask"] = _prepared_mask(
+                    text["attention_mask"], kernel, batch["numeric"].dtype
+                )
             states = encoder(**text).last_hidden_state
             parts.append(states[:, 0])  # the [CLS] token's state
         return self.head(torch.cat(parts, dim=1))  # type: ignore[no-any-return]
@@ -157,6 +164,26 @@ def _encoder_arguments(encoders: nn.ModuleDict) -> dict[str, set[str]]:
         }
         for name, encoder in encoders.items()
     }
+
+
+def _prepared_mask_kernel(encoder: nn.Module) -> str | None:
+    """The attention kernel whose mask this module prepares itself, or None to leave it to
+    transformers. Its masking_utils read the padding mask on the host to see whether any token is
+    masked (`padding_mask.all()`): on a GPU, a wait for every queued kernel in each forward. A
+    prepared 4D mask is taken as it is, by the models that build masks with masking_utils."""
+    kernel = getattr(getattr(encoder, "config", None), "_attn_implementation", None)
+    module = sys.modules.get(type(encoder).__module__)
+    if kernel in ("sdpa", "eager") and hasattr(module, "create_bidirectional_mask"):
+        return str(kernel)
+    return None
+
+
+def _prepared_mask(mask: torch.Tensor, kernel: str, dtype: torch.dtype) -> torch.Tensor:
+    """(batch, 1, 1, keys): True where sdpa attends, or eager's additive 0 / dtype minimum."""
+    keep = mask[:, None, None, :].bool()
+    if kernel == "sdpa":
+        return keep
+    return torch.zeros(keep.shape, dtype=dtype, device=mask.device).masked_fill(~keep, torch.finfo(dtype).min)
 
 
 def _pretrained_encoder(path: str, kernel: dict[str, Any]) -> nn.Module:

@@ -1,0 +1,230 @@
+"""training.speed on CPU ranks: each lever a CPU runs, on a real DeepSpeed engine, against the
+step without it. (The job-level check, a text job resumed bit-exact with the levers on, is in
+test_text_job.py; what only a GPU runs is refused, tests/config/test_speed.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.config.speed import SpeedLevers, SpeedSection
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.exceptions import TrainpipeError
+from airflow_trainpipe.runtime.accounting import Timing
+from airflow_trainpipe.runtime.data.sampler import ResumableSampler
+from airflow_trainpipe.runtime.data.stream import MicroBatch
+from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config, speed_in_force
+from airflow_trainpipe.runtime.models import build_model
+from airflow_trainpipe.runtime.models.inputs import ModelInputs, TextInput, text_lengths, text_widths
+from airflow_trainpipe.runtime.steps import StepRunner, by_length
+from tests.conftest import EXAMPLE_CONFIGS, free_port
+
+TEXT = ModelInputs(
+    2, [3], [TextInput("subject", vocab_size=50, max_length=12, pad_id=0, sep_id=3, segments=1)]
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_rank_world() -> Iterator[None]:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def _deepspeed_sees_this_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr("deepspeed.comm.comm.cdb", None)  # DeepSpeed's view of the group ends with the test
+
+
+def _spec(precision: str = "auto", **speed: Any) -> TrainSpec:
+    config = load_config(EXAMPLE_CONFIGS / "fraud_detector.yaml")
+    deepspeed = config.training.deepspeed.model_copy(update={"precision": precision})
+    training = config.training.model_copy(update={"speed": SpeedSection(**speed), "deepspeed": deepspeed})
+    return TrainSpec(
+        config=config.model_copy(update={"training": training}), run_id="r", data_files=["file:///x.parquet"]
+    )
+
+
+def _engine(spec: TrainSpec, levers: SpeedLevers | None) -> Any:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.GELU(), torch.nn.Linear(8, 1))
+    ds = deepspeed_config(spec, global_batch=8, world_size=1, universal=False, on_gpu=False)
+    return build_engine(model, spec, ds, lambda step: 1.0, levers)
+
+
+def _one_step(engine: Any, rows: int = 8) -> float:
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(rows, 3, generator=generator), torch.randn(rows, 1, generator=generator)
+    dtype = next(engine.module.parameters()).dtype
+    loss = ((engine(x.to(dtype)).float() - y) ** 2).mean()
+    engine.backward(loss)
+    engine.step()
+    return float(loss)
+
+
+def _weights(engine: Any) -> list[torch.Tensor]:
+    return [p.detach().float().clone() for p in engine.module.parameters()]
+
+
+def test_the_fused_adamw_steps_as_torchs_default_does() -> None:
+    spec = _spec()
+    plain, fused = (_engine(spec, SpeedSection(optimizer=kind).for_rank(False)) for kind in ("auto", "fused"))
+    assert speed_in_force(fused)["fused_optimizer"] and not speed_in_force(plain)["fused_optimizer"]
+    for _ in range(3):
+        assert _one_step(fused) == pytest.approx(_one_step(plain), rel=1e-6)
+    for a, b in zip(_weights(fused), _weights(plain), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_immediate_grad_update_steps_with_deepspeeds_bf16_optimizer() -> None:
+    spec = _spec(immediate_grad_update=True)
+    ds = deepspeed_config(spec, global_batch=8, world_size=1, universal=False, on_gpu=False)
+    assert "immediate_grad_update" not in ds["bf16"]  # fp32 (a CPU rank's auto): nothing to do
+    bf16 = _spec(precision="bf16", immediate_grad_update=True)
+    engine = _engine(bf16, bf16.config.training.speed.for_rank(False))
+    assert type(engine.optimizer).__name__ == "BF16_Optimizer"
+    assert speed_in_force(engine)["immediate_grad_update"]
+    before = _weights(engine)
+    losses = [_one_step(engine) for _ in range(3)]
+    assert all(np.isfinite(losses)) and any(
+        (a != b).any() for a, b in zip(before, _weights(engine), strict=True)
+    )
+    without = _engine(_spec(precision="bf16"), None)
+    assert type(without.optimizer).__name__ != "BF16_Optimizer"  # ZeRO-1's own, bf16 gradients
+    assert not speed_in_force(without)["immediate_grad_update"]
+
+
+def test_a_compiled_engine_steps_as_the_eager_one() -> None:
+    spec = _spec()
+    eager, compiled = _engine(spec, None), _engine(spec, SpeedSection(compile="default").for_rank(False))
+    assert speed_in_force(compiled)["compiled"] and not speed_in_force(eager)["compiled"]
+    for _ in range(2):
+        assert _one_step(compiled) == pytest.approx(_one_step(eager), rel=1e-5)
+    for a, b in zip(_weights(compiled), _weights(eager), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _text_model(attention: str | None) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(
+        "text_encoder", inputs=TEXT, task="regression", hidden_size=16, num_layers=1, num_heads=2,
+        dropout=0.0, attention=attention,
+    ).eval()  # fmt: skip
+
+
+def _text_rows(lengths: list[int]) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    rows = np.zeros((len(lengths), 2 + 1 + 12), np.float32)
+    rows[:, :2] = rng.normal(size=(len(lengths), 2))
+    rows[:, 2] = rng.integers(0, 3, len(lengths))
+    for i, n in enumerate(lengths):
+        rows[i, 3 : 3 + n] = rng.integers(4, 50, n)
+    return rows
+
+
+def test_the_attention_kernel_is_chosen_and_changes_no_output() -> None:
+    x = torch.from_numpy(_text_rows([5, 12, 3, 8]))
+    eager, sdpa = _text_model("eager"), _text_model("sdpa")
+    assert speed_in_force(eager)["attention"] == "eager" and speed_in_force(sdpa)["attention"] == "sdpa"
+    assert speed_in_force(_text_model(None))["attention"] == "sdpa"  # transformers' default
+    with torch.no_grad():
+        torch.testing.assert_close(eager(x), sdpa(x), rtol=1e-5, atol=1e-5)
+        # The masks the encoder prepares itself are the ones transformers would build.
+        prepared = eager(x)
+        eager.model.mask_kernels = {"subject": None}
+        torch.testing.assert_close(eager(x), prepared)
+    with pytest.raises(TrainpipeError, match="no attention kernel to choose"):
+        build_model("tabular_mlp", num_numeric=3, cardinalities=[], task="regression", attention="eager")
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts reads of a tensor's value by the host (`.item()`, `int(t)`): each one waits, on a
+    GPU, for every kernel queued before it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.reads += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_widths_counted_on_the_host_spare_the_forward_a_read_of_the_device() -> None:
+    rows = _text_rows([5, 12, 3, 8])
+    model, x = _text_model(None), torch.from_numpy(rows)
+    widths = text_widths(text_lengths(rows, TEXT), TEXT)
+    assert widths == (12,) and text_widths(text_lengths(rows[[0, 2]], TEXT), TEXT, multiple=8) == (8,)
+    with torch.no_grad():
+        with _HostReads() as counted:
+            given = model(x, widths=widths)
+        assert counted.reads == 0  # neither the widths nor whether any token is padding
+        with _HostReads() as counted:
+            found = model(x)
+        assert counted.reads >= 1  # the batch's longest row read off the device
+    torch.testing.assert_close(given, found)
+
+
+class _TextRows:
+    """A stream of text rows held in memory (the real stream has tests of its own)."""
+
+    inputs = TEXT
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(3)
+        self.x = _text_rows(list(rng.integers(1, 13, 16)))
+        self.y = rng.normal(size=16).astype(np.float32)
+
+    def take_step(self, epoch: int, global_range: Any, ranges: list[tuple[int, int]]) -> list[MicroBatch]:
+        return [MicroBatch(self.x[a:b], self.y[a:b], text_lengths(self.x[a:b], TEXT)) for a, b in ranges]
+
+
+def _text_engine(spec: TrainSpec, levers: SpeedLevers | None = None) -> Any:
+    config = {
+        "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+        "gradient_clipping": 0.0, "zero_optimization": {"stage": 0}, "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1 << 62,
+    }  # fmt: skip
+    return build_engine(_text_model(None).train(), spec, config, lambda step: 1.0, levers)
+
+
+def test_a_text_step_reads_nothing_off_the_device_and_grouping_keeps_its_gradient() -> None:
+    spec = _spec()
+    rows = _TextRows()
+    stepped = {}
+    for grouped in (False, True):
+        # fused: torch's per-tensor loop reads each step count (a host tensor on GPUs too)
+        levers = SpeedSection(optimizer="fused", group_by_length=grouped).for_rank(False)
+        engine = _text_engine(spec, levers)
+        runner = StepRunner(engine, rows, "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]
+        with _HostReads() as counted:
+            runner.run(ResumableSampler(16, 8, 2, 1, 0, seed=3), 1, Timing(0, 0.0))
+        assert counted.reads == 0, "the step waited for the device"
+        stepped[grouped] = _weights(engine)
+    # Same rows in the step, each micro-batch's mean loss averaged: the same update, up to rounding.
+    for a, b in zip(stepped[True], stepped[False], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_grouping_sorts_a_steps_rows_by_length_into_micro_batches_of_the_same_sizes() -> None:
+    rows = _TextRows()
+    batches = rows.take_step(0, (0, 16), [(0, 8), (8, 16)])
+    grouped = by_length(batches, torch.device("cpu"))
+    assert [len(b) for b in grouped] == [8, 8]
+    assert sorted(map(tuple, np.concatenate([b.x for b in grouped]))) == sorted(map(tuple, rows.x))
+    assert np.all(np.diff(np.concatenate([b.lengths[:, 0] for b in grouped])) >= 0)
+    widths = [text_widths(b.lengths, TEXT)[0] for b in batches]
+    assert sum(text_widths(b.lengths, TEXT)[0] for b in grouped) < sum(widths)  # less padding
+    on_device = [MicroBatch(torch.from_numpy(b.x), torch.from_numpy(b.y), b.lengths) for b in batches]
+    for a, b in zip(by_length(on_device, torch.device("cpu")), grouped, strict=True):
+        np.testing.assert_array_equal(a.x.numpy(), b.x)
+        np.testing.assert_array_equal(a.y.numpy(), b.y)
