@@ -62,3 +62,33 @@ def test_each_task_reads_its_outputs_and_targets() -> None:
     assert loss_function("ranking", "pairwise")(one, targets).item() == pytest.approx(
         math.log1p(math.exp(-1.0))
     )
+
+
+def test_pairwise_builds_the_pairs_of_each_query_not_of_the_whole_micro_batch() -> None:
+    """4,096 rows in queries of 8: 32,768 pairs, where a batch-by-batch mask holds 16.8M entries.
+    The loss is the one over every ordered pair of a query, written out with that mask."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for tensor in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(tensor, torch.Tensor):
+                    self.numel = max(self.numel, tensor.numel())
+            return out
+
+    generator = torch.Generator().manual_seed(0)
+    rows = 4096
+    scores = torch.randn(rows, generator=generator)
+    relevance = torch.randint(0, 3, (rows,), generator=generator).float()
+    groups = torch.repeat_interleave(torch.randperm(rows // 8, generator=generator).float(), 8)
+    with Largest() as largest:
+        value = pairwise_loss(scores, relevance, groups)
+    assert largest.numel <= rows * 8
+    every = (groups[:, None] == groups[None, :]) & (relevance[:, None] > relevance[None, :])
+    expected = torch.nn.functional.softplus(scores[None, :] - scores[:, None])[every].mean()
+    assert value.item() == pytest.approx(expected.item(), rel=1e-5)

@@ -47,9 +47,23 @@ def listwise_loss(scores: torch.Tensor, relevance: torch.Tensor, groups: torch.T
 
 def pairwise_loss(scores: torch.Tensor, relevance: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """RankNet: the logistic loss of every ordered pair of one group where the first row is more
-    relevant, averaged over those pairs. Memory is quadratic in the micro-batch (a 4096-row one
-    builds 16M-entry masks)."""
-    pairs = (groups[:, None] == groups[None, :]) & (relevance[:, None] > relevance[None, :])
-    if not bool(pairs.any()):
+    relevant, averaged over those pairs. Only pairs within a group are built (the sum of the
+    groups' squared sizes), never the micro-batch squared: a group's rows are side by side."""
+    size = len(groups)
+    if size == 0:
         return (scores * 0).sum()
-    return F.softplus(scores[None, :] - scores[:, None])[pairs].mean()
+    starts = torch.ones(size, dtype=torch.bool, device=groups.device)
+    starts[1:] = groups[1:] != groups[:-1]
+    run = torch.cumsum(starts.long(), 0) - 1  # each row's run of one group code
+    first = torch.nonzero(starts).squeeze(1)  # where each run starts
+    lengths = torch.diff(torch.cat([first, first.new_tensor([size])]))
+    per_row = lengths[run]  # the pairs each row is the first of
+    i = torch.repeat_interleave(torch.arange(size, device=groups.device), per_row)
+    offset = torch.arange(len(i), device=groups.device) - torch.repeat_interleave(
+        torch.cumsum(per_row, 0) - per_row, per_row
+    )
+    j = first[run[i]] + offset
+    ordered = relevance[i] > relevance[j]
+    if not bool(ordered.any()):
+        return (scores * 0).sum()
+    return F.softplus(scores[j] - scores[i])[ordered].mean()
