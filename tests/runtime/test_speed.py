@@ -42,6 +42,8 @@ def one_rank_world() -> Iterator[None]:
 def _deepspeed_sees_this_group(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setattr("deepspeed.comm.comm.cdb", None)  # DeepSpeed's view of the group ends with the test
+    # ZeRO clones the world group once per process: the clone dies with this module's group.
+    monkeypatch.setattr("deepspeed.utils.groups._WORLD_GROUP", None)
 
 
 def _spec(precision: str = "auto", **speed: Any) -> TrainSpec:
