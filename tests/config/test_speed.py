@@ -32,7 +32,7 @@ def _refused(**training: Any) -> str:
 def test_the_defaults_are_resolved_for_a_gpu_rank_and_a_cpu_rank() -> None:
     speed = _config().training.speed
     on_gpu, on_cpu = speed.for_rank(True), speed.for_rank(False)
-    assert (on_gpu.fused_optimizer, on_gpu.data_on_device) == (True, True)
+    assert (on_gpu.fused_optimizer, on_gpu.data_on_device) == (True, False)
     assert (on_cpu.fused_optimizer, on_cpu.data_on_device) == (False, False)
     for levers in (on_gpu, on_cpu):
         assert levers.attention is None and levers.compile_mode is None  # transformers' default; eager torch

@@ -52,10 +52,12 @@ class SpeedSection(Section):
     mean as before; only which rows share a micro-batch changes (and with it float rounding and
     dropout draws)."""
 
-    data_on_device: bool | None = None
-    """Copy each chunk of encoded training rows to the GPU once, as it is loaded, and cut the
-    micro-batches there, instead of copying every micro-batch from host memory. null: on for GPU
-    ranks. On CPU ranks the rows are in the device's memory already: `true` is refused there."""
+    data_on_device: bool = False
+    """Copy each chunk of encoded training rows to the GPU once, as it is loaded (the encoded cache,
+    `data.encoded_cache_mib`, once and whole), and cut the micro-batches there, instead of copying
+    every micro-batch from pinned host memory. Off until a GPU run has measured it: it holds up to
+    the cache's size in GPU memory. On CPU ranks the rows are in the device's memory already:
+    `true` is refused there."""
 
     def problems(self, on_gpu_nodes: bool, gradient_accumulation_steps: int) -> FieldProblems:
         """What this section asks that the job cannot do: GPU-only values without GPUs, grouping
@@ -89,7 +91,7 @@ class SpeedSection(Section):
             compile_mode=None if self.compile == "none" else self.compile,
             immediate_grad_update=self.immediate_grad_update,
             group_by_length=self.group_by_length,
-            data_on_device=on_gpu if self.data_on_device is None else self.data_on_device,
+            data_on_device=self.data_on_device,
         )
 
 
@@ -102,7 +104,7 @@ def gpu_only(speed: SpeedSection) -> FieldProblems:
         found.append((("compile",), f"{speed.compile} replays CUDA graphs; use default"))
     if speed.data_on_device:
         found.append(
-            (("data_on_device",), "CPU ranks hold the rows in the device's memory already; use null")
+            (("data_on_device",), "CPU ranks hold the rows in the device's memory already; use false")
         )
     return found
 
