@@ -75,9 +75,19 @@ def _days(folder: Path, rows: int) -> list[str]:
 # -- step -------------------------------------------------------------------------------------
 
 
-def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS) -> None:
+def _worker(
+    spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS, levers_on: bool = False
+) -> None:
     """One side-by-side step run; on a GPU when the spec asks for one (nccl, the compute dtype the
-    job would pick, the host collectives on gloo as in the Trainer), else on CPU ranks (gloo)."""
+    job would pick, the host collectives on gloo as in the Trainer), else on CPU ranks (gloo).
+
+    `levers_on` (`--levers`): the engine both sides share is built with the spec's
+    `training.speed` as the job builds it (AdamW's kernels, attention kernel, torch.compile;
+    immediate_grad_update is in the DeepSpeed config either way), ours steps with those levers
+    (rows cut on the device, text widths counted on the host), and the bare loop does what the
+    job's step does at its best: widths counted on the host from the rows' token counts (rounded
+    to 16 tokens when compiled, as the job rounds them) instead of read off the device, and the
+    loss on float32 outputs. Off (the default): the engine, ours and the bare loop as before."""
 
     import deepspeed
     import numpy as np
@@ -97,16 +107,18 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
         compute_dtype,
         deepspeed_config,
         input_dtype,
+        lr_factor,
         model_construction,
     )
     from airflow_trainpipe.runtime.models import build_model
-    from airflow_trainpipe.runtime.models.inputs import ModelInputs
+    from airflow_trainpipe.runtime.models.inputs import ModelInputs, text_lengths, text_widths
     from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
     from airflow_trainpipe.runtime.steps import StepRunner
 
     spec = TrainSpec.from_json(Path(spec_file).read_text())
     hp, data = spec.hyperparameters, spec.config.data
     on_gpu = torch.cuda.is_available() and spec.config.training.resources.gpus_per_node > 0
+    levers = spec.config.training.speed.for_rank(on_gpu) if levers_on else None
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if on_gpu else torch.device("cpu")
@@ -127,23 +139,34 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
     with model_construction(ds_config):
         model = build_model("text_encoder", inputs=ModelInputs.of(transform), task="multiclass_classification",
                             num_outputs=transform.num_outputs, pretrained=pretrained and str(directory.path),
-                            **hp.model_args)  # fmt: skip
-    engine = build_engine(model, spec, ds_config)
+                            attention=levers.attention if levers else None, **hp.model_args)  # fmt: skip
+    # The job's learning-rate schedule over the steps this run takes (the rate does not change a step's work).
+    steps_run = (2 + blocks) * block_steps
+    schedule = lr_factor(hp, steps_run, fine_tuning=pretrained is not None)
+    engine = build_engine(model, spec, ds_config, schedule, levers)
     dtype = compute_dtype(ds_config)
     reader = BlockReader(spec.data_files, prepared.identities, data, data_columns(data))
     encoder = BlockEncoder(reader, transform, prepared.key)
     # The bare side: every training row encoded (the cache filled on the way) and held in memory.
     trains = [encoder.side(block, "train") for block in prepared.blocks]
-    x = torch.from_numpy(np.concatenate([f for _, f in trains])).to(device, input_dtype(engine, dtype))
+    host_x = np.concatenate([f for _, f in trains])
+    x = torch.from_numpy(host_x).to(device, input_dtype(engine, dtype))
     y = torch.from_numpy(np.concatenate([transform.labels(t) for t, _ in trains])).long().to(device)
     stream = BlockStream(prepared, reader, hp.seed, data.shuffle_buffer_rows, rank, world, data_group,
-                         epochs=1 << 30, cache_bytes=data.encoded_cache_mib << 20, encoder=encoder)  # fmt: skip
+                         epochs=1 << 30, cache_bytes=data.encoded_cache_mib << 20, encoder=encoder,
+                         device=device if levers and levers.data_on_device else None)  # fmt: skip
     sampler = ResumableSampler(prepared.train_rows, global_batch, 1, world, rank, hp.seed)
-    ours = StepRunner(engine, stream, "multiclass_classification", device, dtype)
+    ours = StepRunner(engine, stream, "multiclass_classification", device, dtype, levers=levers)
     timing = Timing(first_step=0, earlier_compute_s=0.0, world_size=world, earlier_device_s=0.0)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(hp.seed)).to(device)
+    host_order = torch.randperm(len(y), generator=torch.Generator().manual_seed(hp.seed))
+    order = host_order.to(device)
     loss_fn = torch.nn.CrossEntropyLoss()
     bare_step = 0
+    # With levers: each row's token count per text input, on the host, for the bare side's widths.
+    inputs = ModelInputs.of(transform)
+    host_lengths = text_lengths(host_x, inputs) if levers_on else None
+    multiple = 16 if levers is not None and levers.compile_mode else 1
+    widths: dict[str, list[int]] = {"ours": [], "bare": []}
 
     def run_ours(steps: int = block_steps) -> None:
         for _ in range(steps):
@@ -158,22 +181,38 @@ def _worker(spec_file: str, blocks: int = BLOCKS, block_steps: int = BLOCK_STEPS
         for _ in range(steps):
             start = (bare_step * global_batch) % (len(y) - global_batch) + rank * hp.batch_size
             index = order[start : start + hp.batch_size]
-            engine.backward(loss_fn(engine(x[index]), y[index]))
+            if host_lengths is None:
+                engine.backward(loss_fn(engine(x[index]), y[index]))
+            else:  # as the job's step: widths known on the host, the loss on float32 outputs
+                shape = text_widths(
+                    host_lengths[host_order[start : start + hp.batch_size].numpy()], inputs, multiple
+                )
+                widths["bare"] += list(shape)
+                engine.backward(loss_fn(engine(x[index], widths=shape).float(), y[index]))
             engine.step()
             bare_step += 1
 
     # The padded width each side's batches got (dynamic padding: the batch's longest row), so
     # that both sides are seen to do the same work per sample.
-    widths: dict[str, list[int]] = {"ours": [], "bare": []}
     side = ["ours"]
-    mapping = engine.module.mapping
+    if levers_on:  # recorded on the host where each side counts them (a compiled module is not patched)
+        counted = ours._widths
 
-    def recorded(rows: Any) -> Any:
-        batch = mapping(rows)
-        widths[side[0]] += [t["input_ids"].shape[1] for t in batch["text"].values()]
-        return batch
+        def counted_and_recorded(batch: Any) -> Any:
+            found = counted(batch)
+            widths["ours"] += list(found or ())
+            return found
 
-    engine.module.mapping = recorded
+        ours._widths = counted_and_recorded  # type: ignore[method-assign]
+    else:
+        mapping = engine.module.mapping
+
+        def recorded(rows: Any, shape: Any = None) -> Any:
+            batch = mapping(rows, shape)
+            widths[side[0]] += [t["input_ids"].shape[1] for t in batch["text"].values()]
+            return batch
+
+        engine.module.mapping = recorded
     engine.train()
     run_ours()  # warm-up: first chunk, allocator, DeepSpeed's first steps
     run_bare()
@@ -379,6 +418,8 @@ def bench_text() -> list[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], *map(int, sys.argv[3:]))
+        # `--worker SPEC [BLOCKS [STEPS]] [--levers]`
+        numbers = [int(a) for a in sys.argv[3:] if a != "--levers"]
+        _worker(sys.argv[2], *numbers, levers_on="--levers" in sys.argv[3:])
     else:
         print("\n".join(bench_text()))
