@@ -70,11 +70,34 @@ START = {
             "20000 holdout rows",
         ),
         (
+            START
+            | {"dtype": "bfloat16"}
+            | {
+                "speed": {
+                    "fused_optimizer": True,
+                    "attention": "sdpa",
+                    "compiled": True,
+                    "group_by_length": False,
+                }
+            },
+            "training started: 300 steps on 4 rank(s), global batch 1024, 80000 training / 20000 holdout rows; "
+            "bfloat16, fused AdamW, sdpa attention, compiled",
+        ),
+        (
             {"event": "error", "rank": 2, "error": "ValueError: bad batch"},
             "training failed on rank 2: ValueError: bad batch",
         ),
     ],
-    ids=["start", "progress", "epoch", "result", "best_result", "start_with_validation", "error"],
+    ids=[
+        "start",
+        "progress",
+        "epoch",
+        "result",
+        "best_result",
+        "start_with_validation",
+        "start_with_speed",
+        "error",
+    ],
 )
 def test_each_event_kind_has_its_line(event: dict[str, Any], line: str) -> None:
     assert describe(event) == line

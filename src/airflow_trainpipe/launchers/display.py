@@ -12,6 +12,25 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _running(event: dict[str, Any]) -> str:
+    """What the engine runs (the start event reads it off the engine): dtype and speed levers."""
+    speed = event.get("speed")
+    if not speed:
+        return ""
+    parts = [str(event["dtype"])] if event.get("dtype") else []
+    parts.append("fused AdamW" if speed.get("fused_optimizer") else "AdamW")
+    if speed.get("attention"):
+        parts.append(f"{speed['attention']} attention")
+    flags = {
+        "compiled": "compiled",
+        "immediate_grad_update": "immediate grad update",
+        "group_by_length": "grouped by length",
+        "data_on_device": "rows on the device",
+    }
+    parts += [shown for key, shown in flags.items() if speed.get(key)]
+    return "; " + ", ".join(parts)
+
+
 def describe(event: dict[str, Any]) -> str | None:
     """One line per event worth showing; None for per-step noise."""
     kind = event.get("event")
@@ -25,7 +44,7 @@ def describe(event: dict[str, Any]) -> str | None:
         return (
             f"training started: {event['total_steps']} steps on {event['world_size']} rank(s), global batch "
             f"{event['global_batch']}, {event['train_rows']} training{validation} / {event['holdout_rows']} "
-            f"holdout rows{resumed}"
+            f"holdout rows{resumed}{_running(event)}"
         )
     if kind == "progress":
         total = event["total_steps"]
