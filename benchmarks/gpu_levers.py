@@ -84,6 +84,7 @@ BASELINE_SPEED = {
     "compile": "none",
     "immediate_grad_update": False,
     "group_by_length": False,
+    "packing": False,
     "data_on_device": False,
 }
 SPEED_KEYS = tuple(BASELINE_SPEED)
@@ -133,6 +134,7 @@ def plan(micro: int, tiny: bool) -> list[Row]:
         "immediate": Row("immediate", "job", "`immediate_grad_update: true` (bf16 optimizer, fp32 grad accumulation)", {"immediate_grad_update": True}),
         "zero2": Row("zero2", "job", "ZeRO-2 (flat gradient partitions)", {"zero_stage": 2}),
         "compile": Row("compile", "job", "`compile: default` (widths rounded to 16)", {"compile": "default"}),
+        "packing": Row("packing", "job", "`packing: true` (texts packed into rows, block-diagonal mask)", {"packing": True}),
         "device_rows": Row("device_rows", "job", "`data_on_device: true` (rows cut on the GPU)", {"data_on_device": True}),
         "best": Row("best", "best", "every lever that gained >= 2% over the baseline, together"),
         "hf": Row("hf", "hf", f"`transformers.Trainer`, its default optimizer, {micro}x1", reference="best"),
@@ -148,10 +150,10 @@ def plan(micro: int, tiny: bool) -> list[Row]:
         "flash": Row("flash", "job", "`attention: flash_attention_2`", {"attention": "flash_attention_2"}),
     }  # fmt: skip
     order = (
-        "baseline immediate fused zero2 best hf bare baseline_4x accum group best_4x ops compile "
+        "baseline immediate fused packing zero2 best hf bare baseline_4x accum group best_4x ops compile "
         "eager hf_4x cudagraphs device_rows flash"
         if tiny
-        else "baseline immediate compile cudagraphs fused zero2 best hf bare device_rows baseline_4x "
+        else "baseline immediate packing compile cudagraphs fused zero2 best hf bare device_rows baseline_4x "
         "best_4x eager accum group ops hf_4x flash"
     )
     return [rows[name] for name in order.split()]
@@ -181,7 +183,7 @@ def best_settings(
     helped = {name: gain for name, gain in gains.items() if gain >= 1 + threshold}
     chosen: list[str] = []
     exclusive = (("compile", "cudagraphs"), ("eager", "flash"), ("immediate", "zero2"))
-    alone = ("fused", "device_rows")
+    alone = ("fused", "device_rows", "packing")
     winners = [max(group, key=lambda n: helped.get(n, 0.0)) for group in exclusive]
     for name in [*alone, *winners]:
         if name in helped:
@@ -189,6 +191,7 @@ def best_settings(
     switches = {
         "fused": {"optimizer": "fused"},
         "device_rows": {"data_on_device": True},
+        "packing": {"packing": True},
         "compile": {"compile": "default"},
         "cudagraphs": {"compile": "reduce-overhead"},
         "eager": {"attention": "eager"},
@@ -214,6 +217,7 @@ IN_FORCE = {
     "compile": lambda value, speed: speed.get("compiled") == (value != "none"),
     "immediate_grad_update": lambda value, speed: speed.get("immediate_grad_update") == value,
     "group_by_length": lambda value, speed: speed.get("group_by_length") == value,
+    "packing": lambda value, speed: bool(speed.get("packing")) == value,
     "data_on_device": lambda value, speed: speed.get("data_on_device") == value,
 }
 
@@ -708,7 +712,8 @@ def ran(speed: dict[str, Any] | None) -> str:
         return "-"
     words = ["fused" if speed.get("fused_optimizer") else "foreach", str(speed.get("attention") or "?")]
     words += [label for key, label in (("compiled", "compiled"), ("immediate_grad_update", "immediate"),
-              ("group_by_length", "grouped"), ("data_on_device", "device rows")) if speed.get(key)]  # fmt: skip
+              ("group_by_length", "grouped"), ("packing", "packed"), ("data_on_device", "device rows"))
+              if speed.get(key)]  # fmt: skip
     return ", ".join(words)
 
 

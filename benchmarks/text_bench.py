@@ -196,14 +196,14 @@ def _worker(
     # that both sides are seen to do the same work per sample.
     side = ["ours"]
     if levers_on:  # recorded on the host where each side counts them (a compiled module is not patched)
-        counted = ours._widths
+        counted = ours._arguments
 
         def counted_and_recorded(batch: Any) -> Any:
             found = counted(batch)
-            widths["ours"] += list(found or ())
+            widths["ours"] += list(found.get("widths") or ())
             return found
 
-        ours._widths = counted_and_recorded  # type: ignore[method-assign]
+        ours._arguments = counted_and_recorded  # type: ignore[method-assign]
     else:
         mapping = engine.module.mapping
 

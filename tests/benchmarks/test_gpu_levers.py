@@ -111,7 +111,7 @@ def test_the_baseline_has_every_lever_off(rows):
     baseline = gl.settings_of(rows["baseline"], rows, MICRO)
     assert baseline == {
         "optimizer": "foreach", "attention": "sdpa", "compile": "none", "immediate_grad_update": False,
-        "group_by_length": False, "data_on_device": False, "zero_stage": 1, "batch_size": 256,
+        "group_by_length": False, "packing": False, "data_on_device": False, "zero_stage": 1, "batch_size": 256,
         "gradient_accumulation_steps": 1,
     }  # fmt: skip
     assert gl.settings_of(rows["baseline_4x"], rows, MICRO)["batch_size"] == 1024

@@ -103,3 +103,12 @@ def test_immediate_grad_update_is_bf16_zero_1s() -> None:
 def test_an_unknown_lever_or_value_is_located() -> None:
     assert "training.speed.fused" in _refused(speed={"fused": True})
     assert "training.speed.compile" in _refused(speed={"compile": "fast"})
+
+
+def test_packing_needs_a_mask_kernel_that_reads_block_diagonal_masks() -> None:
+    message = _refused(
+        speed={"packing": True, "attention": "flash_attention_2"},
+        resources={"gpus_per_node": 1, "processes_per_node": 1},
+    )
+    assert "training.speed.packing" in message and "flash_attention_2" in message
+    assert _config(speed={"packing": True}).training.speed.for_rank(False).packing

@@ -23,6 +23,7 @@ from airflow_trainpipe.runtime.data.stream import MicroBatch
 from airflow_trainpipe.runtime.engine import build_engine, deepspeed_config, speed_in_force
 from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.models.inputs import ModelInputs, TextInput, text_lengths, text_widths
+from airflow_trainpipe.runtime.models.packing import pack_text
 from airflow_trainpipe.runtime.steps import StepRunner, by_length
 from tests.conftest import EXAMPLE_CONFIGS, free_port
 
@@ -187,7 +188,10 @@ class _TextRows:
         self.y = rng.normal(size=16).astype(np.float32)
 
     def take_step(self, epoch: int, global_range: Any, ranges: list[tuple[int, int]]) -> list[MicroBatch]:
-        return [MicroBatch(self.x[a:b], self.y[a:b], text_lengths(self.x[a:b], TEXT)) for a, b in ranges]
+        return [
+            MicroBatch(self.x[a:b], self.y[a:b], text_lengths(self.x[a:b], TEXT), self.x[a:b])
+            for a, b in ranges
+        ]
 
 
 def _text_engine(spec: TrainSpec, levers: SpeedLevers | None = None) -> Any:
@@ -226,7 +230,62 @@ def test_grouping_sorts_a_steps_rows_by_length_into_micro_batches_of_the_same_si
     assert np.all(np.diff(np.concatenate([b.lengths[:, 0] for b in grouped])) >= 0)
     widths = [text_widths(b.lengths, TEXT)[0] for b in batches]
     assert sum(text_widths(b.lengths, TEXT)[0] for b in grouped) < sum(widths)  # less padding
-    on_device = [MicroBatch(torch.from_numpy(b.x), torch.from_numpy(b.y), b.lengths) for b in batches]
+    on_device = [MicroBatch(torch.from_numpy(b.x), torch.from_numpy(b.y), b.lengths, b.x) for b in batches]
     for a, b in zip(by_length(on_device, torch.device("cpu")), grouped, strict=True):
         np.testing.assert_array_equal(a.x.numpy(), b.x)
         np.testing.assert_array_equal(a.y.numpy(), b.y)
+
+
+def test_packing_places_every_token_once_and_restarts_positions_at_each_text() -> None:
+    rows = _text_rows([5, 12, 3, 8, 2, 1])
+    lengths = text_lengths(rows, TEXT)
+    (packed,) = pack_text(rows, TEXT, lengths).values()
+    assert packed.input_ids.shape == (3, 12)  # 31 tokens in rows of the longest text: 12+0, 8+3+1, 5+2
+    flat = {name: array.reshape(-1) for name, array in packed.arrays().items() if name != "cls_index"}
+    for i, n in enumerate(lengths[:, 0]):
+        at = np.flatnonzero(flat["segments"] == i + 1)
+        assert len(at) == n and at[0] == packed.cls_index[i] and np.all(np.diff(at) == 1)
+        np.testing.assert_array_equal(flat["input_ids"][at], rows[i, 3 : 3 + n])
+        np.testing.assert_array_equal(flat["position_ids"][at], np.arange(n))
+    assert np.all(flat["input_ids"][flat["segments"] == 0] == 0)  # the rest is padding
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_packed_texts_give_each_text_the_state_it_has_alone(attention: str) -> None:
+    rows = _text_rows([5, 12, 3, 8, 2, 1, 11, 4])
+    model, x = _text_model(attention), torch.from_numpy(rows)
+    assert model.model.packs_text
+    packed = {
+        name: {key: torch.from_numpy(array) for key, array in text.arrays().items()}
+        for name, text in pack_text(rows, TEXT, text_lengths(rows, TEXT)).items()
+    }
+    assert packed["subject"]["input_ids"].shape[0] < len(rows)
+    with torch.no_grad(), _HostReads() as counted:
+        together = model(x, packed=packed)
+    assert counted.reads == 0
+    with torch.no_grad():
+        torch.testing.assert_close(together, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_step_trains_as_the_padded_one() -> None:
+    spec = _spec()
+    rows = _TextRows()
+    stepped = {}
+    for packing in (False, True):
+        levers = SpeedSection(optimizer="fused", packing=packing).for_rank(False)
+        engine = _text_engine(spec, levers)
+        runner = StepRunner(engine, rows, "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]
+        with _HostReads() as counted:
+            runner.run(ResumableSampler(16, 8, 2, 1, 0, seed=3), 1, Timing(0, 0.0))
+        assert counted.reads == 0
+        stepped[packing] = _weights(engine)
+    for a, b in zip(stepped[True], stepped[False], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_packing_says_which_encoders_cannot_take_packed_rows() -> None:
+    engine = _text_engine(_spec())
+    engine.module.model.mask_kernels = {"subject": None}  # a model whose masks transformers keep
+    levers = SpeedSection(packing=True).for_rank(False)
+    with pytest.raises(TrainpipeError, match="cannot take packed rows"):
+        StepRunner(engine, _TextRows(), "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]

@@ -79,7 +79,10 @@ class _Rows:
     def take_step(
         self, epoch: int, global_range: tuple[int, int], ranges: list[tuple[int, int]]
     ) -> list[MicroBatch]:
-        return [MicroBatch(self.x[a:b], self.y[a:b], np.zeros((b - a, 0), np.int64)) for a, b in ranges]
+        return [
+            MicroBatch(self.x[a:b], self.y[a:b], np.zeros((b - a, 0), np.int64), self.x[a:b])
+            for a, b in ranges
+        ]
 
 
 def _bce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

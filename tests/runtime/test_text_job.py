@@ -37,7 +37,9 @@ def _config_text(checkpoints: Path) -> str:
     # A tiny encoder and small batches: ~40 steps, what a resume needs; the bench trains the real size.
     config["training"]["hyperparameters"].update(epochs=2, batch_size=8, gradient_accumulation_steps=2)
     # The levers a CPU rank runs (training.speed): a resume must be bit-exact with them too.
-    config["training"]["speed"] = {"optimizer": "fused", "attention": "eager", "group_by_length": True}
+    config["training"]["speed"] = {
+        "optimizer": "fused", "attention": "eager", "group_by_length": True, "packing": True,
+    }  # fmt: skip
     config["training"]["hyperparameters"]["model_args"].update(hidden_size=32, num_layers=1, num_heads=2)
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -99,6 +101,7 @@ def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
         "compiled": False,
         "immediate_grad_update": False,
         "group_by_length": True,
+        "packing": True,
         "data_on_device": False,
     }
     # The first attempt tokenized its blocks into the cache (it was killed before it could say

@@ -52,6 +52,13 @@ class SpeedSection(Section):
     mean as before; only which rows share a micro-batch changes (and with it float rounding and
     dropout draws)."""
 
+    packing: bool = False
+    """Text models: each micro-batch's texts packed one after another into as few rows as fit (the
+    micro-batch's longest text wide), with positions restarting at each text and a block-diagonal
+    attention mask, so the encoder computes on tokens rather than padding. Each text's [CLS] state
+    is the one it has alone, up to float rounding. Encoders whose masks transformers' masking_utils
+    build (BERT, RoBERTa, DistilBERT, ELECTRA, ...) with `attention` sdpa or eager."""
+
     data_on_device: bool = False
     """Copy each chunk of encoded training rows to the GPU once, as it is loaded (the encoded cache,
     `data.encoded_cache_mib`, once and whole), and cut the micro-batches there, instead of copying
@@ -66,6 +73,14 @@ class SpeedSection(Section):
         if not on_gpu_nodes:
             for loc, message in gpu_only(self):
                 found.append((loc, f"{message}; the config asks for no GPU (resources.gpus_per_node 0)"))
+        if self.packing and self.attention == "flash_attention_2":
+            found.append(
+                (
+                    ("packing",),
+                    "packed rows need a block-diagonal 4D attention mask, which flash_attention_2 "
+                    "does not read; use attention sdpa (or auto) with packing",
+                )
+            )
         if self.group_by_length and gradient_accumulation_steps < 2:
             found.append(
                 (
@@ -91,6 +106,7 @@ class SpeedSection(Section):
             compile_mode=None if self.compile == "none" else self.compile,
             immediate_grad_update=self.immediate_grad_update,
             group_by_length=self.group_by_length,
+            packing=self.packing,
             data_on_device=self.data_on_device,
         )
 
@@ -120,4 +136,5 @@ class SpeedLevers:
     """torch.compile's mode; None: not compiled."""
     immediate_grad_update: bool
     group_by_length: bool
+    packing: bool
     data_on_device: bool

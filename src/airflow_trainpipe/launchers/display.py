@@ -25,6 +25,7 @@ def _running(event: dict[str, Any]) -> str:
         "compiled": "compiled",
         "immediate_grad_update": "immediate grad update",
         "group_by_length": "grouped by length",
+        "packing": "packed text",
         "data_on_device": "rows on the device",
     }
     parts += [shown for key, shown in flags.items() if speed.get(key)]

@@ -198,6 +198,7 @@ class JobSetup:
             speed={
                 **speed_in_force(self.engine),
                 "group_by_length": self.levers.group_by_length,
+                "packing": self.levers.packing,
                 "data_on_device": self.levers.data_on_device,
             },
         )

@@ -26,12 +26,14 @@ import torch.distributed as dist
 
 from airflow_trainpipe.config.speed import SpeedLevers
 from airflow_trainpipe.contracts.events import emit
+from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.data.stream import BlockStream, MicroBatch
 from airflow_trainpipe.runtime.engine import input_dtype
 from airflow_trainpipe.runtime.models.inputs import text_widths
 from airflow_trainpipe.runtime.models.losses import loss_function
+from airflow_trainpipe.runtime.models.packing import pack_text
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.resume.faults import fault_point
 from airflow_trainpipe.runtime.resume.preemption import PreemptionNotice
@@ -58,6 +60,13 @@ class StepRunner:
         # A mapping model with text inputs is told each batch's widths (runtime.models.inputs).
         self.passes_widths = bool(getattr(module, "keeps_float32_inputs", False) and stream.inputs.text)
         self.group_by_length = levers is not None and levers.group_by_length
+        self.packing = bool(self.passes_widths and levers is not None and levers.packing)
+        if self.packing and not getattr(module.model, "packs_text", False):
+            raise TrainpipeError(
+                "training.speed.packing: this model's text encoder cannot take packed rows (it needs "
+                "attention sdpa or eager and an encoder whose masks transformers' masking_utils build, "
+                "with position ids); set packing: false"
+            )
         # A compiled model is compiled once per input shape: widths rounded up to 16 tokens
         # bound the shapes (96-token text: 6) for a little more padding.
         self.width_multiple = 16 if levers is not None and levers.compile_mode else 1
@@ -71,12 +80,13 @@ class StepRunner:
         if self.group_by_length and len(batches) > 1:
             batches = by_length(batches, self.device)
         inputs = [
-            (self._to_device(b.x, self.dtype), self._to_device(b.y, None), self._widths(b)) for b in batches
+            (self._to_device(b.x, self.dtype), self._to_device(b.y, None), self._arguments(b))
+            for b in batches
         ]
         timing.data_wait_s += time.perf_counter() - t0
         loss_sum = torch.zeros((), device=self.device)
-        for k, (x, y, widths) in enumerate(inputs):
-            outputs = self.engine(x, widths=widths) if widths is not None else self.engine(x)
+        for k, (x, y, arguments) in enumerate(inputs):
+            outputs = self.engine(x, **arguments)
             loss = self.loss_fn(outputs.float(), y)
             self.engine.backward(loss)
             if k == len(inputs) - 1:
@@ -85,10 +95,22 @@ class StepRunner:
             loss_sum += loss.detach()
         return loss_sum / len(inputs)
 
-    def _widths(self, batch: MicroBatch) -> tuple[int, ...] | None:
+    def _arguments(self, batch: MicroBatch) -> dict[str, Any]:
+        """What the model is told besides the rows, all of it known on the host: the text widths,
+        or the texts packed (runtime.models.packing)."""
         if not self.passes_widths:
-            return None
-        return text_widths(batch.lengths, self.stream.inputs, self.width_multiple)
+            return {}
+        widths = text_widths(batch.lengths, self.stream.inputs, self.width_multiple)
+        if not self.packing:
+            return {"widths": widths}
+        packed = pack_text(batch.host_x, self.stream.inputs, batch.lengths)
+        return {
+            "widths": widths,
+            "packed": {
+                name: {key: self._to_device(array, None) for key, array in text.arrays().items()}
+                for name, text in packed.items()
+            },
+        }
 
     def _to_device(self, rows: Any, dtype: torch.dtype | None) -> torch.Tensor:
         """Host rows copied from pinned memory without blocking the host (a copy from pageable
@@ -106,6 +128,7 @@ def by_length(batches: list[MicroBatch], device: torch.device) -> list[MicroBatc
     order = np.argsort(lengths.sum(axis=1), kind="stable")
     x: Any
     y: Any
+    host_x = np.concatenate([b.host_x for b in batches])[order]
     if isinstance(batches[0].x, torch.Tensor):
         on_device = torch.from_numpy(order).to(device)
         x, y = torch.cat([b.x for b in batches])[on_device], torch.cat([b.y for b in batches])[on_device]
@@ -114,7 +137,9 @@ def by_length(batches: list[MicroBatch], device: torch.device) -> list[MicroBatc
     lengths = lengths[order]
     cut, at = [], 0
     for size in (len(b) for b in batches):
-        cut.append(MicroBatch(x[at : at + size], y[at : at + size], lengths[at : at + size]))
+        cut.append(
+            MicroBatch(x[at : at + size], y[at : at + size], lengths[at : at + size], host_x[at : at + size])
+        )
         at += size
     return cut
 

@@ -93,11 +93,13 @@ class Chunk:
 @dataclass(frozen=True)
 class MicroBatch:
     """One micro-batch of a step: inputs, targets (numpy on the host, or tensors on the stream's
-    device) and each row's non-pad token count per text input, (rows, text inputs), on the host."""
+    device), each row's non-pad token count per text input, (rows, text inputs), and the inputs
+    on the host (what packing reads; `x` itself when the micro-batch is cut on the host)."""
 
     x: Any
     y: Any
     lengths: np.ndarray
+    host_x: np.ndarray
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -211,9 +213,9 @@ class BlockStream:
         when the stream has one."""
         host = self.take(epoch, global_range, ranges)
         if self.device is None:
-            return [MicroBatch(x, y, text_lengths(x, self.inputs)) for x, y in host]
+            return [MicroBatch(x, y, text_lengths(x, self.inputs), x) for x, y in host]
         return [
-            MicroBatch(*self._device_rows(start, stop), text_lengths(x, self.inputs))
+            MicroBatch(*self._device_rows(start, stop), text_lengths(x, self.inputs), x)
             for (start, stop), (x, _) in zip(ranges, host, strict=True)
         ]
 

@@ -71,11 +71,22 @@ class MappedInputs(nn.Module):
         super().__init__()
         self.model, self.inputs = model, inputs
 
-    def forward(self, x: torch.Tensor, widths: tuple[int, ...] | None = None) -> torch.Tensor:
-        """`widths`: each text input's padded width for this batch (`text_widths`), else counted here."""
-        return self.model(self.mapping(x, widths))  # type: ignore[no-any-return]
+    def forward(
+        self,
+        x: torch.Tensor,
+        widths: tuple[int, ...] | None = None,
+        packed: dict[str, dict[str, torch.Tensor]] | None = None,
+    ) -> torch.Tensor:
+        """`widths`: each text input's padded width for this batch (`text_widths`), else counted
+        here. `packed`: each text input packed (runtime.models.packing, on the device), which the
+        model reads instead of the row's ids."""
+        if packed is None:
+            return self.model(self.mapping(x, widths))  # type: ignore[no-any-return]
+        return self.model({**self.mapping(x, widths, with_text=False), "text": packed})  # type: ignore[no-any-return]
 
-    def mapping(self, x: torch.Tensor, widths: tuple[int, ...] | None = None) -> dict[str, Any]:
+    def mapping(
+        self, x: torch.Tensor, widths: tuple[int, ...] | None = None, with_text: bool = True
+    ) -> dict[str, Any]:
         numeric, codes = self.inputs.num_numeric, len(self.inputs.cardinalities)
         dtype = next(self.model.parameters()).dtype
         batch: dict[str, Any] = {
@@ -84,7 +95,7 @@ class MappedInputs(nn.Module):
             "text": {},
         }
         at = numeric + codes
-        for k, text in enumerate(self.inputs.text):
+        for k, text in enumerate(self.inputs.text if with_text else []):
             ids = x[:, at : at + text.max_length]
             at += text.max_length
             if not torch.compiler.is_exporting():

@@ -140,6 +140,9 @@ class TextEncoder(nn.Module):
         codes = batch["categorical"]
         parts += [embedding(codes[:, i]) for i, embedding in enumerate(self.embeddings)]
         for name, encoder in self.encoders.items():
+            if "cls_index" in batch["text"][name]:
+                parts.append(self._packed_cls(name, encoder, batch["text"][name], batch["numeric"].dtype))
+                continue
             arguments = self.encoder_arguments[name]
             text = {k: v for k, v in batch["text"][name].items() if k in arguments}
             kernel = self.mask_kernels[name]
@@ -150,6 +153,40 @@ class TextEncoder(nn.Module):
             states = encoder(**text).last_hidden_state
             parts.append(states[:, 0])  # the [CLS] token's state
         return self.head(torch.cat(parts, dim=1))  # type: ignore[no-any-return]
+
+    @property
+    def packs_text(self) -> bool:
+        """Whether every encoder takes packed rows: a prepared 4D mask and restarted position ids."""
+        return all(
+            self.mask_kernels[name] is not None
+            and "position_ids" in inspect.signature(encoder.forward).parameters
+            for name, encoder in self.encoders.items()
+        )
+
+    def _packed_cls(
+        self, name: str, encoder: nn.Module, packed: dict[str, torch.Tensor], dtype: torch.dtype
+    ) -> torch.Tensor:
+        """Each text's [CLS] state from packed rows (runtime.models.packing): a token attends to its
+        own text's tokens alone (padding to padding), positions restart at each text."""
+        segments = packed["segments"]
+        same = (segments[:, :, None] == segments[:, None, :])[:, None]  # (rows, 1, width, width)
+        kernel = self.mask_kernels[name]
+        mask = (
+            same
+            if kernel == "sdpa"
+            else torch.zeros(same.shape, dtype=dtype, device=same.device).masked_fill(
+                ~same, torch.finfo(dtype).min
+            )
+        )
+        text = {
+            "input_ids": packed["input_ids"],
+            "position_ids": packed["position_ids"],
+            "attention_mask": mask,
+        }
+        if "token_type_ids" in self.encoder_arguments[name]:
+            text["token_type_ids"] = packed["token_type_ids"]
+        states = encoder(**text).last_hidden_state
+        return states.reshape(-1, states.shape[-1])[packed["cls_index"]]
 
 
 def _encoder_arguments(encoders: nn.ModuleDict) -> dict[str, set[str]]:
