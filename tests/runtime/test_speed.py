@@ -203,20 +203,22 @@ def _text_engine(spec: TrainSpec, levers: SpeedLevers | None = None) -> Any:
     return build_engine(_text_model(None).train(), spec, config, lambda step: 1.0, levers)
 
 
-def test_a_text_step_reads_nothing_off_the_device_and_grouping_keeps_its_gradient() -> None:
+@pytest.mark.parametrize("lever", ["group_by_length", "packing"])
+def test_a_text_step_reads_nothing_off_the_device_and_its_lever_keeps_the_update(lever: str) -> None:
+    """Grouping by length changes which rows share a micro-batch, packing how they are laid out:
+    the step's update is the one without, and neither makes the host wait for the device."""
     spec = _spec()
     rows = _TextRows()
     stepped = {}
-    for grouped in (False, True):
+    for on in (False, True):
         # fused: torch's per-tensor loop reads each step count (a host tensor on GPUs too)
-        levers = SpeedSection(optimizer="fused", group_by_length=grouped).for_rank(False)
+        levers = SpeedSection(optimizer="fused", **{lever: on}).for_rank(False)
         engine = _text_engine(spec, levers)
         runner = StepRunner(engine, rows, "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]
         with _HostReads() as counted:
             runner.run(ResumableSampler(16, 8, 2, 1, 0, seed=3), 1, Timing(0, 0.0))
         assert counted.reads == 0, "the step waited for the device"
-        stepped[grouped] = _weights(engine)
-    # Same rows in the step, each micro-batch's mean loss averaged: the same update, up to rounding.
+        stepped[on] = _weights(engine)
     for a, b in zip(stepped[True], stepped[False], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
@@ -265,22 +267,6 @@ def test_packed_texts_give_each_text_the_state_it_has_alone(attention: str) -> N
     assert counted.reads == 0
     with torch.no_grad():
         torch.testing.assert_close(together, model(x), rtol=1e-5, atol=1e-5)
-
-
-def test_a_packed_step_trains_as_the_padded_one() -> None:
-    spec = _spec()
-    rows = _TextRows()
-    stepped = {}
-    for packing in (False, True):
-        levers = SpeedSection(optimizer="fused", packing=packing).for_rank(False)
-        engine = _text_engine(spec, levers)
-        runner = StepRunner(engine, rows, "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]
-        with _HostReads() as counted:
-            runner.run(ResumableSampler(16, 8, 2, 1, 0, seed=3), 1, Timing(0, 0.0))
-        assert counted.reads == 0
-        stepped[packing] = _weights(engine)
-    for a, b in zip(stepped[True], stepped[False], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_packing_says_which_encoders_cannot_take_packed_rows() -> None:
