@@ -147,9 +147,8 @@ class TextEncoder(nn.Module):
             text = {k: v for k, v in batch["text"][name].items() if k in arguments}
             kernel = self.mask_kernels[name]
             if kernel is not None and not torch.compiler.is_exporting():
-                text["attention_mask"] = _prepared_mask(
-                    text["attention_mask"], kernel, batch["numeric"].dtype
-                )
+                keep = text["attention_mask"][:, None, None, :].bool()  # (batch, 1, 1, keys)
+                text["attention_mask"] = _kernel_mask(keep, kernel, batch["numeric"].dtype)
             states = encoder(**text).last_hidden_state
             parts.append(states[:, 0])  # the [CLS] token's state
         return self.head(torch.cat(parts, dim=1))  # type: ignore[no-any-return]
@@ -170,14 +169,7 @@ class TextEncoder(nn.Module):
         own text's tokens alone (padding to padding), positions restart at each text."""
         segments = packed["segments"]
         same = (segments[:, :, None] == segments[:, None, :])[:, None]  # (rows, 1, width, width)
-        kernel = self.mask_kernels[name]
-        mask = (
-            same
-            if kernel == "sdpa"
-            else torch.zeros(same.shape, dtype=dtype, device=same.device).masked_fill(
-                ~same, torch.finfo(dtype).min
-            )
-        )
+        mask = _kernel_mask(same, str(self.mask_kernels[name]), dtype)
         text = {
             "input_ids": packed["input_ids"],
             "position_ids": packed["position_ids"],
@@ -215,12 +207,12 @@ def _prepared_mask_kernel(encoder: nn.Module) -> str | None:
     return None
 
 
-def _prepared_mask(mask: torch.Tensor, kernel: str, dtype: torch.dtype) -> torch.Tensor:
-    """(batch, 1, 1, keys): True where sdpa attends, or eager's additive 0 / dtype minimum."""
-    keep = mask[:, None, None, :].bool()
+def _kernel_mask(keep: torch.Tensor, kernel: str, dtype: torch.dtype) -> torch.Tensor:
+    """A 4D mask of where each query attends (`keep`, bool) as `kernel` reads it: sdpa the bools,
+    eager an additive 0 / dtype minimum."""
     if kernel == "sdpa":
         return keep
-    return torch.zeros(keep.shape, dtype=dtype, device=mask.device).masked_fill(~keep, torch.finfo(dtype).min)
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
 
 
 def _pretrained_encoder(path: str, kernel: dict[str, Any]) -> nn.Module:
