@@ -29,7 +29,7 @@ from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.accounting import Timing
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
-from airflow_trainpipe.runtime.data.stream import BlockStream, MicroBatch
+from airflow_trainpipe.runtime.data.stream import BlockStream, MicroBatch, to_device
 from airflow_trainpipe.runtime.engine import input_dtype
 from airflow_trainpipe.runtime.models.inputs import text_widths
 from airflow_trainpipe.runtime.models.losses import loss_function
@@ -80,7 +80,7 @@ class StepRunner:
         if self.group_by_length and len(batches) > 1:
             batches = by_length(batches, self.device)
         inputs = [
-            (self._to_device(b.x, self.dtype), self._to_device(b.y, None), self._arguments(b))
+            (to_device(b.x, self.device, self.dtype), to_device(b.y, self.device), self._arguments(b))
             for b in batches
         ]
         timing.data_wait_s += time.perf_counter() - t0
@@ -107,18 +107,10 @@ class StepRunner:
         return {
             "widths": widths,
             "packed": {
-                name: {key: self._to_device(array, None) for key, array in text.arrays().items()}
+                name: {key: to_device(array, self.device) for key, array in text.arrays().items()}
                 for name, text in packed.items()
             },
         }
-
-    def _to_device(self, rows: Any, dtype: torch.dtype | None) -> torch.Tensor:
-        """Host rows copied from pinned memory without blocking the host (a copy from pageable
-        memory waits for every kernel queued before it); rows on the device already, as they are."""
-        tensor = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
-        if tensor.device.type == "cpu" and self.device.type == "cuda":
-            tensor = tensor.pin_memory()
-        return tensor.to(self.device, dtype, non_blocking=True)
 
 
 def by_length(batches: list[MicroBatch], device: torch.device) -> list[MicroBatch]:
@@ -130,10 +122,10 @@ def by_length(batches: list[MicroBatch], device: torch.device) -> list[MicroBatc
     y: Any
     host_x = np.concatenate([b.host_x for b in batches])[order]
     if isinstance(batches[0].x, torch.Tensor):
-        on_device = torch.from_numpy(order).to(device)
+        on_device = to_device(order, device)
         x, y = torch.cat([b.x for b in batches])[on_device], torch.cat([b.y for b in batches])[on_device]
-    else:
-        x, y = np.concatenate([b.x for b in batches])[order], np.concatenate([b.y for b in batches])[order]
+    else:  # cut on the host: the inputs are host_x
+        x, y = host_x, np.concatenate([b.y for b in batches])[order]
     lengths = lengths[order]
     cut, at = [], 0
     for size in (len(b) for b in batches):

@@ -105,6 +105,17 @@ class MicroBatch:
         return len(self.lengths)
 
 
+def to_device(
+    rows: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Host rows on `device`, copied from pinned memory without blocking the host (a copy from
+    pageable memory first waits for every kernel queued before it); a tensor there already, as is."""
+    tensor = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
+    if tensor.device.type == "cpu" and device.type == "cuda":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, dtype, non_blocking=True)
+
+
 class EncodedCache:
     """Every training row of the snapshot, encoded, in one array, block b's rows from `at[b]` on.
     Filled as the first epoch assembles its chunks; a chunk whose blocks are all here is then this
@@ -245,15 +256,12 @@ class BlockStream:
             lo, hi = max(start, chunk.start), min(stop, chunk.end)
             if lo < hi:
                 assert chunk.on_device is not None
-                positions = torch.from_numpy(chunk.positions(lo, hi))
-                if self.device.type == "cuda":
-                    positions = positions.pin_memory()
-                rows = chunk.on_device[positions.to(self.device, non_blocking=True)]
+                rows = chunk.on_device[to_device(chunk.positions(lo, hi), self.device)]
                 xs.append(rows[:, : self.width])
                 ys.append(rows[:, self.width] if self.targets == 1 else rows[:, self.width :])
         return (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
 
-    def _to_device(self, rows: np.ndarray) -> torch.Tensor:
+    def _chunk_on_device(self, rows: np.ndarray) -> torch.Tensor:
         """A chunk's rows on the device: the cache is copied once, whole; a gathered chunk once."""
         assert self.device is not None
         if self.cache is not None and rows is self.cache.rows:
@@ -280,7 +288,7 @@ class BlockStream:
         index = np.concatenate([np.arange(o, o + b.train_rows) for o, b in zip(offsets, blocks, strict=True)])
         rng = np.random.default_rng([self.seed, self.epoch or 0, c])
         start = int(self.ends[c - 1]) if c else 0
-        on_device = self._to_device(rows) if self.device is not None else None
+        on_device = self._chunk_on_device(rows) if self.device is not None else None
         if self.targets == 1:
             return Chunk(start, rows, index[rng.permutation(len(index))], on_device)
         return Chunk(start, rows, index[_group_permutation(rng, rows[index, -1])], on_device)
