@@ -60,6 +60,15 @@ class ModelInputs:
             ],
         )
 
+    def text_columns(self) -> list[tuple[TextInput, slice]]:
+        """Each text input and the columns of the flat row that hold its ids (after the dense
+        block and the categorical codes, one text after another)."""
+        columns, at = [], self.num_numeric + len(self.cardinalities)
+        for text in self.text:
+            columns.append((text, slice(at, at + text.max_length)))
+            at += text.max_length
+        return columns
+
 
 class MappedInputs(nn.Module):
     """A mapping model behind the flat input row every path feeds."""
@@ -94,10 +103,8 @@ class MappedInputs(nn.Module):
             "categorical": x[:, numeric : numeric + codes].long(),
             "text": {},
         }
-        at = numeric + codes
-        for k, text in enumerate(self.inputs.text if with_text else []):
-            ids = x[:, at : at + text.max_length]
-            at += text.max_length
+        for k, (text, columns) in enumerate(self.inputs.text_columns() if with_text else []):
+            ids = x[:, columns]
             if not torch.compiler.is_exporting():
                 # Dynamic padding: the batch's longest row, not max_length (a text is a prefix of
                 # non-pad ids: [CLS] ... [SEP]); an exported program serves any batch at full width.
@@ -122,10 +129,8 @@ def text_lengths(x: Any, inputs: ModelInputs) -> Any:
     import numpy as np
 
     lengths = np.zeros((len(x), len(inputs.text)), np.int64)
-    at = inputs.num_numeric + len(inputs.cardinalities)
-    for k, text in enumerate(inputs.text):
-        lengths[:, k] = (x[:, at : at + text.max_length] != text.pad_id).sum(axis=1)
-        at += text.max_length
+    for k, (text, columns) in enumerate(inputs.text_columns()):
+        lengths[:, k] = (x[:, columns] != text.pad_id).sum(axis=1)
     return lengths
 
 

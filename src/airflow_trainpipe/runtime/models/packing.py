@@ -66,13 +66,10 @@ def pack_text(x: np.ndarray, inputs: ModelInputs, lengths: np.ndarray) -> dict[s
     """Each text input of the flat host rows `x`, packed into rows of the micro-batch's longest
     text (`lengths`: `text_lengths(x, inputs)`)."""
     packed = {}
-    at = inputs.num_numeric + len(inputs.cardinalities)
-    for k, text in enumerate(inputs.text):
-        ids = x[:, at : at + text.max_length].astype(np.int64)
-        at += text.max_length
-        length = np.maximum(
-            lengths[:, k].astype(np.int64), 1
-        )  # an all-pad text keeps its first id, as padded
+    for k, (text, columns) in enumerate(inputs.text_columns()):
+        ids = x[:, columns].astype(np.int64)
+        # An all-pad text keeps its first id, as padded.
+        length = np.maximum(lengths[:, k].astype(np.int64), 1)
         width = max(1, int(length.max())) if len(length) else 1
         row_of, offset_of, rows = pack_rows(length, width)
         # A text is a prefix of non-pad ids, so its tokens in row order are the mask's True cells.
