@@ -77,6 +77,18 @@ def _weights(engine: Any) -> list[torch.Tensor]:
     return [p.detach().float().clone() for p in engine.module.parameters()]
 
 
+def test_a_cpu_rank_stops_a_gpu_config_before_it_joins_a_group() -> None:
+    from airflow_trainpipe.runtime.setup import speed_levers
+
+    asked = SpeedSection(compile="reduce-overhead", data_on_device=True)
+    with pytest.raises(TrainpipeError, match="this rank has no GPU") as caught:
+        speed_levers(asked, on_gpu=False)
+    assert "training.speed.compile" in str(caught.value) and "training.speed.data_on_device" in str(
+        caught.value
+    )
+    assert speed_levers(asked, on_gpu=True).compile_mode == "reduce-overhead"
+
+
 def test_the_fused_adamw_steps_as_torchs_default_does() -> None:
     spec = _spec()
     plain, fused = (_engine(spec, SpeedSection(optimizer=kind).for_rank(False)) for kind in ("auto", "fused"))
