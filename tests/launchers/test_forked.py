@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from airflow_trainpipe.contracts.events import parse
-from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
+from airflow_trainpipe.launchers.forked import ForkedLauncher, _single_rank, stop_warm_parent, warm_parent
 from airflow_trainpipe.launchers.local import job_environment
 from tests.helpers.jobs import make_spec, run_job, still_running, warm_parents
 
@@ -69,6 +69,11 @@ def test_a_forked_job_gets_its_share_of_the_cores_and_leaves_nothing_when_killed
         assert launcher.job is not None and launcher.job.pid is not None
         job = psutil.Process(launcher.job.pid)
         assert os.getpgid(job.pid) == job.pid  # a process group of its own, like torchrun's ranks
+        # Its rendezvous store (and gloo) listen on ports chosen as they bound (MASTER_PORT 0):
+        # a port probed free by the launcher could be taken before the job binds it, and a CLI
+        # trial has no retry to start it again.
+        assert _single_rank()["MASTER_PORT"] == "0"
+        assert [c for c in job.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
         processes = [job, *job.children(recursive=True)]
         launcher.kill()
         assert launcher.wait() == 128 + 9  # SIGKILL, reported as a shell reports it

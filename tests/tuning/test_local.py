@@ -150,15 +150,17 @@ def test_trials_run_side_by_side_and_a_crashed_one_stops_no_other(tmp_path: Path
     )
     # Two slots ask the study at once: which one draws trial number 1 is a race.
     trials = {t.number: t for t in study.get_trials()}
-    assert sorted(trials) == list(range(TRIALS))
+    # What the slots and their jobs said of each trial (the output's tail is the baseline's job).
+    said = "\n".join(s for s in output.splitlines() if re.search(r"slot \d|TRAINPIPE |[Ee]rror|Traceback", s))
+    assert sorted(trials) == list(range(TRIALS)), said
+    assert trials[1].state == optuna.trial.TrialState.FAIL, said
     crashed = trials[1].user_attrs["slot"]
     # The job's exit as the shell reports a SIGKILL, and the trial it was (launchers/runner.py).
     assert re.search(
         rf"trial of slot {crashed}: failed: TrainingJobError: training job exited with code 137 "
         rf"\[{re.escape(RUN)}\.trial-001",
         output,
-    ), output[-6000:]
-    assert trials[1].state == optuna.trial.TrialState.FAIL
+    ), said
     ended = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     assert all(trials[n].state in ended for n in (0, 2)), output[-6000:]
     # Side by side: trial 1 started before trial 0 ended (two jobs of one process each at once).

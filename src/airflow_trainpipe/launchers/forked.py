@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import sys
 import threading
 import time
@@ -150,11 +149,10 @@ class ForkedLauncher(LocalLauncher):
 
 
 def _single_rank() -> dict[str, str]:
-    """What torchrun sets for one rank on one node. The port is free now; a job that loses it
-    to another process before binding fails its rendezvous and is retried like any start-up error."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    """What torchrun sets for one rank on one node, but for the port: port 0 lets the rank's
+    store bind whatever port is free when it binds. A port probed free here could be taken
+    before the job binds it (by another job's connection, say), and a `trainpipe tune` trial has
+    no retry to start it again; one rank needs no port that another rank must know."""
     return {
         "RANK": "0",
         "LOCAL_RANK": "0",
@@ -162,7 +160,7 @@ def _single_rank() -> dict[str, str]:
         "LOCAL_WORLD_SIZE": "1",
         "GROUP_RANK": "0",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
+        "MASTER_PORT": "0",
     }
 
 
