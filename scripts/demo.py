@@ -310,8 +310,25 @@ def _print_registry() -> None:
         print(
             f"   fraud_detector v{version.version} {', '.join('@' + a for a in version.aliases) or '(no alias)'}: "
             f"DAG run {tags.get('airflow.dag_run_id')}, data {str(tags.get('trainpipe.data_digest'))[:19]}..., "
-            f"roc_auc at the gate {float(tags['trainpipe.gate.candidate']):.4f}"
+            f"{_gate_comparison(tags)}"
         )
+
+
+def _gate_comparison(tags: dict[str, str]) -> str:
+    """The gate's own comparison: the candidate and the champion scored on one holdout, its run's.
+    Two versions' candidate scores are on different days' rows: printed one under the other,
+    a later champion could look worse than the version it beat."""
+    from airflow_trainpipe.contracts import tags as names
+
+    metric = tags.get(names.GATE_METRIC_TAG, "score")
+    candidate = float(tags[names.GATE_CANDIDATE_TAG])
+    compared = tags.get(names.CHAMPION_COMPARED_TAG, "none")
+    if compared == "none":
+        return f"at its gate {metric} {candidate:.4f} on its run's holdout, with no champion to compare"
+    champion, against = tags.get(names.GATE_CHAMPION_TAG, "None"), f"v{compared.rsplit('/', 1)[-1]}"
+    if champion == "None":  # the champion could not be scored, and the gate was forced
+        return f"at its gate {metric} {candidate:.4f} on its run's holdout; {against} could not be scored"
+    return f"at its gate {metric} {candidate:.4f} against {against}'s {float(champion):.4f} on the same holdout, its run's"
 
 
 if __name__ == "__main__":

@@ -49,3 +49,30 @@ def test_a_clean_report_says_so(capsys: pytest.CaptureFixture[str]) -> None:
         _day({"passed": True, "digest": "sha256:" + "a" * 64, "rows": 20000, "failures": []}), 1.0
     )
     assert "20000 rows, all checks passed" in capsys.readouterr().out
+
+
+def test_the_registry_shows_each_version_against_what_its_gate_compared(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """v1's score and v2's are on different days' rows: v2 beat v1 on its own holdout, and the
+    summary says so rather than printing 0.8137 above 0.7426 as if v2 were a regression."""
+    import mlflow
+
+    demo = _demo()
+    monkeypatch.setattr(demo, "OUT", tmp_path)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client.create_registered_model("fraud_detector")
+    gates = [
+        {"trainpipe.champion_compared": "none", "trainpipe.gate.champion": "None"},
+        {"trainpipe.champion_compared": "fraud_detector/1", "trainpipe.gate.champion": "0.6567"},
+    ]
+    for number, (candidate, gate) in enumerate(zip(("0.8137", "0.7426"), gates, strict=True), 1):
+        tags = {"airflow.dag_run_id": f"day{number}", "trainpipe.data_digest": "sha256:" + "a" * 64}
+        tags |= {"trainpipe.gate.metric": "roc_auc", "trainpipe.gate.candidate": candidate, **gate}
+        client.create_model_version("fraud_detector", str(tmp_path / f"m{number}"), tags=tags)
+    client.set_registered_model_alias("fraud_detector", "champion", "2")
+    demo._print_registry()
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.endswith("at its gate roc_auc 0.8137 on its run's holdout, with no champion to compare")
+    assert "v2 @champion" in second
+    assert second.endswith("at its gate roc_auc 0.7426 against v1's 0.6567 on the same holdout, its run's")
