@@ -82,6 +82,7 @@ BASELINE_SPEED = {
     "optimizer": "foreach",
     "attention": "sdpa",
     "compile": "none",
+    "fused_qkv": False,
     "immediate_grad_update": False,
     "group_by_length": False,
     "packing": False,
@@ -135,6 +136,7 @@ def plan(micro: int, tiny: bool) -> list[Row]:
         "zero2": Row("zero2", "job", "ZeRO-2 (flat gradient partitions)", {"zero_stage": 2}),
         "compile": Row("compile", "job", "`compile: default` (widths rounded to 16)", {"compile": "default"}),
         "packing": Row("packing", "job", "`packing: true` (texts packed into rows, block-diagonal mask)", {"packing": True}),
+        "fused_qkv": Row("fused_qkv", "job", "`fused_qkv: true` (one QKV projection: 2 tensors per layer, not 6)", {"fused_qkv": True}),
         "device_rows": Row("device_rows", "job", "`data_on_device: true` (rows cut on the GPU)", {"data_on_device": True}),
         "best": Row("best", "best", "every lever that gained >= 2% over the baseline, together"),
         "hf": Row("hf", "hf", f"`transformers.Trainer`, its default optimizer, {micro}x1", reference="best"),
@@ -151,10 +153,10 @@ def plan(micro: int, tiny: bool) -> list[Row]:
     }  # fmt: skip
     order = (
         "baseline immediate fused packing zero2 best hf bare baseline_4x accum group best_4x ops compile "
-        "eager hf_4x cudagraphs device_rows flash"
+        "eager hf_4x cudagraphs device_rows fused_qkv flash"
         if tiny
         else "baseline immediate packing compile cudagraphs fused zero2 best hf bare device_rows baseline_4x "
-        "best_4x eager accum group ops hf_4x flash"
+        "best_4x fused_qkv eager accum group ops hf_4x flash"
     )
     return [rows[name] for name in order.split()]
 
@@ -183,7 +185,7 @@ def best_settings(
     helped = {name: gain for name, gain in gains.items() if gain >= 1 + threshold}
     chosen: list[str] = []
     exclusive = (("compile", "cudagraphs"), ("eager", "flash"), ("immediate", "zero2"))
-    alone = ("fused", "device_rows", "packing")
+    alone = ("fused", "device_rows", "packing", "fused_qkv")
     winners = [max(group, key=lambda n: helped.get(n, 0.0)) for group in exclusive]
     for name in [*alone, *winners]:
         if name in helped:
@@ -192,6 +194,7 @@ def best_settings(
         "fused": {"optimizer": "fused"},
         "device_rows": {"data_on_device": True},
         "packing": {"packing": True},
+        "fused_qkv": {"fused_qkv": True},
         "compile": {"compile": "default"},
         "cudagraphs": {"compile": "reduce-overhead"},
         "eager": {"attention": "eager"},
@@ -215,6 +218,7 @@ IN_FORCE = {
     "optimizer": lambda value, speed: speed.get("fused_optimizer") == (value == "fused"),
     "attention": lambda value, speed: speed.get("attention") == value,
     "compile": lambda value, speed: speed.get("compiled") == (value != "none"),
+    "fused_qkv": lambda value, speed: bool(speed.get("fused_qkv")) == value,
     "immediate_grad_update": lambda value, speed: speed.get("immediate_grad_update") == value,
     "group_by_length": lambda value, speed: speed.get("group_by_length") == value,
     "packing": lambda value, speed: bool(speed.get("packing")) == value,
@@ -711,7 +715,7 @@ def ran(speed: dict[str, Any] | None) -> str:
     if not speed:
         return "-"
     words = ["fused" if speed.get("fused_optimizer") else "foreach", str(speed.get("attention") or "?")]
-    words += [label for key, label in (("compiled", "compiled"), ("immediate_grad_update", "immediate"),
+    words += [label for key, label in (("compiled", "compiled"), ("fused_qkv", "fused QKV"), ("immediate_grad_update", "immediate"),
               ("group_by_length", "grouped"), ("packing", "packed"), ("data_on_device", "device rows"))
               if speed.get(key)]  # fmt: skip
     return ", ".join(words)

@@ -110,7 +110,7 @@ def test_each_lever_row_differs_from_its_reference_in_exactly_its_switch(rows):
 def test_the_baseline_has_every_lever_off(rows):
     baseline = gl.settings_of(rows["baseline"], rows, MICRO)
     assert baseline == {
-        "optimizer": "foreach", "attention": "sdpa", "compile": "none", "immediate_grad_update": False,
+        "optimizer": "foreach", "attention": "sdpa", "compile": "none", "fused_qkv": False, "immediate_grad_update": False,
         "group_by_length": False, "packing": False, "data_on_device": False, "zero_stage": 1, "batch_size": 256,
         "gradient_accumulation_steps": 1,
     }  # fmt: skip

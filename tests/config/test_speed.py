@@ -112,3 +112,14 @@ def test_packing_needs_a_mask_kernel_that_reads_block_diagonal_masks() -> None:
     )
     assert "training.speed.packing" in message and "flash_attention_2" in message
     assert _config(speed={"packing": True}).training.speed.for_rank(False).packing
+
+
+def test_fused_qkv_runs_on_any_rank_below_zero_3() -> None:
+    message = _refused(speed={"fused_qkv": True}, deepspeed={"zero_stage": 3})
+    assert "training.speed.fused_qkv" in message and "needs deepspeed.zero_stage 0, 1 or 2" in message
+    assert (
+        _config(speed={"fused_qkv": True}, deepspeed={"zero_stage": 2})
+        .training.speed.for_rank(False)
+        .fused_qkv
+    )
+    assert not _config().training.speed.for_rank(True).fused_qkv  # off until a GPU run measures it

@@ -109,6 +109,21 @@ def test_a_start_at_step_zero_is_not_shown_as_a_resume() -> None:
     assert resumed.endswith("holdout rows, resuming from step 120 (20 step(s) to recompute)")
 
 
+def test_the_start_line_says_what_the_engine_runs() -> None:
+    speed = {
+        "fused_optimizer": True,
+        "attention": "sdpa",
+        "compiled": False,
+        "fused_qkv": True,
+        "packing": True,
+    }
+    line = describe({**START, "dtype": "bfloat16", "speed": speed})
+    assert line is not None and line.endswith(
+        "; bfloat16, fused AdamW, sdpa attention, fused QKV, packed text"
+    )
+    assert describe({**START, "speed": {"fused_optimizer": False}}).endswith("holdout rows; AdamW")  # type: ignore[union-attr]
+
+
 def test_progress_percentage_is_of_the_total_steps() -> None:
     line = describe(
         {

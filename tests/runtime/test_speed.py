@@ -287,3 +287,55 @@ def test_packing_says_which_encoders_cannot_take_packed_rows() -> None:
     levers = SpeedSection(packing=True).for_rank(False)
     with pytest.raises(TrainpipeError, match="cannot take packed rows"):
         StepRunner(engine, _TextRows(), "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_fused_qkv_computes_what_the_three_projections_do_and_keeps_their_state_dict(attention: str) -> None:
+    """One projection three times as wide: the same output on padded rows and on packed ones,
+    two parameter tensors where there were six, and transformers' own names and shapes in the
+    state dict, which loads back into either model."""
+    from airflow_trainpipe.runtime.models.fused_qkv import fuse_qkv
+
+    rows = _text_rows([5, 12, 3, 8, 2, 1])
+    x = torch.from_numpy(rows)
+    packed = {
+        name: {key: torch.from_numpy(array) for key, array in text.arrays().items()}
+        for name, text in pack_text(rows, TEXT, text_lengths(rows, TEXT)).items()
+    }
+    plain, fused = _text_model(attention), _text_model(attention)
+    assert fuse_qkv(fused) == 1  # the one layer's self-attention
+    assert len(list(fused.parameters())) == len(list(plain.parameters())) - 4
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), plain(x), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(fused(x, packed=packed), plain(x, packed=packed), rtol=1e-6, atol=1e-6)
+    saved, expected = fused.state_dict(), plain.state_dict()
+    assert list(saved) == list(expected)
+    for key in expected:
+        torch.testing.assert_close(saved[key], expected[key], rtol=0, atol=0)
+    with torch.no_grad():
+        for parameter in fused.parameters():
+            parameter.zero_()
+    fused.load_state_dict(expected)  # joined on the way in
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), plain(x), rtol=1e-6, atol=1e-6)
+
+
+def test_a_fused_qkv_engine_steps_as_the_plain_one_and_says_so() -> None:
+    spec = _spec()
+    rows, stepped = _TextRows(), {}
+    for on in (False, True):
+        levers = SpeedSection(fused_qkv=on).for_rank(False)
+        engine = _text_engine(spec, levers)
+        assert speed_in_force(engine)["fused_qkv"] is on
+        runner = StepRunner(engine, rows, "regression", torch.device("cpu"), torch.float32, levers=levers)  # type: ignore[arg-type]
+        runner.run(ResumableSampler(16, 8, 2, 1, 0, seed=3), 1, Timing(0, 0.0))
+        stepped[on] = engine.module.state_dict()  # transformers' names either way
+    assert list(stepped[True]) == list(stepped[False])
+    for key, value in stepped[False].items():
+        torch.testing.assert_close(stepped[True][key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_qkv_says_when_a_model_has_no_attention_to_fuse() -> None:
+    spec = _spec()
+    with pytest.raises(TrainpipeError, match="has no BERT-style self-attention"):
+        _engine(spec, SpeedSection(fused_qkv=True).for_rank(False))

@@ -20,6 +20,7 @@ import yaml
 
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.artifacts import RESULT_ARTIFACT
+from airflow_trainpipe.contracts.events import parse
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.storage import local_path
 from airflow_trainpipe.examples.synthetic import write_day
@@ -38,7 +39,7 @@ def _config_text(checkpoints: Path) -> str:
     config["training"]["hyperparameters"].update(epochs=2, batch_size=8, gradient_accumulation_steps=2)
     # The levers a CPU rank runs (training.speed): a resume must be bit-exact with them too.
     config["training"]["speed"] = {
-        "optimizer": "fused", "attention": "eager", "group_by_length": True, "packing": True,
+        "optimizer": "fused", "attention": "eager", "group_by_length": True, "packing": True, "fused_qkv": True,
     }  # fmt: skip
     config["training"]["hyperparameters"]["model_args"].update(hidden_size=32, num_layers=1, num_heads=2)
     return yaml.safe_dump(config, sort_keys=False)
@@ -99,6 +100,7 @@ def test_a_resumed_text_job_reads_the_token_cache_and_ends_bit_exact(
         "fused_optimizer": True,
         "attention": "eager",
         "compiled": False,
+        "fused_qkv": True,
         "immediate_grad_update": False,
         "group_by_length": True,
         "packing": True,
@@ -148,3 +150,17 @@ def test_trainpipe_train_of_the_example_trains_the_same_model(
     assert result["weights_sha256"] == resumed[1].result["weights_sha256"]
     assert result["resumed_from_step"] == 0
     assert f"training finished at step {result['final_step']}" in output
+
+
+def test_a_retry_with_fused_qkv_flipped_is_refused_before_it_loads_the_checkpoint(
+    tickets: dict[str, Any], resumed: tuple[JobRun, JobRun, set[Path]]
+) -> None:
+    """The checkpoint's model states read the same either way; its optimizer state does not."""
+    config = tickets["config"]
+    speed = config.training.speed.model_copy(update={"fused_qkv": False})
+    flipped = config.model_copy(update={"training": config.training.model_copy(update={"speed": speed})})
+    retry = run_job(TrainSpec(config=flipped, run_id="killed_and_resumed", data_files=tickets["files"]))
+    assert retry.code != 0 and retry.result is None, retry.text[-3000:]
+    errors = [e for e in map(parse, retry.output) if e and e["event"] == "error"]
+    assert errors and all(e["retryable"] is False for e in errors), retry.text[-3000:]
+    assert "laid out otherwise" in errors[0]["error"] and "training.speed.fused_qkv" in errors[0]["error"]

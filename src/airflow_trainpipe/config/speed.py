@@ -38,6 +38,13 @@ class SpeedSection(Section):
     searches kernel configurations (GPU ranks only). Compiling costs start-up time (tens of
     seconds), and text is then padded to a multiple of 16 tokens so that few shapes are compiled."""
 
+    fused_qkv: bool = False
+    """Text encoders: each self-attention's query, key and value projections made one, three times
+    as wide (one matrix product instead of three, two parameter tensors instead of six per layer).
+    Only the training engine's model is fused: checkpoints, the final weights and the logged
+    model keep transformers' names and shapes. BERT-style attention (BERT, RoBERTa, ELECTRA,
+    ...); ZeRO stages 0-2. A run resumes with the value it was checkpointed with."""
+
     immediate_grad_update: bool = False
     """bf16 with ZeRO-1: gradients accumulate in fp32 (`data_types.grad_accum_dtype`), which makes
     DeepSpeed step with its bf16 optimizer instead of its ZeRO one, and that optimizer adds each
@@ -104,6 +111,7 @@ class SpeedSection(Section):
             fused_optimizer=self.optimizer == "fused" or (self.optimizer == "auto" and on_gpu),
             attention=None if self.attention == "auto" else self.attention,
             compile_mode=None if self.compile == "none" else self.compile,
+            fused_qkv=self.fused_qkv,
             immediate_grad_update=self.immediate_grad_update,
             group_by_length=self.group_by_length,
             packing=self.packing,
@@ -134,6 +142,7 @@ class SpeedLevers:
     """transformers' `attn_implementation`; None: its default."""
     compile_mode: str | None
     """torch.compile's mode; None: not compiled."""
+    fused_qkv: bool
     immediate_grad_update: bool
     group_by_length: bool
     packing: bool

@@ -435,6 +435,14 @@ class TrainingSection(Section):
                     f"is bf16's (DeepSpeed's bf16 optimizer); precision is {self.deepspeed.precision}",
                 )
             )
+        if self.speed.fused_qkv and self.deepspeed.zero_stage == 3:
+            problems.append(
+                (
+                    ("speed", "fused_qkv"),
+                    "needs deepspeed.zero_stage 0, 1 or 2: ZeRO-3 partitions each projection as "
+                    "it is built, before the three could be joined",
+                )
+            )
         if self.speed.immediate_grad_update and self.deepspeed.zero_stage != 1:
             problems.append(
                 (

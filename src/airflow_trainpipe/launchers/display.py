@@ -23,6 +23,7 @@ def _running(event: dict[str, Any]) -> str:
         parts.append(f"{speed['attention']} attention")
     flags = {
         "compiled": "compiled",
+        "fused_qkv": "fused QKV",
         "immediate_grad_update": "immediate grad update",
         "group_by_length": "grouped by length",
         "packing": "packed text",

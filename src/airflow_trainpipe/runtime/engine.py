@@ -26,6 +26,7 @@ import deepspeed
 from airflow_trainpipe.config.speed import SpeedLevers
 from airflow_trainpipe.config.training import Hyperparameters
 from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.core.exceptions import TrainpipeError
 
 PREDICT_BATCH = 4096
 
@@ -125,6 +126,8 @@ def build_engine(
     (ZeRO, precision, offload from `ds_config`), with `levers`' optimizer kernels and compilation
     (None: torch's defaults, not compiled)."""
     hp = spec.hyperparameters
+    if levers is not None and levers.fused_qkv:
+        _fuse_attention(model)  # before the optimizer takes the parameters
     offloaded = "offload_optimizer" in ds_config["zero_optimization"]
     if offloaded and ds_config.get("zero_force_ds_cpu_optimizer", True):
         # ZeRO-Offload on GPU nodes: the optimizer steps in host memory, where DeepSpeed's
@@ -150,6 +153,16 @@ def build_engine(
     return engine
 
 
+def _fuse_attention(model: torch.nn.Module) -> None:
+    from airflow_trainpipe.runtime.models.fused_qkv import fuse_qkv
+
+    if fuse_qkv(model) == 0:
+        raise TrainpipeError(
+            f"training.speed.fused_qkv: the model ({type(model).__name__}) has no BERT-style "
+            "self-attention (query, key and value projections) to fuse; set it false"
+        )
+
+
 def speed_in_force(engine: Any) -> dict[str, Any]:
     """What the engine runs, read off it rather than the config: a test (or a user) sees that a
     lever is really on, not only asked for."""
@@ -164,6 +177,7 @@ def speed_in_force(engine: Any) -> dict[str, Any]:
         "fused_optimizer": bool(optimizer is not None and optimizer.defaults.get("fused")),
         "attention": ",".join(sorted(kernels)) or None,
         "compiled": bool(getattr(engine, "is_compiled", False)),
+        "fused_qkv": any(isinstance(getattr(m, "qkv", None), torch.nn.Linear) for m in module.modules()),
         "immediate_grad_update": bool(
             getattr(getattr(engine, "optimizer", None), "immediate_grad_update", False)
         ),

@@ -47,7 +47,13 @@ from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.models.inputs import ModelInputs
 from airflow_trainpipe.runtime.pretrained.directory import PretrainedDirectory
 from airflow_trainpipe.runtime.pretrained.source import fetch, node_directory, pinned_directory
-from airflow_trainpipe.runtime.resume.checkpoint import CheckpointError, CheckpointManager, CompleteCheckpoint
+from airflow_trainpipe.runtime.resume.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    CompleteCheckpoint,
+    parameter_layout,
+    refuse_other_layout,
+)
 from airflow_trainpipe.runtime.resume.preemption import PreemptionNotice
 from airflow_trainpipe.runtime.resume.seeding import restore_rng_state, seed_everything
 from airflow_trainpipe.runtime.rungs import TrialRungs
@@ -160,6 +166,7 @@ class JobSetup:
             fine_tuning=self.training.pretrained is not None,
         )
         self.engine = self._build_engine(self.lr_factor)
+        self.layout = parameter_layout(self.engine.module)  # in every checkpoint's marker
         self._lap("engine")
         high_water = StepHighWater(self.run_dir)
         state, resumed_from, recomputed = self._resume(resume, universal, sampler, high_water)
@@ -263,6 +270,7 @@ class JobSetup:
                 0,
                 0,
             )
+        refuse_other_layout(resume, self.layout)
         directory, tag = self.checkpoints.fetch(resume)
         if universal:
             tag = self.checkpoints.to_universal(resume)

@@ -220,3 +220,37 @@ def test_a_best_checkpoint_that_is_partial_is_named_not_loaded(tmp_path: Path) -
         CheckpointError, match=rf"partial checkpoint {tmp_path.as_uri()}/checkpoints/step_000000020"
     ):
         _manager(tmp_path).complete_at(20)
+
+
+def test_a_checkpoint_resumes_only_into_the_parameters_it_was_saved_by() -> None:
+    """training.speed.fused_qkv keeps the model states' names but not the optimizer's layout: a
+    resume with the lever flipped would load the optimizer's flat copies into the wrong tensors."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from airflow_trainpipe.runtime.models.fused_qkv import fuse_qkv
+    from airflow_trainpipe.runtime.resume.checkpoint import (
+        CompleteCheckpoint,
+        parameter_layout,
+        refuse_other_layout,
+    )
+
+    def encoder() -> torch.nn.Module:
+        config = BertConfig(
+            vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+        )
+        return BertModel(config, add_pooling_layer=False)
+
+    plain, fused = encoder(), encoder()
+    fuse_qkv(fused)
+    assert list(plain.state_dict()) == list(fused.state_dict())  # the model states cannot tell them apart
+    saved = CompleteCheckpoint(
+        "step_000000010", "file:///c/step_000000010", {"parameter_layout": parameter_layout(plain)}
+    )
+    refuse_other_layout(saved, parameter_layout(encoder()))  # the same layout resumes
+    refuse_other_layout(
+        CompleteCheckpoint("step_000000010", "file:///c/step_000000010", {}), "sha256:x"
+    )  # older markers
+    with pytest.raises(CheckpointError, match="laid out otherwise") as caught:
+        refuse_other_layout(saved, parameter_layout(fused))
+    assert "file:///c/step_000000010" in str(caught.value) and not caught.value.retryable

@@ -18,6 +18,7 @@ DeepSpeed loads from, never over the files that were just verified.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -60,6 +61,31 @@ _TAG = re.compile(r"^step_(\d{9})$")
 
 def tag_for(step: int) -> str:
     return f"step_{step:09d}"
+
+
+def parameter_layout(module: Any) -> str:
+    """What a checkpoint's optimizer state is laid out by: the engine's parameters, their names and
+    shapes in order (a digest, kept in the marker). The model states keep transformers' names
+    whatever `training.speed.fused_qkv` does to the engine's module; the optimizer's flat copies
+    follow the module's own parameters and would load into another layout without an error."""
+    digest = hashlib.sha256()
+    for name, parameter in module.named_parameters():
+        digest.update(f"{name}:{tuple(getattr(parameter, 'ds_shape', parameter.shape))};".encode())
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def refuse_other_layout(checkpoint: CompleteCheckpoint, layout: str) -> None:
+    """Before DeepSpeed loads it: a checkpoint saved by other parameters (a marker from before the
+    layout was recorded is taken as it is)."""
+    saved = checkpoint.marker.get("parameter_layout")
+    if saved is not None and saved != layout:
+        error = CheckpointError(
+            f"checkpoint {checkpoint.uri} was saved by a model whose parameters are laid out otherwise "
+            "(training.speed.fused_qkv, or the model itself, changed since): its optimizer state "
+            "does not fit this one; resume with the config it was saved with, or train under a new run id"
+        )
+        error.retryable = False  # a retry would meet the same checkpoint
+        raise error
 
 
 @dataclass(frozen=True)
