@@ -339,3 +339,16 @@ def test_fused_qkv_says_when_a_model_has_no_attention_to_fuse() -> None:
     spec = _spec()
     with pytest.raises(TrainpipeError, match="has no BERT-style self-attention"):
         _engine(spec, SpeedSection(fused_qkv=True).for_rank(False))
+
+
+def test_a_fusion_that_computes_something_else_is_refused_before_training(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fused forward copies transformers' BertSelfAttention: each module is probed before and
+    after, so another transformers (the GPU image's) whose attention differs stops the job instead
+    of training a different model. Here keys and values are joined in the wrong order."""
+    from airflow_trainpipe.runtime.models import fused_qkv
+
+    monkeypatch.setattr(fused_qkv, "PROJECTIONS", ("query", "value", "key"))
+    with pytest.raises(TrainpipeError, match="fused does not compute what it did"):
+        _text_engine(_spec(), SpeedSection(fused_qkv=True).for_rank(False))

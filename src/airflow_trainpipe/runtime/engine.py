@@ -154,9 +154,13 @@ def build_engine(
 
 
 def _fuse_attention(model: torch.nn.Module) -> None:
-    from airflow_trainpipe.runtime.models.fused_qkv import fuse_qkv
+    from airflow_trainpipe.runtime.models.fused_qkv import FusionMismatch, fuse_qkv
 
-    if fuse_qkv(model) == 0:
+    try:
+        fused = fuse_qkv(model)
+    except FusionMismatch as exc:
+        raise TrainpipeError(f"training.speed.fused_qkv: {exc}; set it false") from None
+    if fused == 0:
         raise TrainpipeError(
             f"training.speed.fused_qkv: the model ({type(model).__name__}) has no BERT-style "
             "self-attention (query, key and value projections) to fuse; set it false"

@@ -31,11 +31,47 @@ PROJECTIONS = ("query", "key", "value")
 
 
 def fuse_qkv(model: nn.Module) -> int:
-    """Fuse every BERT-style self-attention of `model` in place; returns how many were fused."""
+    """Fuse every BERT-style self-attention of `model` in place; returns how many were fused.
+    Raises FusionMismatch when a fused module does not compute what it computed before."""
     found = [module for module in model.modules() if _is_bert_self_attention(module)]
     for module in found:
-        _fuse(module)
+        _fuse_checked(module)
     return len(found)
+
+
+class FusionMismatch(RuntimeError):
+    """The fused forward and the installed transformers' own disagree (another version's BERT)."""
+
+
+def _fuse_checked(module: Any) -> None:
+    """The fused forward is a copy of transformers' BertSelfAttention.forward: one random input
+    through the module before and after proves it still is, whatever transformers is installed
+    (the GPU image's may not be this machine's). flash_attention_2's kernels run on GPUs only,
+    and the model is still on the host here: that kernel is not probed."""
+    probe = None
+    if module.config._attn_implementation != "flash_attention_2":
+        query: nn.Linear = module.query
+        generator = torch.Generator(device=query.weight.device).manual_seed(0)
+        probe = torch.randn(
+            2, 5, query.in_features, generator=generator, device=query.weight.device, dtype=query.weight.dtype
+        )
+        expected = _output(module, probe)
+    _fuse(module)
+    if probe is not None and not torch.allclose(_output(module, probe), expected, rtol=1e-4, atol=1e-5):
+        raise FusionMismatch(
+            f"{type(module).__name__} fused does not compute what it did: this transformers' "
+            "self-attention differs from the one training.speed.fused_qkv copies"
+        )
+
+
+def _output(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    training = module.training
+    module.eval()  # no dropout
+    try:
+        with torch.no_grad():
+            return module(hidden_states)[0]  # type: ignore[no-any-return]
+    finally:
+        module.train(training)
 
 
 def _is_bert_self_attention(module: nn.Module) -> bool:
