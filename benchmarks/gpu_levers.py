@@ -1013,6 +1013,8 @@ def ops_row(run: Run) -> dict[str, Any]:
         "immediate_grad_update": {"immediate_grad_update": True},
         "ZeRO-2": {"zero_stage": 2},
         "fused + ZeRO-2": {"optimizer": "fused", "zero_stage": 2},
+        "fused_qkv": {"fused_qkv": True},
+        "fused_qkv + immediate_grad_update": {"fused_qkv": True, "immediate_grad_update": True},
     }
     specs = {
         name: row_config(base, {**baseline_settings(32), **switch}, 1_000_000, precision)
