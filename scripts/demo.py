@@ -320,15 +320,16 @@ def _gate_comparison(tags: dict[str, str]) -> str:
     a later champion could look worse than the version it beat."""
     from airflow_trainpipe.contracts import tags as names
 
-    metric = tags.get(names.GATE_METRIC_TAG, "score")
-    candidate = float(tags[names.GATE_CANDIDATE_TAG])
+    scored = (
+        f"at its gate {tags.get(names.GATE_METRIC_TAG, 'score')} {float(tags[names.GATE_CANDIDATE_TAG]):.4f}"
+    )
     compared = tags.get(names.CHAMPION_COMPARED_TAG, "none")
     if compared == "none":
-        return f"at its gate {metric} {candidate:.4f} on its run's holdout, with no champion to compare"
+        return f"{scored} on its run's holdout, with no champion to compare"
     champion, against = tags.get(names.GATE_CHAMPION_TAG, "None"), f"v{compared.rsplit('/', 1)[-1]}"
     if champion == "None":  # the champion could not be scored, and the gate was forced
-        return f"at its gate {metric} {candidate:.4f} on its run's holdout; {against} could not be scored"
-    return f"at its gate {metric} {candidate:.4f} against {against}'s {float(champion):.4f} on the same holdout, its run's"
+        return f"{scored} on its run's holdout; {against} could not be scored"
+    return f"{scored} against {against}'s {float(champion):.4f} on the same holdout, its run's"
 
 
 if __name__ == "__main__":

@@ -170,6 +170,8 @@ def _fuse_attention(model: torch.nn.Module) -> None:
 def speed_in_force(engine: Any) -> dict[str, Any]:
     """What the engine runs, read off it rather than the config: a test (or a user) sees that a
     lever is really on, not only asked for."""
+    from airflow_trainpipe.runtime.models.fused_qkv import fused_modules
+
     module = getattr(engine, "module", engine)
     optimizer = getattr(engine, "basic_optimizer", None)
     kernels = {
@@ -181,7 +183,7 @@ def speed_in_force(engine: Any) -> dict[str, Any]:
         "fused_optimizer": bool(optimizer is not None and optimizer.defaults.get("fused")),
         "attention": ",".join(sorted(kernels)) or None,
         "compiled": bool(getattr(engine, "is_compiled", False)),
-        "fused_qkv": any(isinstance(getattr(m, "qkv", None), torch.nn.Linear) for m in module.modules()),
+        "fused_qkv": fused_modules(module) > 0,
         "immediate_grad_update": bool(
             getattr(getattr(engine, "optimizer", None), "immediate_grad_update", False)
         ),

@@ -33,10 +33,18 @@ PROJECTIONS = ("query", "key", "value")
 def fuse_qkv(model: nn.Module) -> int:
     """Fuse every BERT-style self-attention of `model` in place; returns how many were fused.
     Raises FusionMismatch when a fused module does not compute what it computed before."""
-    found = [module for module in model.modules() if _is_bert_self_attention(module)]
+    from transformers.models.bert.modeling_bert import BertSelfAttention
+
+    bert = BertSelfAttention.forward.__code__
+    found = [module for module in model.modules() if _is_bert_self_attention(module, bert)]
     for module in found:
         _fuse_checked(module)
     return len(found)
+
+
+def fused_modules(model: nn.Module) -> int:
+    """How many of `model`'s self-attentions run fused (what the job reports as in force)."""
+    return sum(getattr(module.forward, "__func__", None) is _fused_forward for module in model.modules())
 
 
 class FusionMismatch(RuntimeError):
@@ -74,11 +82,8 @@ def _output(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
         module.train(training)
 
 
-def _is_bert_self_attention(module: nn.Module) -> bool:
-    from transformers.models.bert.modeling_bert import BertSelfAttention
-
-    forward = getattr(type(module), "forward", None)
-    code, bert = getattr(forward, "__code__", None), BertSelfAttention.forward.__code__
+def _is_bert_self_attention(module: nn.Module, bert: types.CodeType) -> bool:
+    code = getattr(getattr(type(module), "forward", None), "__code__", None)
     if code is None or (code.co_code, code.co_names) != (bert.co_code, bert.co_names):
         return False
     layers = [getattr(module, name, None) for name in PROJECTIONS]
