@@ -10,6 +10,9 @@ resume and end.
 
 from __future__ import annotations
 
+import inspect
+import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import torch.distributed as dist
 
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.runtime.accounting import Timing
-from airflow_trainpipe.runtime.collectives import CHECK_ENV, checked, host_group
+from airflow_trainpipe.runtime.collectives import CHECK_ENV, checked, host_group, quiet_unbound_barrier
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.steps import PeriodicSync, SyncConfig
@@ -106,3 +109,29 @@ def test_a_whole_job_keeps_the_rule_through_syncs_evaluation_checkpoints_resume_
     assert resumed.code == 0, resumed.text[-3000:]
     assert resumed.start is not None and resumed.start["resumed_from"] == 20
     assert resumed.result is not None and resumed.result["final_step"] == 38
+
+
+def _torch_barrier_warning() -> str:
+    """The text this torch warns with at a barrier on a group with no device bound."""
+    source = inspect.getsource(dist.distributed_c10d.barrier)
+    found = re.search(r'"(barrier\(\): [^"]*)"', source)
+    assert found, "torch's barrier() no longer warns about the device under current context"
+    return found.group(1)
+
+
+@pytest.mark.parametrize(
+    ("on_gpu", "world_size", "silenced"), [(True, 1, True), (True, 2, False), (False, 1, False)]
+)
+def test_the_unbound_barrier_warning_is_silenced_on_a_one_rank_gpu_job_only(
+    on_gpu: bool, world_size: int, silenced: bool
+) -> None:
+    # On a one-rank GPU job DeepSpeed binds no device to the NCCL group (deepspeedai/DeepSpeed#8248),
+    # so torch warns at each of its barriers; the text is read off the installed torch, so a torch
+    # that rewords it fails here rather than flooding a GPU job's log again.
+    message = _torch_barrier_warning()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_unbound_barrier(on_gpu, world_size)
+        warnings.warn(message, UserWarning, stacklevel=1)
+        warnings.warn("barrier(): something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ([] if silenced else [message]) + ["barrier(): something else"]

@@ -23,6 +23,7 @@ import functools
 import inspect
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +32,8 @@ import torch
 import torch.distributed as dist
 
 CHECK_ENV = "TRAINPIPE_CHECK_COLLECTIVES"
+# What torch says at a barrier on an NCCL group that has no device bound to it.
+UNBOUND_BARRIER = r"barrier\(\): using the device under current context"
 PACKAGE = "airflow_trainpipe."
 
 # The tensor collectives a process group refuses host tensors for when its backend is nccl; the
@@ -59,6 +62,21 @@ def host_group(on_gpu: bool) -> Any:
     if on_gpu or checking():
         return dist.new_group(backend="gloo")
     return None
+
+
+def quiet_unbound_barrier(on_gpu: bool, world_size: int) -> None:
+    """Silence torch's "using the device under current context" at DeepSpeed's barriers on a
+    one-rank GPU job, and there only.
+
+    With more than one rank DeepSpeed binds each rank's device to the NCCL group
+    (`init_process_group(device_id=...)`), and torch has nothing to say. With one rank it does
+    not, on purpose: the eager NCCL set-up that binding starts failed with CUDA error 600 on some
+    drivers (deepspeedai/DeepSpeed#8248). Torch then warns at each of DeepSpeed's barriers that
+    it uses the device under the current context, which is the rank's own, set before the group
+    was made (JobSetup): the one case where the warning always shows is the one where it is
+    always wrong."""
+    if on_gpu and world_size == 1:
+        warnings.filterwarnings("ignore", message=UNBOUND_BARRIER, category=UserWarning)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
-from airflow_trainpipe.runtime.collectives import host_group
+from airflow_trainpipe.runtime.collectives import host_group, quiet_unbound_barrier
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.data.reader import data_columns
@@ -90,12 +90,15 @@ class JobSetup:
         self.hp = spec.hyperparameters  # the effective, validated ones: never the config's
         self.on_gpu = torch.cuda.is_available() and self.training.resources.gpus_per_node > 0
         self.levers = speed_levers(self.training.speed, self.on_gpu)  # before any process group
-        deepspeed.init_distributed(dist_backend="nccl" if self.on_gpu else "gloo")
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.device = torch.device("cuda", self.local_rank) if self.on_gpu else torch.device("cpu")
         if self.on_gpu:
+            # Before the process group: its NCCL communicators, and a barrier on a group with no
+            # device bound, use the current device, which must be this rank's from the start.
             torch.cuda.set_device(self.device)
+        deepspeed.init_distributed(dist_backend="nccl" if self.on_gpu else "gloo")
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        quiet_unbound_barrier(self.on_gpu, self.world_size)
         # Every collective of ours moves host data: gloo, beside the training group when that is
         # nccl, which refuses host tensors (runtime/collectives.py).
         self.host_group = host_group(self.on_gpu)
