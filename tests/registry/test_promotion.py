@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from airflow_trainpipe.config.gate import GateSection
 from airflow_trainpipe.contracts.payloads import SliceScore
 from airflow_trainpipe.registry.promotion import comparison_table, decide
+from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 
 CLS = "binary_classification"
 REG = "regression"
@@ -105,6 +107,52 @@ def test_a_candidate_that_cannot_be_scored_is_never_promoted_bootstrap_included(
     assert not bootstrap.promote and not bootstrap.fail
     assert "rmse of the candidate is not a number" in bootstrap.reason
     assert not decide(rules, REG, reg_metrics(value), reg_metrics(math.nan)).promote
+
+
+def _collapsed_scores() -> tuple[np.ndarray, np.ndarray]:
+    """A tenth of the rows positive and a model that collapsed to the base rate, scoring every row
+    0.1: max_f1's only threshold flags every row (recall 1, precision 0.1), as the FOUND report saw."""
+    labels = (np.random.default_rng(3).random(2_000) < 0.1).astype(np.int64)
+    return labels, np.full(2_000, 0.1)
+
+
+@pytest.mark.parametrize("metric", ["f1", "recall", "accuracy", "precision"])
+def test_a_threshold_that_flags_every_row_is_never_promoted_on_a_threshold_metric(metric: str) -> None:
+    labels, scores = _collapsed_scores()
+    candidate = compute_metrics(CLS, labels, scores, threshold="max_f1")
+    assert candidate["predicted_positive_rate"] == 1.0 and candidate["recall"] == 1.0  # the degenerate end
+    champion = compute_metrics(CLS, labels, np.random.default_rng(4).random(2_000), threshold="max_f1")
+    for against in (None, champion):  # bootstrap included
+        decision = decide(gate(metric=metric), CLS, candidate, against)
+        assert not decision.promote and not decision.fail
+        assert decision.reason.startswith(
+            f"the candidate's threshold {candidate['threshold']:.6g} flags every holdout row, so its {metric} "
+        ), decision.reason
+    # force still promotes, and records what the rule said
+    forced = decide(gate(metric=metric), CLS, candidate, None, force=True)
+    assert forced.promote and forced.forced and "flags every holdout row" in forced.reason
+
+
+def test_a_threshold_that_flags_no_row_is_never_promoted_on_accuracy() -> None:
+    # A tenth positive and a threshold above every score: accuracy ~0.9 is the majority class's.
+    labels, scores = _collapsed_scores()
+    candidate = compute_metrics(CLS, labels, scores, threshold=1.0)
+    assert candidate["predicted_positive_rate"] == 0.0
+    decision = decide(gate(metric="accuracy"), CLS, candidate, None)
+    assert not decision.promote and "flags no holdout row" in decision.reason
+    assert "predicting 0 for every row" in decision.reason
+
+
+def test_the_ranking_metrics_of_such_a_candidate_are_still_gated_as_usual() -> None:
+    # roc_auc does not depend on the threshold: a degenerate threshold is no reason to refuse.
+    labels, scores = _collapsed_scores()
+    candidate = compute_metrics(CLS, labels, scores, threshold="max_f1")
+    decision = decide(gate(metric="roc_auc"), CLS, candidate, None)
+    assert decision.promote and decision.reason.startswith("no champion yet: bootstrap with roc_auc")
+    # and a threshold that splits the rows is gated on f1 as before
+    split = compute_metrics(CLS, labels, np.where(labels == 1, 0.9, 0.1), threshold="max_f1")
+    assert 0 < split["predicted_positive_rate"] < 1
+    assert decide(gate(metric="f1"), CLS, split, candidate).promote
 
 
 def test_a_champion_that_scores_nan_counts_as_no_champion() -> None:

@@ -17,6 +17,9 @@ Direction = Literal["maximize", "minimize"]
 NDCG_CUTOFFS: tuple[int, ...] = (1, 3, 5, 10, 20)
 MAP_CUTOFFS: tuple[int, ...] = (5, 10)
 
+# binary_classification's metrics that depend on `evaluation.threshold` (the rest rank the scores).
+THRESHOLD_METRICS = frozenset({"accuracy", "precision", "recall", "f1"})
+
 # Metrics the runtime's holdout evaluation computes per task, with the direction that is better.
 METRICS: dict[str, dict[str, Direction]] = {
     "binary_classification": {

@@ -73,7 +73,9 @@ class EvaluationSection(Section):
     when none reaches p). A rule is applied to the candidate and to the champion alike, each on its
     own scores of the same holdout rows, and the candidate's threshold is recorded on its model
     version (`trainpipe.threshold`) and carried by the model itself, whose answer's
-    `predicted_label` is 1 at or above it (beside `probability`, P(class 1))."""
+    `predicted_label` is 1 at or above it (beside `probability`, P(class 1)). The share of rows
+    it flags is the metric `predicted_positive_rate`; a threshold that flags every row or none
+    promotes nothing on accuracy, precision, recall or f1 (the gate says so)."""
 
 
 def scoring_problems(evaluation: EvaluationSection, task: Task, columns: FeatureColumns) -> FieldProblems:

@@ -18,6 +18,11 @@ Rules, in order:
   be compared with and must not block every later promotion: it counts as no champion, so
   `gate.no_champion` decides (its action and `min_value`), and the reason says so. A guardrail
   that becomes NaN for the candidate counts as a regression.
+- a constant predictor: a binary candidate whose threshold flags every holdout row or none
+  (`predicted_positive_rate` 1 or 0) is never promoted on a metric that depends on the threshold
+  (accuracy, precision, recall, f1), bootstrap included: that figure is what predicting one class
+  for every row scores with no model. `max_f1` picks such a threshold on a near-random model,
+  since flagging everything has recall 1.
 - confidence (`gate.confidence`): with a champion to compare with, the lower bound of the
   bootstrap interval of the primary metric's improvement (computed by the training job on the
   same rows) must also be above 0 and clear `min_improvement`; otherwise the improvement is "not
@@ -33,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.catalog import METRICS, THRESHOLD_METRICS
 from airflow_trainpipe.config.gate import GateSection, Guardrail
 from airflow_trainpipe.contracts.payloads import GateDecision, GuardrailCheck, SliceCheck, SliceScore
 
@@ -108,6 +113,8 @@ def decide(
     )
     if not math.isfinite(value):
         decision.reason = f"{gate.metric} of the candidate is not a number ({value}): a model that cannot be scored is never promoted"
+    elif constant := _constant_prediction(task, gate.metric, candidate):
+        decision.reason = constant
     elif champion is None:
         _bootstrap(gate, decision)
     elif not math.isfinite(champion[gate.metric]):
@@ -122,6 +129,21 @@ def decide(
         decision.promote, decision.forced, decision.fail = True, True, False
         decision.reason = f"forced promotion; the rules said: {decision.reason}"
     return decision
+
+
+def _constant_prediction(task: str, metric: str, candidate: Mapping[str, float]) -> str | None:
+    """Why a threshold metric proves nothing here: the candidate's threshold puts every holdout
+    row in one class. None when it does not, or the metric does not depend on the threshold."""
+    rate = candidate.get("predicted_positive_rate")
+    if task != "binary_classification" or metric not in THRESHOLD_METRICS or rate not in (0.0, 1.0):
+        return None
+    which = "every holdout row" if rate == 1.0 else "no holdout row"
+    threshold = candidate.get("threshold", math.nan)
+    return (
+        f"the candidate's threshold {threshold:.6g} flags {which}, so its {metric} {candidate[metric]:.6g} is "
+        f"what predicting {int(rate)} for every row scores without a model: not promoted on a metric that "
+        "depends on the threshold (gate on roc_auc or pr_auc, or fix evaluation.threshold)"
+    )
 
 
 def _bootstrap(gate: GateSection, decision: GateDecision) -> None:

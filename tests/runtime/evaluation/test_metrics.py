@@ -29,6 +29,7 @@ def test_binary_metrics_match_their_hand_computed_values() -> None:
             "precision": 0.5,
             "recall": 0.5,
             "f1": 0.5,
+            "predicted_positive_rate": 0.5,  # 0.6 and 0.8 of the four flagged
             "threshold": 0.5,
         },
         rel=1e-12,
@@ -40,7 +41,7 @@ def test_a_threshold_rule_picks_its_threshold_and_every_class_metric_follows() -
     # At 0.8: 1 true, 0 false positives (f1 2/3); at 0.4: 2 true, 1 false (f1 0.8).
     best_f1 = compute_metrics(BINARY, labels, scores, threshold="max_f1")
     assert (best_f1["threshold"], best_f1["recall"], best_f1["precision"]) == (0.4, 1.0, pytest.approx(2 / 3))
-    assert best_f1["f1"] == pytest.approx(0.8)
+    assert (best_f1["f1"], best_f1["predicted_positive_rate"]) == (pytest.approx(0.8), 0.75)
     precise = compute_metrics(BINARY, labels, scores, threshold=PrecisionAt(precision_at=0.9))
     assert (precise["threshold"], precise["precision"], precise["recall"]) == (0.8, 1.0, 0.5)
     fixed = compute_metrics(BINARY, labels, scores, threshold=0.05)
@@ -68,8 +69,9 @@ def test_regression_metrics_match_their_hand_computed_values() -> None:
 @pytest.mark.parametrize(
     ("task", "y_true", "prediction", "extra"),
     [
-        # and the threshold the class metrics used (binary): recorded, never gated on
-        (BINARY, [0, 1, 1], [0.2, 0.7, 0.4], {"threshold"}),
+        # and the threshold the class metrics used, with the share of rows it flags (binary):
+        # recorded, never gated on
+        (BINARY, [0, 1, 1], [0.2, 0.7, 0.4], {"threshold", "predicted_positive_rate"}),
         ("regression", [1.0, 3.0], [2.0, 2.5], set()),
         # and the recall of each class, by its name (two classes here: 0 and 1)
         (MULTICLASS, [0, 1], [[0.7, 0.3], [0.4, 0.6]], {"recall_0", "recall_1"}),
@@ -181,6 +183,7 @@ def test_every_metric_equals_sklearn_s_with_ties_imbalance_and_constant_labels(s
         "precision": skm.precision_score(labels, scores >= 0.5, zero_division=0),
         "recall": skm.recall_score(labels, scores >= 0.5, zero_division=0),
         "f1": skm.f1_score(labels, scores >= 0.5, zero_division=0),
+        "predicted_positive_rate": float(np.mean(scores >= 0.5)),
         "threshold": 0.5,
     }
     assert compute_metrics(BINARY, labels, scores) == pytest.approx(expected, rel=1e-12, abs=1e-12)

@@ -72,7 +72,8 @@ def compute_metrics(
     scores with `groups` each row's query code (ranking), or values in label units (regression).
 
     `threshold` (binary): config.evaluation's rule, a number, `"max_f1"` or an object with a
-    `precision_at`; the threshold it chose is returned as the metric `threshold`. `classes`
+    `precision_at`; the threshold it chose is returned as the metric `threshold`, and the share of
+    rows at or above it as `predicted_positive_rate`. `classes`
     (multiclass): the names of the `recall_<class>` metrics.
 
     With `world_size` > 1, a collective over `group`: each rank passes its share of the rows and
@@ -169,6 +170,8 @@ def _binary(world: _World, positive: np.ndarray, score: np.ndarray, rule: Any) -
         "precision": tp / (tp + fp) if tp + fp else 0.0,
         "recall": tp / positives if positives else 0.0,
         "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
+        # 0 or 1: the class metrics are a constant predictor's (the gate refuses to promote on them).
+        "predicted_positive_rate": predicted_positive / n,
     }
     return {"roc_auc": auc, "pr_auc": ap, **metrics, "threshold": float(threshold)}
 
