@@ -31,7 +31,8 @@ is found, and no row starts that would end past `--budget-s`: a run cut short st
 the section names the rows it skipped. `--tiny` runs the same script on CPU with a small encoder
 (GPU-only rows skipped with the reason the config loader gives) to check it before device time.
 
-On the device machine (carry `.whl`: DeepSpeed, MLflow and their missing dependencies as wheels;
+On the device machine (carry `.whl`: DeepSpeed, MLflow and their missing dependencies as wheels,
+made here by `python scripts/device_wheels.py`;
 the package is made importable from the working tree with its dist-info written by hand, since
 the job's logged model names its own version), one call with timeout_s 600:
 
@@ -123,7 +124,8 @@ def baseline_settings(micro: int) -> dict[str, Any]:
 def plan(micro: int, tiny: bool) -> list[Row]:
     """Every row, in the order they run. On the device: the levers expected to matter most on a
     host-bound step first (immediate_grad_update halves the ops a step dispatches on CPU ranks,
-    compiling fuses kernels, CUDA graphs replay them without launches), then best and the
+    fused_qkv cuts them by a quarter, compiling fuses kernels, CUDA graphs replay them without
+    launches), each before best so that best can take it, then best and the
     comparisons the issue's targets need, then the rest (fused AdamW is already the product's
     default on GPU ranks; rows on the device wait for this measurement). `tiny` orders them so
     that every kind of row (job, best, layout, HF, bare, ops, a compiled job) runs within the CPU
@@ -152,11 +154,11 @@ def plan(micro: int, tiny: bool) -> list[Row]:
         "flash": Row("flash", "job", "`attention: flash_attention_2`", {"attention": "flash_attention_2"}),
     }  # fmt: skip
     order = (
-        "baseline immediate fused packing zero2 best hf bare baseline_4x accum group best_4x ops compile "
-        "eager hf_4x cudagraphs device_rows fused_qkv flash"
+        "baseline immediate fused packing fused_qkv zero2 best hf bare baseline_4x accum group best_4x ops "
+        "compile eager hf_4x cudagraphs device_rows flash"
         if tiny
-        else "baseline immediate packing compile cudagraphs fused zero2 best hf bare device_rows baseline_4x "
-        "best_4x fused_qkv eager accum group ops hf_4x flash"
+        else "baseline immediate packing fused_qkv compile cudagraphs fused zero2 best hf bare device_rows "
+        "baseline_4x best_4x eager accum group ops hf_4x flash"
     )
     return [rows[name] for name in order.split()]
 
