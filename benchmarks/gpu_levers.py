@@ -39,8 +39,12 @@ the job's logged model names its own version), one call with timeout_s 600:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && v=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' src/airflow_trainpipe/__init__.py) && d=/tmp/site/airflow_trainpipe-$v.dist-info && mkdir -p $d && printf 'Metadata-Version: 2.1\nName: airflow-trainpipe\nVersion: %s\n' $v >$d/METADATA && export PYTHONPATH=/tmp/site:$PWD/src TORCH_EXTENSIONS_DIR=/tmp/torch_extensions && timeout 560 python3 benchmarks/gpu_levers.py --output $OUT/gpu_levers.md 2>&1 | tee $OUT/gpu_levers.log | grep -E '^(LEVERS|##|\||_)' ; ls $OUT
 
 (`--budget-s 420` by default: ~8 minutes in all on an H100, the machine's start and the wheels
-~2 minutes before it. `--only NAME,...` runs the named rows alone, e.g. a second call for the
-rows a first one skipped.)
+~2 minutes before it. At the priors' ~55 s a job row, a call gets through about 7 rows. For the
+rows a call skipped, a second one: copy its `gpu_levers.log` here into benchmarks/var/ (ignored),
+carry `benchmarks/var` too, and add `--earlier benchmarks/var/gpu_levers.log`: the rows measured
+there are reused, so the second call runs only the others and its best, HF and bare rows take
+every lever measured in either call. `--only NAME,...` runs the named rows alone, and measures
+them again even when an earlier log has them.)
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -341,6 +346,28 @@ def budget_reason(elapsed: float, estimate: float, budget_s: float) -> str | Non
     if elapsed + estimate > budget_s:
         return f"budget: {elapsed:.0f} s used of {budget_s:.0f}, this row needs ~{estimate:.0f} s"
     return None
+
+
+def earlier_rows(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The rows an earlier call measured, from its log's `LEVERS row NAME {json}` lines: those
+    that ran (not skipped, not failed), the last line of a name winning. A second call of a
+    lease reuses them, so that best, the HF Trainer and the bare loop see every lever measured
+    so far, not only this call's."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        if not line.startswith("LEVERS row "):
+            continue
+        name, _, payload = line[len("LEVERS row ") :].partition(" ")
+        try:
+            record = json.loads(payload)
+        except json.JSONDecodeError:  # a line cut short when the call was killed
+            continue
+        if "skipped" in record or "failed" in record:
+            continue
+        for key in ("elapsed_s", "mfu"):  # the earlier call's clock; mfu is computed again
+            record.pop(key, None)
+        found[name] = {**record, "earlier": True}
+    return found
 
 
 def gain(found: dict[str, dict[str, Any]], name: str, reference: str | None) -> float | None:
@@ -816,6 +843,12 @@ def section(found: dict[str, Any], command: str) -> list[str]:
             + ("none tokenized the snapshot again." if not fresh else f"{fresh} wrote a cache of their own."),
         ]
     lines += ["", *comparison_lines(found, flops, peak, micro), "", *ops_lines(rows.get("ops", {}))]
+    earlier = [n for n, r in rows.items() if r.get("earlier")]
+    if earlier:
+        lines += [
+            "",
+            f"Measured by an earlier call (`--earlier`, read from its log, on that call's machine): {', '.join(earlier)}.",
+        ]
     skipped = [f"{n} ({r['skipped']})" for n, r in rows.items() if "skipped" in r]
     if skipped:
         lines += ["", "Not run: " + "; ".join(skipped) + "."]
@@ -1042,6 +1075,12 @@ def main() -> None:
     parser.add_argument(
         "--only", type=lambda s: set(s.split(",")), help="run these rows alone (comma-separated)"
     )
+    parser.add_argument(
+        "--earlier",
+        type=Path,
+        action="append",
+        help="an earlier call's log (its LEVERS lines): the rows it measured are reused, not run again",
+    )
     parser.add_argument("--output", type=Path, help="also write the section to this file")
     args = parser.parse_args()
     args.budget_s = args.budget_s or (510.0 if args.tiny else 420.0)
@@ -1099,8 +1138,17 @@ def main() -> None:
     flops = found["prepared"].get("flops_per_sample", {})
     plan_rows = plan(micro, args.tiny)
     by_name = {row.name: row for row in plan_rows}
+    earlier: dict[str, dict[str, Any]] = {}
+    for log_file in args.earlier or ():
+        earlier.update(earlier_rows(log_file.read_text(errors="replace").splitlines()))
     for row in plan_rows:
-        record = run_row(run, row, by_name)
+        if row.name in earlier and not (args.only and row.name in args.only):
+            record = earlier[row.name]  # measured by an earlier call; --only NAME measures it again
+            run.walls.setdefault("job" if row.kind == "best" else row.kind, []).append(
+                record.get("row_s", 0.0)
+            )
+        else:
+            record = run_row(run, row, by_name)
         found["rows"][row.name] = record
         shown = {k: v for k, v in record.items() if k not in ("progress", "tail")}
         if record.get("global_batch") in flops:

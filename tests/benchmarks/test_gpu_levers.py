@@ -354,3 +354,35 @@ def test_the_row_config_is_yaml_the_cli_reads(tmp_path, rows):
     assert config["training"]["speed"]["immediate_grad_update"] is True
     assert config["training"]["deepspeed"] == {"zero_stage": 1, "precision": "bf16"}
     assert config["training"]["pretrained"] == (tmp_path / "enc").as_uri()
+
+
+# -- a second call ----------------------------------------------------------------------------------
+
+
+def test_an_earlier_call_s_measured_rows_are_read_back_and_its_skipped_or_failed_ones_are_not():
+    measured = {"kind": "job", "samples_per_s": 812.5, "row_s": 51.0, "elapsed_s": 160.0, "mfu": 0.3}
+    lines = [
+        "LEVERS setup " + json.dumps({"device": "cuda"}),
+        "LEVERS row baseline " + json.dumps({"kind": "job", "samples_per_s": 700.0, "row_s": 60.0}),
+        "LEVERS row immediate " + json.dumps(measured),
+        "LEVERS row compile " + json.dumps({"kind": "job", "failed": "RuntimeError: ..."}),
+        "LEVERS row best " + json.dumps({"kind": "best", "skipped": "budget: 430 s used of 420"}),
+        'LEVERS row packing {"kind": "job", "samples_per_s": 9',  # cut short when the call was killed
+        "some line of a job's output",
+    ]
+    earlier = gl.earlier_rows(lines)
+    assert set(earlier) == {"baseline", "immediate"}
+    assert earlier["immediate"] == {"kind": "job", "samples_per_s": 812.5, "row_s": 51.0, "earlier": True}
+    # best in the second call takes the lever the first call found
+    settings, chosen = gl.best_settings({"immediate": gl.gain(earlier, "immediate", "baseline")}, MICRO, 1)
+    assert chosen == ["immediate"] and settings["immediate_grad_update"] is True
+
+
+def test_the_section_names_the_rows_an_earlier_call_measured(rows):
+    found = _found(rows)
+    found["rows"]["immediate"]["earlier"] = True
+    text = "\n".join(gl.section(found, "python benchmarks/gpu_levers.py"))
+    assert (
+        "Measured by an earlier call (`--earlier`, read from its log, on that call's machine): immediate."
+        in text
+    )
