@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -149,36 +150,53 @@ def _download(name: str, version: str, dest: Path) -> Path:
     return new[0]
 
 
+# The device's platform, for the environment markers of a requirement.
+DEVICE_ENVIRONMENT = {"python_version": PYTHON, "python_full_version": f"{PYTHON}.3", "sys_platform": "linux",
+                      "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+                      "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}  # fmt: skip
+
+
+def device_requirements(requires: Iterable[str]) -> list[Requirement]:
+    """Of `Requires-Dist` values, those that apply on the device (Linux, Python 3.12, no extras)."""
+    found = [Requirement(line) for line in requires]
+    return [r for r in found if r.marker is None or r.marker.evaluate(DEVICE_ENVIRONMENT)]
+
+
 def _requirements(wheel: Path) -> list[Requirement]:
-    """What a wheel requires on the device (Linux, Python 3.12, no extras asked for)."""
+    """What a wheel requires on the device."""
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         text = archive.read(metadata).decode()
-    environment = {"python_version": PYTHON, "python_full_version": f"{PYTHON}.3", "sys_platform": "linux",
-                   "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-                   "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}  # fmt: skip
-    found = []
-    for line in text.splitlines():
-        if line.startswith("Requires-Dist:"):
-            requirement = Requirement(line.split(":", 1)[1].strip())
-            if requirement.marker is None or requirement.marker.evaluate(environment):
-                found.append(requirement)
-    return found
+    prefix = "Requires-Dist:"
+    return device_requirements(
+        line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)
+    )
 
 
-def collect(dest: Path, image: set[str], pinned: dict[str, str]) -> list[Path]:
-    """JOB_NEEDS and what they require, less the image's, each at its pin, into `dest`."""
-    queue, seen, wheels = [*JOB_NEEDS], set(), []
+def closure(image: set[str], requirements_of: Callable[[str], list[Requirement]]) -> list[str]:
+    """JOB_NEEDS and what they require, transitively, less the image's: what the device is carried,
+    in the order found. `requirements_of(name)`: what that distribution requires on the device."""
+    queue, seen = [*JOB_NEEDS], []
     while queue:
         name = _norm(queue.pop(0))
         if name in seen or name in image:
             continue
-        seen.add(name)
+        seen.append(name)
+        queue.extend(r.name for r in requirements_of(name))
+    return seen
+
+
+def collect(dest: Path, image: set[str], pinned: dict[str, str]) -> list[Path]:
+    """The closure's wheels, each at its pin, downloaded into `dest`."""
+    wheels: list[Path] = []
+
+    def download(name: str) -> list[Requirement]:
         if name not in pinned:
             raise SystemExit(f"{name}: required on the device but not pinned in constraints.txt")
-        wheel = _download(name, pinned[name], dest)
-        wheels.append(wheel)
-        queue.extend(r.name for r in _requirements(wheel))
+        wheels.append(_download(name, pinned[name], dest))
+        return _requirements(wheels[-1])
+
+    closure(image, download)
     return wheels
 
 

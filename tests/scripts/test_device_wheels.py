@@ -102,25 +102,13 @@ def test_every_pin_the_script_needs_is_in_constraints() -> None:
 def test_every_distribution_the_job_imports_is_on_the_image_or_carried() -> None:
     import importlib.metadata as md
 
-    from packaging.requirements import Requirement
-
     out = subprocess.run(
         [sys.executable, "-c", _IMPORTED_DISTRIBUTIONS], check=True, capture_output=True, text=True, cwd=REPO
     ).stdout
     imported = [{dw._norm(name) for name in names} for names in json.loads(out.strip().splitlines()[-1])]
     image = dw.image_packages()
-    # What the script carries: JOB_NEEDS and their requirements, as the installed (pinned)
-    # distributions declare them for this platform, less the image's.
-    carried, queue = set(), [dw._norm(n) for n in dw.JOB_NEEDS]
-    while queue:
-        name = queue.pop()
-        if name in carried or name in image:
-            continue
-        carried.add(name)
-        for line in md.requires(name) or ():
-            requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                queue.append(dw._norm(requirement.name))
+    # What the script carries, its requirements read off the installed (pinned) distributions.
+    carried = set(dw.closure(image, lambda name: dw.device_requirements(md.requires(name) or ())))
     present = image | carried | NOT_CARRIED | {"airflow-trainpipe"}
     lacking = {name for names in imported if not names & present for name in names}
     assert not lacking, (
