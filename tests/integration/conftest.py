@@ -2,9 +2,14 @@
 scheduler, dag-processor, triggerer on SQLite) started the way `make up` starts it, and a real
 `mlflow server` with basic auth, both on loopback ports. Startup is the expensive part (minutes
 on 2 cores), so every e2e module shares one stack; modules run in file order and share its dags
-folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry. It stops
-after the package's last test: idle, its processes still take ~7% of a core, which the rest of
-the suite (tests/launchers ... tests/validation, after this package) would otherwise share.
+folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry.
+
+Idle, the stack's processes still take 17% of a core (10.1 CPU s in 60 s, measured 2026-11-29),
+which the tests running beside it would share. So it is started as late and stopped as early as
+it can be: the modules using it run last in this package, one after the other (the
+`dag.test()` scenarios and the modules with a stack of their own run before it starts,
+`pytest_collection_modifyitems` below), and it stops after the package's last test, before
+tests/launchers ... tests/tuning.
 """
 
 from __future__ import annotations
@@ -298,6 +303,27 @@ def approval_config(fraud: str) -> str:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("e2e")) as stack:
         yield stack
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The shared stack's modules after the package's others, each group in file order; nothing
+    outside this package moves. Only the order between the two groups changes: they share no
+    state (the others run `dag.test()` or a stack of their own, on homes of their own)."""
+    from tests.conftest import SHARED_FIXTURE_FILES
+
+    on_stack = set(SHARED_FIXTURE_FILES["stack"])
+    here = [i for i, item in enumerate(items) if item.nodeid.startswith("tests/integration/")]
+    if not here:
+        return
+    block = [items[i] for i in here]
+    ordered = [item for item in block if _module_of(item) not in on_stack]
+    ordered += [item for item in block if _module_of(item) in on_stack]
+    for index, item in zip(here, ordered, strict=True):
+        items[index] = item
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -3,7 +3,8 @@ upstream DAG says it landed a day (a partition of its asset), the scheduler star
 pipeline keyed by that day, and `data.window` trains on the days ending there.
 
 Its own stack, with the scheduler creating runs (the shared one of test_standalone.py leaves that
-off); this module runs before that one starts (file order), so the two never run together.
+off); this module runs before that one starts (conftest.py runs the shared stack's modules
+last), so the two never run together.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from PostgreSQL itself: the run, its tasks, the training pool `make up` applies,
 database beside it.
 
 This module starts and stops its own stack (module scope), not the package's SQLite one, so it
-costs one stack startup and one short training run.
+costs one stack startup and one short training run. It runs before the package's stack starts
+(conftest.py), so the two stacks never run side by side.
 """
 
 from __future__ import annotations
