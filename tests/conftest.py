@@ -224,9 +224,14 @@ SHARED_FIXTURE_FILES = {
 }
 
 
+def module_path(nodeid: str) -> str:
+    """The test file of a test id (`tests/x/test_y.py::test_z` -> `tests/x/test_y.py`)."""
+    return nodeid.split("::", 1)[0]
+
+
 def xdist_scope(nodeid: str) -> str:
     """The unit a worker runs whole: the shared fixture a file needs, or else the file."""
-    path = nodeid.split("::", 1)[0]
+    path = module_path(nodeid)
     return next((fixture for fixture, files in SHARED_FIXTURE_FILES.items() if path in files), path)
 
 
@@ -247,7 +252,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        path = item.nodeid.split("::", 1)[0]
+        path = module_path(item.nodeid)
         for fixture, files in SHARED_FIXTURE_FILES.items():
             if fixture in getattr(item, "fixturenames", ()) and path not in files:
                 raise pytest.UsageError(

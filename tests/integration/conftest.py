@@ -1,8 +1,8 @@
 """The end-to-end stack, started once for this package: `airflow standalone` (api-server,
 scheduler, dag-processor, triggerer on SQLite) started the way `make up` starts it, and a real
 `mlflow server` with basic auth, both on loopback ports. Startup is the expensive part (minutes
-on 2 cores), so every e2e module shares one stack; modules run in file order and share its dags
-folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry.
+on 2 cores), so the e2e modules using it share one stack; they run in file order and share its
+dags folder (a tmp copy of the repo's loader and configs), its data and its MLflow registry.
 
 Idle, the stack's processes still take 17% of a core (10.1 CPU s in 60 s, measured 2026-11-29),
 which the tests running beside it would share. So it is started as late and stopped as early as
@@ -309,21 +309,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The shared stack's modules after the package's others, each group in file order; nothing
     outside this package moves. Only the order between the two groups changes: they share no
     state (the others run `dag.test()` or a stack of their own, on homes of their own)."""
-    from tests.conftest import SHARED_FIXTURE_FILES
+    from tests.conftest import SHARED_FIXTURE_FILES, module_path
 
     on_stack = set(SHARED_FIXTURE_FILES["stack"])
     here = [i for i, item in enumerate(items) if item.nodeid.startswith("tests/integration/")]
-    if not here:
-        return
-    block = [items[i] for i in here]
-    ordered = [item for item in block if _module_of(item) not in on_stack]
-    ordered += [item for item in block if _module_of(item) in on_stack]
+    # sorted() is stable: False (not on the stack) first, each group keeping its order.
+    ordered = sorted((items[i] for i in here), key=lambda item: module_path(item.nodeid) in on_stack)
     for index, item in zip(here, ordered, strict=True):
         items[index] = item
-
-
-def _module_of(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(wrapper=True)
