@@ -45,13 +45,13 @@ def _isolated_airflow_home(
     home = tmp_path_factory.mktemp("airflow_home")
     os.environ.setdefault("AIRFLOW_HOME", str(home))
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    # DeepSpeed JIT-compiles its CPU comm op on first use (~40 s). The default cache
-    # (~/.cache/torch_extensions) is shared by every virtualenv of the user, and each venv's
-    # include paths differ, so jobs of two checkouts rebuild it in turn: keep one per venv.
+    # DeepSpeed JIT-compiles its CPU comm op on first use (~40 s), into a folder per interpreter
+    # layout (runtime/extensions.py); keep the suite's builds with the venv, out of the user's
+    # ~/.cache/torch_extensions.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-    # As in an activated virtualenv. The build runs the first `ninja` on PATH: the venv's
-    # (pip's ninja) and the system's hash build commands differently, so jobs started with
-    # and without the venv's bin first (pods, the local launcher) would rebuild it in turn.
+    # As in an activated virtualenv. The build runs the first `ninja` on PATH, part of the build
+    # layout: jobs started with and without the venv's bin first (pods, the local launcher)
+    # would each build the op once, in folders of their own.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     # Every training job the suite starts keeps a GPU node's rule for its collectives: a host
     # tensor on the default group (nccl there) fails here too (runtime/collectives.py).

@@ -11,13 +11,29 @@ Two defences. The communication op every CPU job loads is loaded before `init_di
 under an flock of ours (`load_comm_op`): the kernel releases an flock when its holder dies, so
 whoever holds it knows a FileBaton lock of that op is a dead loader's and removes it at once. Any
 other op's lock is removed once it is older than any real build (`clear_stale_build_locks`).
+
+A build folder also holds one build only. Its command spells the include paths of Python, torch
+and DeepSpeed as the loading interpreter sees them, and ninja rebuilds whenever the command differs
+from the last one. Two interpreters sharing the folder (two virtualenvs under the user's default
+`~/.cache/torch_extensions`, one venv reached through a symlink and through its real path, a
+system ninja and pip's) therefore rebuilt the op in turn, 40-75 s before the first step of every
+job that followed the other kind (the test machine's build log held 25 such rebuilds in five
+hours of two checkouts' runs). So each build layout gets a folder of its own under the root
+(`use_layout_build_root`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +66,63 @@ def clear_stale_build_locks(
 FLOCK = "trainpipe-build.flock"
 COMM_OP = "ShareMemCommBuilder"  # deepspeed.comm.torch.build_shm_op loads it on CPU
 COMM_OP_NAME = "deepspeed_shm_comm"  # its build directory
+LAYOUT_PREFIX = "layout-"  # our per-layout folders under torch's extensions root
+EXTENSIONS_ENV = "TORCH_EXTENSIONS_DIR"
+
+
+def build_layout() -> dict[str, str]:
+    """What an op's build command takes from this interpreter besides its sources and flags: the
+    include folders of Python, torch and DeepSpeed as spelled here (torch and DeepSpeed take them
+    from their `__file__`, symlinks unresolved), the version of the ninja on PATH (pip's 1.13 writes
+    a build log of another version than Debian's 1.11, and the two rebuilt each other's op) and the
+    compiler."""
+    import deepspeed
+    import torch
+
+    return {
+        "python": sysconfig.get_paths()["include"],
+        "version": sys.version,
+        "torch": os.path.dirname(os.path.abspath(torch.__file__)),
+        "deepspeed": os.path.dirname(os.path.abspath(deepspeed.__file__)),
+        "ninja": _ninja_version(),
+        "cxx": os.environ.get("CXX", ""),
+    }
+
+
+def _ninja_version() -> str:
+    """The version torch's build will run (it runs the first `ninja` on PATH, as here), or ""."""
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        return ""  # torch refuses to build without one, and says so
+    try:
+        return subprocess.run([ninja, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ninja
+
+
+def layout_folder(layout: dict[str, str]) -> str:
+    digest = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{LAYOUT_PREFIX}{digest}"
+
+
+def layout_build_root(layout: dict[str, str] | None = None) -> Path:
+    """The folder this process's ops build in: its build layout's (`layout`, default this
+    interpreter's) under torch's root (TORCH_EXTENSIONS_DIR as given, or torch's per-version
+    default). An inherited layout folder (this process's parent called `use_layout_build_root`)
+    counts as the root's, so layouts sit side by side, never inside one another."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    root = Path(_get_build_directory(COMM_OP_NAME, verbose=False)).parent
+    if root.name.startswith(LAYOUT_PREFIX):
+        root = root.parent
+    return root / layout_folder(build_layout() if layout is None else layout)
+
+
+def use_layout_build_root() -> Path:
+    """Build and load every op of this process in `layout_build_root()`, and return it."""
+    own = layout_build_root()
+    os.environ[EXTENSIONS_ENV] = str(own)
+    return own
 
 
 def extensions_root() -> Path:
@@ -84,6 +157,7 @@ def load_comm_op() -> None:
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
 
+    use_layout_build_root()
     builder = get_accelerator().create_op_builder(COMM_OP)
     if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
         return  # not a CPU accelerator, or the op cannot build here: DeepSpeed goes without it

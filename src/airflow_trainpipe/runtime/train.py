@@ -38,7 +38,7 @@ from airflow_trainpipe.runtime.engine import (  # first: it selects DeepSpeed's 
     deepspeed,
 )
 from airflow_trainpipe.runtime.epochs import EpochEnd, EpochEndConfig
-from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op
+from airflow_trainpipe.runtime.extensions import clear_stale_build_locks, load_comm_op, use_layout_build_root
 from airflow_trainpipe.runtime.finish import RunEnd, publishes
 from airflow_trainpipe.runtime.resume.checkpoint import (
     tag_for,
@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
     # From here on a SIGTERM is a notice, not an instant death (not even during the op build).
     notice = PreemptionNotice(spec.config.training.checkpoint.preemption_grace)
+    use_layout_build_root()  # every op this rank loads: its own interpreter layout's builds
     clear_stale_build_locks()  # before DeepSpeed builds or loads its ops (init_distributed)
     load_comm_op()
     clock.lap("ops")
