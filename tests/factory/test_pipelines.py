@@ -307,10 +307,12 @@ def test_approval_adds_approve_and_promote_and_the_asset_moves_with_the_champion
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     approve = dag.get_task("approve")
     assert isinstance(approve, ApprovalOperator)
+    # The schedule's retries (the example's 2), as every task: the retry policy keeps a request
+    # nobody answered in time from being asked again (tests/operators/test_approval.py).
     assert (approve.defaults, approve.response_timeout, approve.retries) == (
         ["Reject"],
         timedelta(hours=2),
-        0,
+        2,
     )
     assert approve.assigned_users == [{"id": "alice", "name": "alice"}]
     assert list(approve.params.keys()) == ["reason"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from airflow.sdk.definitions.retry_policy import RetryAction
+
 from airflow_trainpipe.config import load_config
 from airflow_trainpipe.operators.approval import ModelApprovalOperator, approval_body
 from tests.helpers.mlflow_backends import gate_decision, write_config
@@ -53,6 +56,27 @@ def test_a_timeout_is_recorded_as_such(staged) -> None:
     tags = hook.get_conn().get_model_version(name, "2").tags
     assert tags["trainpipe.rejected_by"] == "timeout"
     assert tags["trainpipe.rejected_reason"] == "no answer within 1h; register.on_approval_timeout is reject"
+
+
+def test_an_unanswered_request_set_to_fail_fails_at_once_and_other_errors_are_retried(tmp_path: Path) -> None:
+    """`approve` has the schedule's retries (a lost worker or an MLflow outage must not fail the
+    run), but a request nobody answered in time is not asked again past its deadline."""
+    from airflow.providers.standard.exceptions import HITLTimeoutError
+
+    fail = ((*APPROVAL[0][:1], APPROVAL[0][1] + "\n  on_approval_timeout: fail"),)
+    config = load_config(write_config(tmp_path / "a.yaml", "fraud", fail))
+    operator = ModelApprovalOperator(task_id="approve", config=config, retries=2)
+    # What the scheduler's timeout sweep resumes the task with when the request has no default.
+    event = {
+        "error": "The Human-in-the-loop response timeout has passed without a response.",
+        "error_type": "timeout",
+    }
+    with pytest.raises(HITLTimeoutError) as unanswered:
+        operator.execute_complete({"ti": TaskInstance(xcoms={}), "task": operator}, event)
+    decision = operator.retry_policy.evaluate(unanswered.value, try_number=1, max_tries=3)
+    assert decision.action == RetryAction.FAIL and "past it" in (decision.reason or "")
+    outage = ConnectionError("MLflow at http://127.0.0.1:5000 refused the connection")
+    assert operator.retry_policy.evaluate(outage, try_number=1, max_tries=3).action == RetryAction.DEFAULT
 
 
 def test_the_request_shows_the_verdict_the_metrics_and_the_links(tmp_path: Path) -> None:

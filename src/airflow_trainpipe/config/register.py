@@ -39,7 +39,8 @@ class RegisterSection(Section):
 
     on_approval_timeout: Literal["reject", "approve", "fail"] = "reject"
     """With approval, when nobody answered in time: `reject` (the version stays unpromoted, tagged as
-    timed out), `approve` (promoted as if approved), or `fail` (the approval task fails)."""
+    timed out), `approve` (promoted as if approved), or `fail` (the approval task fails, not retried:
+    a retry would ask again past the deadline)."""
 
     approvers: list[str] = []
     """With approval: Airflow user ids allowed to answer; empty: anyone who may edit the DAG's runs."""

@@ -8,7 +8,9 @@ raise our errors as they are: their type reaches the log and the failure callbac
 is classified wherever in the task it was raised, not only inside a block that translates it.
 
 Exceptions that are not ours get Airflow's default: a bug or an unforeseen outage is retried as
-the task's `retries` say, as in any other Airflow task.
+the task's `retries` say, as in any other Airflow task. One more is final: a human-in-the-loop
+request nobody answered in time (`register.on_approval_timeout: fail`), since a retry would ask
+again past the deadline the config set.
 
 There is no `serialize()`: a serialized DAG stores only `has_retry_policy`, and the worker
 evaluates the policy of the task it parsed from the DAG file.
@@ -18,6 +20,7 @@ It imports nothing but `airflow.sdk` and our light `exceptions`: operators impor
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -42,6 +45,10 @@ class TrainpipeRetryPolicy(RetryPolicy):
         max_tries: int,
         context: Context | None = None,
     ) -> RetryDecision:
+        if _unanswered(exception):
+            return RetryDecision.fail(
+                reason="nobody answered the request within its timeout: a retry would ask again past it"
+            )
         if not isinstance(exception, TrainpipeError):
             return RetryDecision.default()
         name = type(exception).__name__
@@ -49,6 +56,14 @@ class TrainpipeRetryPolicy(RetryPolicy):
         if exception.retryable:
             return RetryDecision.retry(reason=f"{name} is retryable: another try can succeed")
         return RetryDecision.fail(reason=f"{name} is not retryable: another try would fail the same way")
+
+
+def _unanswered(exception: BaseException) -> bool:
+    """A HITL request's timeout (the standard provider's HITLTimeoutError), without importing the
+    provider where no task of the DAG asks anyone: only a HITL task raises it."""
+    module = sys.modules.get("airflow.providers.standard.exceptions")
+    timeout = getattr(module, "HITLTimeoutError", None)
+    return timeout is not None and isinstance(exception, timeout)
 
 
 # Stateless, so one instance serves every task.

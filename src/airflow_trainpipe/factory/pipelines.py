@@ -280,8 +280,11 @@ def _approval_tasks(
         config=config,
         register_task_id=register.task_id,
         notifiers=[asked] if asked is not None else None,
-        # The wait is the human's: no retries of a request that is answered once.
-        **{**task_defaults, "retries": 0},
+        # Retried as every task: a worker lost before the request is written, or MLflow down past
+        # its client's retries while the answer is recorded, would otherwise fail the run. A retry
+        # asks again (the request belongs to the try); a request nobody answered in time is final
+        # (core/retry_policy.py).
+        **task_defaults,
     )
     register >> approve
     if config.canary is not None:
