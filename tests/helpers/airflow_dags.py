@@ -91,8 +91,9 @@ def run_dags_of_file(
     """One run per (DAG variable of `source`, logical date) in `runs`, in order, written to the
     dags folder as `name`.py and run by the dag.test() worker of `env` (tests/helpers/
     dag_test_worker.py: one interpreter start and Airflow import for them all, and for the next
-    test's runs in the same Airflow home). `timeout` applies to each run; `on_line` sees each
-    line of output as it comes (to act while a task runs).
+    test's runs in the same Airflow home; a warm parent a run forks jobs from stays for the next
+    run of the file). `timeout` applies to each run; `on_line` sees each line of output as it
+    comes (to act while a task runs).
 
     before_run(index) is called before each run but the first."""
     path = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{name}.py"
@@ -101,7 +102,15 @@ def run_dags_of_file(
     for number, (dag, logical_date) in enumerate(runs):
         if number and before_run is not None:
             before_run(number)
-        result, output = run_dag(env, path, dag, logical_date, timeout=timeout, on_line=on_line)
+        result, output = run_dag(
+            env,
+            path,
+            dag,
+            logical_date,
+            timeout=timeout,
+            on_line=on_line,
+            keep_warm_parent=number < len(runs) - 1,
+        )
         if result is None:
             raise AssertionError(
                 f"dag.test() of {dag} in {name} on {logical_date} gave no result (run {number + 1} "

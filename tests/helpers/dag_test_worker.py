@@ -53,9 +53,10 @@ for request in sys.stdin:
         traceback.print_exc()
         result = None
     # A DAG whose tasks forked a job started this process's warm parent (launchers/forked.py):
-    # the process of `python dag_file.py` would have ended, and the warm parent with it.
+    # the process of `python dag_file.py` would have ended after its last dag.test(), and the
+    # warm parent with it; between the runs of one such file it stays.
     forked = sys.modules.get("airflow_trainpipe.launchers.forked")
-    if forked is not None:
+    if forked is not None and not request["keep_warm_parent"]:
         forked.stop_warm_parent()
     sys.stderr.flush()
     print(MARK + json.dumps(result), flush=True)
@@ -86,6 +87,7 @@ class DagTestWorker:
         run_conf: dict[str, Any] | None,
         timeout: float,
         on_line: Callable[[str], None] | None,
+        keep_warm_parent: bool = False,
     ) -> tuple[dict[str, Any] | None, str]:
         """(the run's states and tries, or None when it raised or the worker died; its output)."""
         request = {
@@ -94,6 +96,7 @@ class DagTestWorker:
             "dag": dag,
             "logical_date": logical_date,
             "run_conf": run_conf,
+            "keep_warm_parent": keep_warm_parent,
         }
         stdin: IO[str] = self.process.stdin  # type: ignore[assignment]
         stdout: IO[str] = self.process.stdout  # type: ignore[assignment]
@@ -148,11 +151,13 @@ def run_dag(
     run_conf: dict[str, Any] | None = None,
     timeout: float = 300,
     on_line: Callable[[str], None] | None = None,
+    keep_warm_parent: bool = False,
 ) -> tuple[dict[str, Any] | None, str]:
     """One `dag.test()` of `dag` (a name the DAG file `path` defines at module level) on
     `logical_date`, in a worker of `env`'s configuration (started on first use): the run's
     {"state", "tasks", "tries"}, or None when dag.test() raised or the run outlived `timeout`,
-    and everything the run printed (its traceback included)."""
+    and everything the run printed (its traceback included). `keep_warm_parent`: another run
+    of the same file follows, as in a script that calls dag.test() more than once."""
     key = _configuration(env)
     with _lock:
         worker = _workers.pop(key, None)
@@ -161,7 +166,7 @@ def run_dag(
         _workers[key] = worker  # the most recently used last
         while len(_workers) > KEPT_WORKERS:
             _workers.popitem(last=False)[1].close()
-    return worker.run(env, path, dag, logical_date, run_conf, timeout, on_line)
+    return worker.run(env, path, dag, logical_date, run_conf, timeout, on_line, keep_warm_parent)
 
 
 @atexit.register

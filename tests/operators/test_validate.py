@@ -143,7 +143,8 @@ def lineage(result):
 
 class ForkedTrain(DistributedTrainOperator):
     # The one-rank job is forked from the warm parent (Placement(fork=True), as `trainpipe tune`
-    # runs its CPU trials) instead of started under torchrun: ~6 s less for each of the 3 jobs.
+    # runs its CPU trials) instead of started under torchrun: the runs of one call share it
+    # (tests/helpers/dag_test_worker.py), so the jobs after the first start ~7 s sooner.
     # The subject here is the window's snapshot and its lineage tags, which the job reads and
     # logs the same either way; the train task under torchrun is tests/operators/test_train.py's.
     def placement(self, *args, **kwargs):
