@@ -13,9 +13,20 @@ import pytest
 
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.launchers.command import torchrun_command, torchrun_environment
-from airflow_trainpipe.launchers.local import LocalLauncher, threads_per_rank
+from airflow_trainpipe.launchers.local import LocalLauncher, job_environment, threads_per_rank
 from airflow_trainpipe.runtime.train import shutdown_timeout_note
 from tests.helpers.jobs import make_spec, still_running
+
+
+def test_the_ranks_find_their_interpreters_tools_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Airflow started without activating its venv: the ranks still build DeepSpeed's op with
+    the venv's ninja, the layout `make venv` prebuilt it in (runtime/extensions.py)."""
+    tools = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    env = job_environment(gpus_per_node=0, nproc=2)
+    assert env["PATH"].split(os.pathsep) == [tools, "/usr/bin", "/bin"]
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert job_environment(gpus_per_node=0, nproc=2)["PATH"] == env["PATH"]  # once
 
 
 def test_torchrun_command_runs_the_single_entrypoint() -> None:

@@ -63,6 +63,14 @@ def job_environment(
         job.setdefault("DS_ACCELERATOR", "cpu")
     job.setdefault("PYTHONUNBUFFERED", "1")
     job.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched from a model hub, ever
+    # As in an activated virtualenv, whether or not Airflow was started from one: the ranks'
+    # tools are their interpreter's. DeepSpeed builds its CPU op with the first `ninja` on PATH,
+    # and the venv's (DeepSpeed's dependency) and the system's make different build layouts
+    # (runtime/extensions.py): `make demo` built the op a second time with the system's.
+    tools = os.path.dirname(sys.executable)
+    path = job.get("PATH", "")
+    if path.split(os.pathsep, 1)[0] != tools:
+        job["PATH"] = os.pathsep.join(p for p in (tools, path) if p)
     return job
 
 
