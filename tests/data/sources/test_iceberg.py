@@ -439,3 +439,16 @@ def test_the_config_of_an_iceberg_source() -> None:
     ):
         with pytest.raises(ValueError, match=message):
             DataSection.model_validate(data)
+
+
+def test_a_refused_connection_on_a_port_with_403_in_it_is_asked_again() -> None:
+    """A port or address holding the digits 403 is no HTTP 403: the suite's free port 40379 once
+    made an unreachable catalog final instead of transient."""
+    from airflow_trainpipe.data.sources.errors import SourceUnavailable
+    from airflow_trainpipe.data.sources.iceberg import _classified
+
+    down = ConnectionError("HTTPConnection(host='127.0.0.1', port=40379): Connection refused")
+    assert isinstance(_classified(down, "lake", "opening"), SourceUnavailable)
+    forbidden = OSError("403 Forbidden? no: status 403 from the catalog")
+    assert not isinstance(_classified(forbidden, "lake", "opening"), SourceUnavailable)
+    assert not isinstance(_classified(OSError("HTTP 403"), "lake", "opening"), SourceUnavailable)

@@ -71,7 +71,9 @@ _TRANSIENT = {
     "ReadTimeoutError",
 }
 # Errors no other try can change, whatever their class says (an OSError that is a refusal).
-_REFUSED = ("403", "forbidden", "access denied", "accessdenied", "unauthorized", "no such ", "not authorized")
+_REFUSED = ("forbidden", "access denied", "accessdenied", "unauthorized", "no such ", "not authorized")
+# HTTP 403 as a status, not digits of a port or an address ("port=40379" is not a refusal).
+_FORBIDDEN_STATUS = re.compile(r"(?<![0-9])403(?![0-9])")
 _NOT_FOUND = {"NoSuchTableError", "NoSuchNamespaceError", "NoSuchIdentifierError"}
 # Keywords of pyiceberg's filter syntax: a column named like one is quoted in the filter text.
 _KEYWORDS = {"and", "or", "not", "is", "in", "null", "nan", "like", "between", "true", "false"}
@@ -135,7 +137,11 @@ def _classified(exc: BaseException, where: str, doing: str) -> SourceError:
             f"{doing} {where}: a file of the snapshot being read no longer exists (the snapshot "
             f"expired and its files were removed since it was loaded, or deleted by hand): {text}"
         )
-    a_refusal = isinstance(exc, PermissionError) or any(word in text.lower() for word in _REFUSED)
+    a_refusal = (
+        isinstance(exc, PermissionError)
+        or any(word in text.lower() for word in _REFUSED)
+        or _FORBIDDEN_STATUS.search(text) is not None
+    )
     if not a_refusal and (names & _TRANSIENT or (isinstance(exc, OSError) and "ValueError" not in names)):
         return SourceUnavailable(f"{doing} {where}: {type(exc).__name__}: {text}")
     return SourceError(f"{doing} {where}: {type(exc).__name__}: {text}")
