@@ -127,15 +127,16 @@ print(statistics.median(factory), statistics.median(hand))
 """
 
 
-def _in_process(configs: Path, env: dict[str, str], repeats: int) -> tuple[float, float]:
+def _fresh_process(script: str, args: list[str], env: dict[str, str], fields: int) -> list[str]:
+    """Run `script` in a fresh interpreter (what the DAG processor pays); its last `fields` words."""
     out = subprocess.run(
-        [sys.executable, "-c", _IN_PROCESS, str(configs), str(repeats)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
+        [sys.executable, "-c", script, *args], check=True, capture_output=True, text=True, env=env
     ).stdout
-    factory, hand = out.split()[-2:]
+    return out.split()[-fields:]
+
+
+def _in_process(configs: Path, env: dict[str, str], repeats: int) -> tuple[float, float]:
+    factory, hand = _fresh_process(_IN_PROCESS, [str(configs), str(repeats)], env, 2)
     return float(factory), float(hand)
 
 
@@ -144,14 +145,7 @@ def _parse(folder: Path, env: dict[str, str]) -> tuple[float, float, int]:
     if not warmup.exists():
         warmup.mkdir()
         (warmup / "trivial_dag.py").write_text(_TRIVIAL_DAG)
-    out = subprocess.run(
-        [sys.executable, "-c", _TIMED, str(folder), str(warmup)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout
-    imported, parsed, dags = out.split()[-3:]
+    imported, parsed, dags = _fresh_process(_TIMED, [str(folder), str(warmup)], env, 3)
     return float(imported), float(parsed), int(dags)
 
 
