@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -92,8 +93,11 @@ def build_layout() -> dict[str, str]:
 def _ninja_version() -> str:
     """The version torch's build will run (it runs the first `ninja` on PATH, as here), or ""."""
     ninja = shutil.which("ninja")
-    if ninja is None:
-        return ""  # torch refuses to build without one, and says so
+    return "" if ninja is None else _version_of(ninja)  # none: torch refuses to build, and says so
+
+
+@functools.cache  # a rank asks twice (train.main, then load_comm_op): run `ninja --version` once
+def _version_of(ninja: str) -> str:
     try:
         return subprocess.run([ninja, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
