@@ -144,3 +144,34 @@ def test_a_snapshots_dataset_source_is_named_without_mlflows_ambiguity_warning(u
         warnings.simplefilter("error")  # "can be interpreted in multiple ways", in every job's log before
         source = dataset_source(uri)
     assert type(source).__name__ == kind and source.uri == uri
+
+
+def test_two_runs_logging_one_snapshot_at_once_both_record_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parallel trials log the same snapshot. MLflow's store looks the dataset up, then inserts it:
+    the other job's insert lands in between here (forced at our INSERT, on the real SQLite store),
+    which failed one trial of `trainpipe tune --max-parallel 2` with a UNIQUE constraint error."""
+    from sqlalchemy import event
+
+    ours = _tracker(tmp_path, monkeypatch)
+    theirs = Tracker(
+        experiment="e", run_dir=(tmp_path / "run2").as_uri(), run_name="r2", run_id=None, tags={}
+    )
+    engine = ours.client._tracking_client.store.engine
+    raced: list[str] = []
+
+    def the_other_job_inserts_first(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO DATASETS") and not raced:
+            raced.append(statement)
+            theirs.log_data_input("fraud-snapshot", "file:///data/ds=2026-01-02", "sha256:" + "ab" * 32)
+
+    event.listen(engine, "before_cursor_execute", the_other_job_inserts_first)
+    try:
+        ours.log_data_input("fraud-snapshot", "file:///data/ds=2026-01-02", "sha256:" + "ab" * 32)
+    finally:
+        event.remove(engine, "before_cursor_execute", the_other_job_inserts_first)
+    assert raced  # the interleaving happened
+    for tracker in (ours, theirs):
+        inputs = tracker.client.get_run(tracker.run_id).inputs.dataset_inputs
+        assert [(i.dataset.name, i.dataset.digest) for i in inputs] == [("fraud-snapshot", "ab" * 18)]

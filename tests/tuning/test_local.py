@@ -162,7 +162,8 @@ def test_trials_run_side_by_side_and_a_crashed_one_stops_no_other(tmp_path: Path
         output,
     ), said
     ended = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    assert all(trials[n].state in ended for n in (0, 2)), output[-6000:]
+    states = {n: (t.state.name, t.user_attrs.get("slot")) for n, t in trials.items()}
+    assert all(trials[n].state in ended for n in (0, 2)), f"{states}\n{said}"
     # Side by side: trial 1 started before trial 0 ended (two jobs of one process each at once).
     assert trials[1].datetime_start < trials[0].datetime_complete
     summary = json.loads(output.strip().splitlines()[-1])

@@ -146,14 +146,24 @@ class Tracker:
     def log_data_input(self, name: str, source_uri: str, digest: str) -> None:
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import DatasetInput, InputTag
+        from mlflow.exceptions import MlflowException
 
         dataset = MetaDataset(  # type: ignore[abstract]  # concrete at run time; mlflow's annotations say otherwise
             source=dataset_source(source_uri), name=name, digest=digest.removeprefix("sha256:")[:36]
         )
         context = InputTag(key="mlflow.data.context", value="training")
-        self.client.log_inputs(
-            self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[context])]
-        )
+        inputs = [DatasetInput(dataset._to_mlflow_entity(), tags=[context])]
+        try:
+            self.client.log_inputs(self.run_id, datasets=inputs)
+        except MlflowException as error:
+            # MLflow's SQL store looks the experiment's dataset up, then inserts it: a job of the
+            # same pipeline logging the same snapshot at that moment (a study's parallel trials,
+            # overlapping runs) inserts it in between, and the store's unique key refuses ours
+            # (BAD_REQUEST, from SQLite, PostgreSQL or MySQL alike, through a server too). Logging
+            # an input is idempotent: the second call finds the winner's row and links this run
+            # to it; an error that was not that race is raised by the second call.
+            log.info("logging the dataset input again after %s", str(error).splitlines()[0])
+            self.client.log_inputs(self.run_id, datasets=inputs)
 
     def log_model(
         self, model: Any, transform: Any, input_example: Any, hf_directory: Any = None, laps: Any = None
