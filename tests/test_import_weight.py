@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
@@ -26,36 +28,79 @@ HEAVY = (
 )
 
 
-# Each probe is a fresh interpreter (~1.3 s, one core): the provider modules' probes are started
-# two at a time when the module's first test runs (`_probe_provider_modules`), and every test
-# reads its own interpreter's answer.
+# A probe runs its code and answers with `sys.modules`. Most run as a fork of one parent that
+# imported what the DAG processor has imported before it parses a DAG file (Airflow's task SDK,
+# pydantic, yaml: `_PARSER`), so each pays its own imports and not Airflow's ~1 s again; a probe
+# that checks Airflow itself stays out (`fresh`) runs in a fresh interpreter (~1.3 s, one core).
+# Probes are started two at a time when the module's first test runs (`_probe_provider_modules`),
+# and every test reads its own probe's answer.
 _PROBES = ThreadPoolExecutor(max_workers=2)
-_probed: dict[str, Future[set[str]]] = {}
+_probed: dict[tuple[str, bool], Future[set[str]]] = {}
+_PARSER = r"""
+import json, os, sys
+import airflow.sdk, pydantic, yaml
+for line in sys.stdin:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            exec(compile(json.loads(line), "<probe>", "exec"), {"__name__": "__probe__"})
+            answer = {"modules": sorted(sys.modules)}
+        except BaseException as error:
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        with os.fdopen(write, "w") as out:
+            json.dump(answer, out)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        text = answer.read()
+    os.waitpid(pid, 0)
+    print(text, flush=True)
+"""
+_parser: dict[str, subprocess.Popen[str]] = {}
+_parser_lock = threading.Lock()
 
 
-def _run_probe(code: str) -> set[str]:
-    probe = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
-    return set(json.loads(out.splitlines()[-1]))
+def _run_probe(code: str, fresh: bool) -> set[str]:
+    if fresh:
+        probe = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+        out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+        return set(json.loads(out.splitlines()[-1]))
+    with _parser_lock:  # one probe at a time through the parent's pipes
+        if "process" not in _parser:
+            _parser["process"] = subprocess.Popen(
+                [sys.executable, "-c", _PARSER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+        parent = _parser["process"]
+        assert parent.stdin is not None and parent.stdout is not None
+        parent.stdin.write(json.dumps(code) + "\n")
+        parent.stdin.flush()
+        answer = json.loads(parent.stdout.readline())
+    assert "error" not in answer, f"the probe failed: {answer['error']}\n{code}"
+    return set(answer["modules"])
 
 
-def _submit(code: str) -> Future[set[str]]:
-    if code not in _probed:
-        _probed[code] = _PROBES.submit(_run_probe, code)
-    return _probed[code]
+def _submit(code: str, fresh: bool) -> Future[set[str]]:
+    if (code, fresh) not in _probed:
+        _probed[code, fresh] = _PROBES.submit(_run_probe, code, fresh)
+    return _probed[code, fresh]
 
 
-def _modules_after(code: str) -> set[str]:
-    return _submit(code).result()
+def _modules_after(code: str, fresh: bool = False) -> set[str]:
+    """The modules loaded after `code` ran in the parser's parent; `fresh`: in a new interpreter,
+    for a probe that checks that Airflow itself is not imported."""
+    return _submit(code, fresh).result()
 
 
 def _heavy(modules: set[str], roots: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules if m.split(".")[0] in roots)
 
 
-def test_the_probe_sees_a_heavy_import() -> None:
+@pytest.mark.parametrize("fresh", [False, True], ids=["parser", "fresh"])
+def test_the_probe_sees_a_heavy_import(fresh: bool) -> None:
     # Guards the guard: if the probe could not see imports, the tests below would pass vacuously.
-    assert _heavy(_modules_after("import pandas"), HEAVY)
+    assert _heavy(_modules_after("import pandas", fresh), HEAVY)
 
 
 def test_loading_configs_imports_no_heavy_library() -> None:
@@ -68,14 +113,15 @@ def test_loading_configs_imports_no_heavy_library() -> None:
 
 def test_check_cli_imports_neither_heavy_libraries_nor_airflow() -> None:
     modules = _modules_after(
-        f"from airflow_trainpipe.cli import main\nassert main(['check', {str(EXAMPLE_CONFIGS)!r}]) == 0"
+        f"from airflow_trainpipe.cli import main\nassert main(['check', {str(EXAMPLE_CONFIGS)!r}]) == 0",
+        fresh=True,
     )
     assert _heavy(modules, (*HEAVY, "airflow")) == []
 
 
 def test_provider_info_is_light() -> None:
     modules = _modules_after(
-        "from airflow_trainpipe.get_provider_info import get_provider_info; get_provider_info()"
+        "from airflow_trainpipe.get_provider_info import get_provider_info; get_provider_info()", fresh=True
     )
     assert _heavy(modules, (*HEAVY, "airflow")) == []
 
@@ -99,9 +145,15 @@ def test_every_resource_kind_is_probed() -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _probe_provider_modules() -> None:
+def _probe_provider_modules() -> Iterator[None]:
     for module in _provider_modules():
-        _submit(f"import {module}")
+        _submit(f"import {module}", fresh=False)
+    yield
+    if "process" in _parser:  # its loop ends with its input
+        parent = _parser.pop("process")
+        assert parent.stdin is not None
+        parent.stdin.close()
+        parent.wait(timeout=30)
 
 
 @pytest.mark.parametrize("module", _provider_modules())
@@ -113,14 +165,15 @@ def test_manifest_builder_and_render_import_neither_kubernetes_nor_heavy_librari
     modules = _modules_after(
         "from airflow_trainpipe.cli import main\n"
         "import contextlib, io\n"
-        f"with contextlib.redirect_stdout(io.StringIO()): assert main(['render', {str(EXAMPLE_CONFIGS / 'house_prices.yaml')!r}]) == 0"
+        f"with contextlib.redirect_stdout(io.StringIO()): assert main(['render', {str(EXAMPLE_CONFIGS / 'house_prices.yaml')!r}]) == 0",
+        fresh=True,
     )
     assert _heavy(modules, (*HEAVY, "kubernetes", "airflow")) == []
 
 
 def test_feature_store_client_imports_only_the_stdlib_and_its_own_package() -> None:
     # It runs on Airflow workers; Feast (and its pandas<3) lives in another interpreter.
-    modules = _modules_after("import airflow_trainpipe.data.feature_store.client")
+    modules = _modules_after("import airflow_trainpipe.data.feature_store.client", fresh=True)
     assert _heavy(modules, (*HEAVY, "pyarrow", "numpy", "airflow", "pydantic")) == []
 
 
@@ -135,7 +188,10 @@ def test_gate_does_not_import_matplotlib_at_parse_time() -> None:
 
 def test_extra_links_and_gate_rules_are_light() -> None:
     assert _heavy(_modules_after("import airflow_trainpipe.links.mlflow"), HEAVY) == []
-    assert _heavy(_modules_after("import airflow_trainpipe.registry.promotion"), (*HEAVY, "airflow")) == []
+    assert (
+        _heavy(_modules_after("import airflow_trainpipe.registry.promotion", fresh=True), (*HEAVY, "airflow"))
+        == []
+    )
 
 
 def test_the_factory_is_light() -> None:
