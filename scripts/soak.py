@@ -75,7 +75,7 @@ def main() -> int:
         )
         soak = Soak(
             stack,
-            faults,
+            [[fault] if fault.kind else [] for fault in faults],  # one fault a run
             scheduled=True,
             bucket=BUCKET,
             say=lambda s: print(s, flush=True),

@@ -9,10 +9,13 @@ with the same hyperparameters, so one fault-free weights hash applies to all), c
 what `make soak` does) or posted through the REST API with distinct logical dates (the shared
 e2e stack of the tests, whose scheduler creates no runs).
 
-The first run is the fault-free reference; each other run gets one fault (tests/helpers/chaos.py),
-struck once its newest complete checkpoint reaches a drawn step. Airflow's retries recover; the
-soak only watches, then reads each run's state, the train task's tries and its XCom (the
-TrainResult: `weights_sha256`, `steps_recomputed`).
+The first run is the fault-free reference; each other run gets its faults (tests/helpers/chaos.py),
+one per try of its train task, in order: each strikes once the try's job has checkpointed at a
+drawn step and past where the previous try stopped. `make soak` gives each run one fault; the
+suite's small soak strikes one run three times, which recovers through the same retries as three
+runs would, for one run's start-up and end. Airflow's retries recover; the soak only watches, then
+reads each run's state, the train task's tries and its XCom (the TrainResult: `weights_sha256`,
+`steps_recomputed`).
 
 Figures: S = DAG runs in state success; R = the sum of their `steps_recomputed`; W = wall
 overhead, the faulted runs' mean train wall time over the reference run's, minus one, where a
@@ -28,10 +31,11 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+import psutil
 import yaml
 
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.chaos import Bucket, Fault, find_job, inject
+from tests.helpers.chaos import Bucket, Fault, Job, find_job, inject
 
 PIPELINE = "fraud_soak"
 EVERY_STEPS = 10
@@ -46,7 +50,13 @@ RUN_TIMEOUT_S = 900
 
 
 def soak_config(
-    runs: int, *, scheduled: bool, bucket: str, retry_delay: str = "3s", expectations: bool = True
+    runs: int,
+    *,
+    scheduled: bool,
+    bucket: str,
+    retry_delay: str = "3s",
+    expectations: bool = True,
+    retries: int = 3,
 ) -> str:
     """fraud_detector.yaml made into the soak's pipeline (see the module docstring). The suite's
     small soak shortens `retry_delay` and drops the GX expectations (the validate task still
@@ -61,7 +71,7 @@ def soak_config(
         "end_date": FIRST_DATE + timedelta(days=runs - 1),
         "catchup": scheduled,
         "max_active_runs": 1,
-        "retries": 3,
+        "retries": retries,
         "retry_delay": retry_delay,
     }
     if not expectations:
@@ -84,9 +94,9 @@ def soak_config(
 class RunRecord:
     index: int
     run_id: str
-    fault: Fault
-    injected: str = "-"  # what the fault did, or why it did not strike
-    struck_at: int | None = None  # the run's newest complete checkpoint when the fault struck
+    faults: list[Fault]  # struck in order, each on the next try of the train task; [] fault-free
+    injected: list[str] = field(default_factory=list)  # what each fault did, or why it did not strike
+    struck_at: list[int] = field(default_factory=list)  # the newest complete checkpoint at each strike
     state: str = "?"
     tries: int = 0
     weights_sha256: str | None = None
@@ -95,6 +105,10 @@ class RunRecord:
     train_wall_s: float | None = None
     run_wall_s: float | None = None
     notes: list[str] = field(default_factory=list)
+
+
+def describe(faults: list[Fault]) -> str:
+    return ", ".join(str(f) for f in faults) or "none"
 
 
 def seconds_between(start: str | None, end: str | None) -> float | None:
@@ -107,7 +121,7 @@ class Soak:
     def __init__(
         self,
         stack: Any,
-        faults: list[Fault],
+        plan: list[list[Fault]],
         *,
         scheduled: bool,
         bucket: str,
@@ -116,9 +130,12 @@ class Soak:
         retry_delay: str = "3s",
         expectations: bool = True,
     ):
-        self.stack, self.faults, self.scheduled = stack, faults, scheduled
+        """`plan`: each run's faults, struck on its successive tries ([]: a fault-free run)."""
+        self.stack, self.plan, self.scheduled = stack, plan, scheduled
         self.bucket, self.rows, self.say = bucket, rows, say
-        self.config_options = {"retry_delay": retry_delay, "expectations": expectations}
+        # A try for each fault and two to spare (a run can also fail on its own: summarize warns).
+        retries = max(3, 2 + max(len(faults) for faults in plan))
+        self.config_options = {"retry_delay": retry_delay, "expectations": expectations, "retries": retries}
         self.records: list[RunRecord] = []
 
     # -- setup --------------------------------------------------------------------------------
@@ -132,7 +149,7 @@ class Soak:
         if not (data / f"ds={DATA_DAY.isoformat()}" / "_SUCCESS").exists():
             write_day(data.as_uri(), DATA_DAY, self.rows, seed=DATA_DAY.day)
         text = soak_config(
-            len(self.faults), scheduled=self.scheduled, bucket=self.bucket, **self.config_options
+            len(self.plan), scheduled=self.scheduled, bucket=self.bucket, **self.config_options
         )
         (self.stack.configs / f"{PIPELINE}.yaml").write_text(text)
         dag = self.stack.wait_for(
@@ -149,7 +166,7 @@ class Soak:
         return f"/api/v2/dags/{PIPELINE}/dagRuns" + (f"/{quote(run_id, safe='')}" if run_id else "")
 
     def _next_run(self, index: int) -> str:
-        """The run that gets fault `index`: the scheduler's index-th by logical date, or a new one."""
+        """The plan's run `index`: the scheduler's index-th by logical date, or a new one."""
         if self.scheduled:
 
             def created() -> str | None:
@@ -170,13 +187,11 @@ class Soak:
 
     def run(self) -> list[RunRecord]:
         self.install()
-        for index, fault in enumerate(self.faults):
+        for index, faults in enumerate(self.plan):
             run_id = self._next_run(index)
-            record = RunRecord(index, run_id, fault)
-            self.say(f"run {index + 1}/{len(self.faults)} {run_id}: fault {fault}")
-            if fault.kind is not None:
-                record.injected = self._strike(record)
-                self.say(f"  {record.injected}")
+            record = RunRecord(index, run_id, faults)
+            self.say(f"run {index + 1}/{len(self.plan)} {run_id}: faults {describe(faults)}")
+            self._strike_each(record)
             try:
                 record.state = self.stack.wait_for_run(PIPELINE, run_id, RUN_TIMEOUT_S)
             except AssertionError as timeout:  # a stuck run holds the only active-run slot: stop here
@@ -197,22 +212,43 @@ class Soak:
     def _run_state(self, run_id: str) -> str:
         return str(self.stack.get(self._runs_path(run_id))["state"])
 
-    def _strike(self, record: RunRecord) -> str:
-        """Wait until the run's job has checkpointed at its fault's `after_step`, then strike it."""
-        run_id, fault = record.run_id, record.fault
-        bucket, last_state_check, deadline = self._bucket(run_id), 0.0, time.monotonic() + RUN_TIMEOUT_S
+    def _strike_each(self, record: RunRecord) -> None:
+        """The run's faults in order, each on a job that the previous one's retry started."""
+        bucket, stopped_at = self._bucket(record.run_id), -1
+        struck: set[int] = set()  # torchrun pids
+        for fault in record.faults:
+            said, job = self._strike(record, fault, bucket, struck, stopped_at)
+            record.injected.append(said)
+            self.say(f"  {said}")
+            if job is None:
+                return
+            struck.add(job.torchrun.pid)
+            # The next fault waits for a checkpoint past where this try stopped (a SIGTERMed job
+            # saves one as it goes): one its retry wrote, not one left by this try.
+            psutil.wait_procs(job.processes(), timeout=60)
+            stopped_at = max(bucket.complete_steps(), default=-1)
+
+    def _strike(
+        self, record: RunRecord, fault: Fault, bucket: Bucket, struck: set[int], stopped_at: int
+    ) -> tuple[str, Job | None]:
+        """Wait until a job of the run not struck yet has checkpointed at the fault's
+        `after_step` and past `stopped_at`, then strike it."""
+        run_id = record.run_id
+        last_state_check, deadline = 0.0, time.monotonic() + RUN_TIMEOUT_S
         while time.monotonic() < deadline:
             job = find_job(run_id, self.stack.home)
+            if job is not None and job.torchrun.pid in struck:
+                job = None  # the struck job, still ending
             steps = bucket.complete_steps() if job is not None else []
-            if job is not None and steps and steps[-1] >= fault.after_step:
-                record.struck_at = steps[-1]
-                return f"at checkpoint {steps[-1]}: " + inject(fault, job, bucket, self.stack)
+            if job is not None and steps and steps[-1] >= fault.after_step and steps[-1] > stopped_at:
+                record.struck_at.append(steps[-1])
+                return f"at checkpoint {steps[-1]}: " + inject(fault, job, bucket, self.stack), job
             if time.monotonic() - last_state_check > 2:
                 last_state_check = time.monotonic()
                 if self._run_state(run_id) in ("success", "failed"):
-                    return "MISSED: the run ended before the fault could strike"
+                    return f"MISSED {fault}: the run ended before the fault could strike", None
             time.sleep(0.1)
-        return "MISSED: timed out waiting for the checkpoint"
+        return f"MISSED {fault}: timed out waiting for the checkpoint", None
 
     def _collect(self, record: RunRecord) -> None:
         dag_run = self.stack.get(self._runs_path(record.run_id))
@@ -233,9 +269,9 @@ class Soak:
             record.weights_sha256 = result["weights_sha256"]
             record.steps_recomputed = result["steps_recomputed"]
             record.resumed_from_step = result["resumed_from_step"]
-        if record.fault.kind == "corrupt_checkpoint" and record.tries > 1:
-            log = self._train_log(record.run_id, record.tries)
-            if "skipping corrupt checkpoint" in log:
+        if any(f.kind == "corrupt_checkpoint" for f in record.faults) and record.tries > 1:
+            logs = [self._train_log(record.run_id, number) for number in range(2, record.tries + 1)]
+            if any("skipping corrupt checkpoint" in log for log in logs):
                 record.notes.append("the retry skipped the corrupt checkpoint")
             else:
                 record.notes.append("NO 'skipping corrupt checkpoint' in the retry's log")
@@ -273,24 +309,24 @@ def summarize(records: list[RunRecord], planned: int) -> Summary:
     `soak: S/N runs succeeded, R steps recomputed, W% wall overhead` (N: the `planned` runs; a
     run that timed out ends the soak, and the runs it kept from starting count as not succeeded)."""
     reference = records[0]
-    assert reference.fault.kind is None, "the first run is the fault-free reference"
+    assert not reference.faults, "the first run is the fault-free reference"
     header = f"{'#':>3} {'run_id':<36} {'fault':<34} {'state':<8} {'tries':>5} {'recomp':>6} {'resumed':>7} {'train_s':>8} {'weights':<12}"
     lines = [header, "-" * len(header)]
     for r in records:
         wall = f"{r.train_wall_s:.1f}" if r.train_wall_s is not None else "-"
         lines.append(
-            f"{r.index + 1:>3} {r.run_id:<36} {r.fault!s:<34} {r.state:<8} {r.tries:>5} "
+            f"{r.index + 1:>3} {r.run_id:<36} {describe(r.faults):<34} {r.state:<8} {r.tries:>5} "
             f"{r.steps_recomputed if r.steps_recomputed is not None else '-':>6} "
             f"{r.resumed_from_step if r.resumed_from_step is not None else '-':>7} {wall:>8} "
             f"{(r.weights_sha256 or '-')[:12]:<12}"
         )
-        lines += [f"      {r.injected}"] + [f"      note: {n}" for n in r.notes]
+        lines += [f"      {said}" for said in r.injected] + [f"      note: {n}" for n in r.notes]
     succeeded = [r for r in records if r.state == "success"]
     same = [r for r in succeeded if r.weights_sha256 == reference.weights_sha256]
-    missed = [r for r in records if r.injected.startswith("MISSED")]
+    missed = [said for r in records for said in r.injected if said.startswith("MISSED")]
     lines.append("")
-    for kind in sorted({r.fault.kind for r in records if r.fault.kind}):
-        runs = [r for r in records if r.fault.kind == kind]
+    for kind in sorted({f.kind for r in records for f in r.faults if f.kind}):
+        runs = [r for r in records if any(f.kind == kind for f in r.faults)]
         done = [r for r in runs if r.state == "success"]
         recomputed = [r.steps_recomputed or 0 for r in done]
         lines.append(
@@ -301,7 +337,7 @@ def summarize(records: list[RunRecord], planned: int) -> Summary:
         f"weights: {len(same)} of {len(succeeded)} succeeded runs equal the fault-free run's "
         f"({(reference.weights_sha256 or '-')[:16]}); faults that never struck: {len(missed)}"
     )
-    faulted = [r for r in succeeded if r.fault.kind is not None and r.train_wall_s is not None]
+    faulted = [r for r in succeeded if r.faults and r.train_wall_s is not None]
     overhead = (
         100 * (sum(r.train_wall_s or 0 for r in faulted) / len(faulted) / reference.train_wall_s - 1)
         if faulted and reference.train_wall_s
