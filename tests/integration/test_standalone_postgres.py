@@ -1,61 +1,128 @@
-"""`make up DB=postgres` end to end: `airflow standalone` on a PostgreSQL metadata database (a
-cluster of its own, started by scripts/up.py's code, as `make up DB=postgres` starts it), the
-LocalExecutor, and one fraud_detector run through the REST API. What Airflow wrote is read back
-from PostgreSQL itself: the run, its tasks, the training pool `make up` applies, and no SQLite
-database beside it.
+"""`make up DB=postgres` end to end, scheduling a pipeline on a partitioned asset: `airflow
+standalone` on a PostgreSQL metadata database (a cluster of its own, started by scripts/up.py's
+code, as `make up DB=postgres` starts it) with the LocalExecutor and the scheduler creating runs.
+An upstream DAG says it landed a day (a partition of its asset, `schedule.asset_partitions`), the
+scheduler starts one run of the pipeline keyed by that day, and `data.window` trains on the days
+ending there. What Airflow wrote is read back from PostgreSQL itself: the runs, their tasks, the
+training pool `make up` applies, and no SQLite database beside it.
 
-This module starts and stops its own stack (module scope), not the package's SQLite one, so it
-costs one stack startup and one short training run. It runs before the package's stack starts
-(conftest.py), so the two stacks never run side by side.
+One stack and one training run for both subjects: the asset-triggered run is the one whose rows
+are read back. This module starts and stops its own stack (module scope), not the package's
+SQLite one; it runs before that one starts (conftest.py), so the two never run side by side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import PARTITION, Stack, running_stack
+from tests.conftest import REPO_ROOT
+from tests.integration.conftest import Stack, running_stack
 
 pytestmark = pytest.mark.slow
 
-DAG = "fraud_detector"
-TASKS = ("wait_for_data", "validate_data", "train", "gate", "register")
-FAST = {"hyperparameters": {"epochs": 1, "batch_size": 64}}  # clears the bootstrap floor (test_standalone)
+UPSTREAM = Path(__file__).parent / "dags" / "land_card_transactions.py"
+DAG = "fraud_on_landing"
+
+
+def _pipeline_config() -> str:
+    """fraud_detector, run per landed day of `card_transactions_days` on the 3 days ending there."""
+    text = (REPO_ROOT / "dags" / "configs" / "fraud_detector.yaml").read_text()
+    replacements = {
+        "pipeline: fraud_detector": f"pipeline: {DAG}",
+        'cron: "0 2 * * *"          # 02:00 UTC, after the upstream export lands': (
+            "asset: card_transactions_days\n  asset_partitions: key"
+        ),
+        'partition: "ds={{ ds }}"': 'partition: "ds={{ partition_key }}"\n  window: {partitions: 3}',
+        "model_name: fraud_detector": f"model_name: {DAG}",
+        # One short epoch (~375 steps of 64 on 3 x 8000 training rows) clears the gate's
+        # no-champion floor (roc_auc >= 0.7).
+        "epochs: 3": "epochs: 1",
+        "batch_size: 256": "batch_size: 64",
+    }
+    for old, new in replacements.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
 
 
 @pytest.fixture(scope="module")
 def postgres_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("e2e_postgres"), database="postgres") as stack:
+    files = {
+        "land_card_transactions.py": UPSTREAM.read_text(),
+        f"configs/{DAG}.yaml": _pipeline_config(),
+    }
+    root = tmp_path_factory.mktemp("e2e_postgres")
+    with running_stack(root, database="postgres", scheduled_runs=True, dag_files=files) as stack:
         yield stack
 
 
-@pytest.mark.timeout(900)  # the stack's startup (~2 min on 2 cores) counts in the first test
-def test_a_pipeline_runs_on_postgresql_with_the_local_executor(postgres_stack: Stack) -> None:
+@pytest.mark.timeout(900)  # the stack's startup (~1-2 min on 2 cores) counts in the test
+def test_a_landed_partition_starts_a_windowed_run_on_postgresql_with_the_local_executor(
+    postgres_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stack = postgres_stack
     assert stack.database_url.startswith("postgresql+psycopg://postgres@127.0.0.1:"), stack.database_url
     assert stack.airflow_env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
-    stack.wait_for("the fraud_detector DAG", lambda: stack.dag(DAG), 120)
-    response = stack.session.patch(f"{stack.url}/api/v2/dags/{DAG}", json={"is_paused": False}, timeout=30)
-    assert response.status_code == 200, response.text
-    run_id = "postgres_manual_1"
+    stack.wait_for(
+        f"DAGs {DAG} and land_card_transactions",
+        lambda: stack.dag(DAG) and stack.dag("land_card_transactions"),
+        120,
+    )
+    assert stack.dag(DAG)["timetable_summary"], stack.dag(DAG)
+    for dag_id in (DAG, "land_card_transactions"):
+        response = stack.session.patch(
+            f"{stack.url}/api/v2/dags/{dag_id}", json={"is_paused": False}, timeout=30
+        )
+        assert response.status_code == 200, response.text
     response = stack.session.post(
-        f"{stack.url}/api/v2/dags/{DAG}/dagRuns",
-        json={"dag_run_id": run_id, "logical_date": f"{PARTITION}T02:00:00Z", "conf": FAST},
+        f"{stack.url}/api/v2/dags/land_card_transactions/dagRuns",
+        json={"logical_date": None, "conf": {"day": "2026-01-03"}},
         timeout=30,
     )
     assert response.status_code == 200, response.text
-    assert stack.wait_for_run(DAG, run_id, 300) == "success", stack.task_report(DAG, run_id)
+    landed = response.json()["dag_run_id"]
+    state = stack.wait_for_run("land_card_transactions", landed, 180)
+    assert state == "success", stack.task_report("land_card_transactions", landed)
 
+    def started() -> dict | None:
+        runs = stack.get(f"/api/v2/dags/{DAG}/dagRuns")["dag_runs"]
+        return runs[0] if runs else None
+
+    run = stack.wait_for("the run the landed partition starts", started, 120)
+    assert (run["run_type"], run["partition_key"], run["logical_date"]) == (
+        "asset_triggered",
+        "2026-01-03",
+        None,
+    )
+    run_id = run["dag_run_id"]
+    state = stack.wait_for_run(DAG, run_id, 300)
+    assert state == "success", stack.task_report(DAG, run_id)
+    assert stack.get(f"/api/v2/dags/{DAG}/dagRuns")["total_entries"] == 1
+
+    client = stack.mlflow_client(monkeypatch)
+    version = client.get_model_version_by_alias(DAG, "champion")
+    assert version.tags["airflow.dag_run_id"] == run_id
+    tags = client.get_run(version.run_id).data.tags
+    assert tags["trainpipe.data_window"] == "ds=2026-01-01 .. ds=2026-01-03", tags
+    assert (tags["trainpipe.data_partitions"], tags["trainpipe.data_missing"]) == ("3", "-")
+
+    task_ids = {task["task_id"] for task in stack.get(f"/api/v2/dags/{DAG}/tasks")["tasks"]}
+    assert {"train", "gate", "register"} <= task_ids, task_ids
     with stack.database_connect() as db:
-        runs = db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = %s", (DAG,)).fetchall()
-        assert runs == [(run_id, "success")]
+        runs = db.execute(
+            "SELECT dag_id, run_id, state FROM dag_run WHERE dag_id IN (%s, %s) ORDER BY dag_id",
+            (DAG, "land_card_transactions"),
+        ).fetchall()
+        assert runs == [(DAG, run_id, "success"), ("land_card_transactions", landed, "success")]
         tasks = db.execute(
             "SELECT task_id, state, pool, pool_slots, executor, queued_by_job_id FROM task_instance "
             "WHERE dag_id = %s AND run_id = %s",
             (DAG, run_id),
         ).fetchall()
-        assert {task: state for task, state, *_ in tasks} == dict.fromkeys(TASKS, "success")
+        assert {task: state for task, state, *_ in tasks} == dict.fromkeys(task_ids, "success")
         # The train task took its ranks of the training pool that `make up` applies (ensure_pools).
         assert [(pool, slots) for task, _, pool, slots, *_ in tasks if task == "train"] == [
             ("trainpipe_training", 2)

@@ -1,4 +1,4 @@
-"""The upstream of test_standalone's partitioned pipeline: an export job that says which day of
+"""The upstream of test_standalone_postgres's partitioned pipeline: an export job that says which day of
 card transactions it landed, as a partition of the `card_transactions_days` asset. (The stack
 wrote the files themselves before Airflow started.)"""
 
