@@ -270,7 +270,8 @@ class Soak:
             record.steps_recomputed = result["steps_recomputed"]
             record.resumed_from_step = result["resumed_from_step"]
         if any(f.kind == "corrupt_checkpoint" for f in record.faults) and record.tries > 1:
-            logs = [self._train_log(record.run_id, number) for number in range(2, record.tries + 1)]
+            # The retries' logs in order, each fetched only until one says it.
+            logs = (self._train_log(record.run_id, number) for number in range(2, record.tries + 1))
             if any("skipping corrupt checkpoint" in log for log in logs):
                 record.notes.append("the retry skipped the corrupt checkpoint")
             else:
