@@ -26,7 +26,8 @@ child (`getrusage(RUSAGE_CHILDREN)`: `ru_maxrss`, and user + system CPU) and tim
 - materialise: `feature_store.client.materialize` of the 4 views into an empty SQLite online
   store (the registry and online.db restored to just after `feast apply` before each run);
 - feast start: the Feast interpreter started with our child's environment, `from feast import
-  FeatureStore`, exit: the fixed cost in each of ours and materialise.
+  FeatureStore` as the child imports it (typeguard's instrumentation skipped), exit: the fixed cost
+  in each of ours and materialise; and the same with typeguard on (a plain `import feast`).
 
 The sides run alternately, `REPEATS` times (medians). The two retrievals' outputs are compared
 once (same rows in order, same values, nulls alike), so the ratio is between equal results.
@@ -110,7 +111,7 @@ VIEWS: dict[str, tuple[str, int, int, int, tuple[tuple[str, bool], ...]]] = {
 }
 KEYS = ("card_id", "merchant_id", "customer_id")
 REFS = [f"{view}:{name}" for view, spec in VIEWS.items() for name, _ in spec[4]]
-SIDES = ("ours", "merge_asof", "materialise", "feast start")
+SIDES = ("ours", "merge_asof", "materialise", "feast start", "feast start, typeguard on")
 
 
 def _env() -> dict[str, str]:
@@ -272,10 +273,16 @@ def _child(side: str, folder_text: str, out_text: str) -> None:
         import pyarrow.parquet as pq
 
         rows = pq.read_metadata(out_text).num_rows
-    elif side == "feast start":
+    elif side.startswith("feast start"):
         from airflow_trainpipe.data.feature_store import client
 
-        argv = [client.feast_python(), "-c", "from feast import FeatureStore"]
+        # As the child starts (child.main skips typeguard's instrumentation before Feast is
+        # imported), and as a plain `import feast` does, beside it.
+        start = "" if side.endswith("typeguard on") else "child.skip_typeguard_instrumentation(); "
+        code = (
+            f"from airflow_trainpipe.data.feature_store import child; {start}from feast import FeatureStore"
+        )
+        argv = [client.feast_python(), "-c", code]
         subprocess.run(argv, check=True, env=client.feast_env())
         rows = 0
     else:
@@ -426,8 +433,9 @@ def bench_feature_store(repeats: int = REPEATS) -> list[str]:
         "  Parquet out (its Int64 features come out as float64 with NaN, ours keep Int64 with nulls);",
         "- *materialise*: `client.materialize` of the 4 views into an empty SQLite online store (the first",
         "  load: from the entity rows' first day minus each view's TTL to the tables' end);",
-        "- *feast start*: the Feast interpreter, with the child's environment, importing `FeatureStore` and",
-        "  exiting: the fixed cost inside each of ours and materialise.",
+        "- *feast start*: the Feast interpreter, with the child's environment, importing `FeatureStore` as the",
+        "  child does (typeguard's instrumentation of Feast's classes skipped) and exiting: the fixed cost inside",
+        "  each of ours and materialise; *typeguard on*: the same with the instrumentation, as before 2026-11-29.",
         "",
         f"The two retrievals' outputs, compared: {verdict}.",
         "",
@@ -449,6 +457,7 @@ def bench_feature_store(repeats: int = REPEATS) -> list[str]:
         "merge_asof": f"{runs['merge_asof'][-1]['rows']:,} rows x 20 features",
         "materialise": f"{runs['materialise'][-1]['rows']:,} entity keys online (4 views)",
         "feast start": "",
+        "feast start, typeguard on": "",
     }
     for side in SIDES:
         inner = "" if runs[side][0]["inner"] is None else f"{med(side, 'inner'):.1f}"
@@ -470,6 +479,9 @@ def bench_feature_store(repeats: int = REPEATS) -> list[str]:
         f"- retrieval, ours / merge_asof: wall time **{ratio('seconds'):.2f}x** (per repeat {per_repeat}), "
         f"CPU {ratio('cpu_s'):.2f}x, peak RSS **{ratio('peak_kb'):.2f}x**; ours less the Feast start / "
         f"merge_asof: {less_start:.2f}x wall.",
+        f"- the Feast start as the child does it / with typeguard's instrumentation: wall "
+        f"**{med('feast start', 'seconds') / med('feast start, typeguard on', 'seconds'):.2f}x**, CPU "
+        f"{med('feast start', 'cpu_s') / med('feast start, typeguard on', 'cpu_s'):.2f}x.",
         f"- materialisation of the 4 views (first load): **{med('materialise', 'seconds'):.1f} s** wall, "
         f"{med('materialise', 'inner'):.1f} s in Feast's `materialize` calls, "
         f"peak RSS {med('materialise', 'peak_kb') / 1024:,.0f} MiB.",

@@ -6,6 +6,7 @@ One repo is shared by the module: each child call costs an `import feast` (secon
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -298,3 +299,50 @@ def test_materialize_covers_the_past_first_then_goes_on_incrementally_and_serves
             pd.testing.assert_series_equal(
                 expired[name].astype("float64"), expected[name].astype("float64"), check_names=False
             )
+
+
+# Runs the child as the client does (`-m airflow_trainpipe.data.feature_store.child ...`), then
+# reports whether Feast's FeatureView was imported instrumented by typeguard; and, as a control,
+# whether typeguard's own decorator still instruments a function of a module written here.
+PROBE = """
+import json, os, runpy, sys, tempfile
+from pathlib import Path
+
+module = sys.argv[2]
+sys.argv = [module, *sys.argv[3:]]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+finally:
+    import feast.feature_view
+    import typeguard._decorators
+
+    folder = tempfile.mkdtemp()
+    Path(folder, "typed.py").write_text("def twice(x: int) -> int:\\n    return 2 * x\\n")
+    sys.path.insert(0, folder)
+    import typed
+
+    control = typeguard._decorators.typechecked(typed.twice)
+    Path(os.environ["TRAINPIPE_PROBE"]).write_text(json.dumps({
+        "feast": "typeguard" in feast.feature_view.FeatureView.__init__.__code__.co_names,
+        "control": "typeguard" in control.__code__.co_names,
+    }))
+"""
+
+
+def test_the_child_imports_feast_without_typeguard_instrumentation(
+    example: FeastExample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interpreter = tmp_path / "feast-python"
+    interpreter.write_text(f"#!/bin/sh\nexec {client.feast_python()} -c '{PROBE}' \"$@\"\n")
+    interpreter.chmod(0o755)
+    monkeypatch.setenv("TRAINPIPE_PROBE", str(tmp_path / "probe.json"))
+    out = client.retrieve(
+        python=str(interpreter),
+        repo=example.repo,
+        entity_files=list(example.transaction_files[:1]),
+        timestamp_column="event_time",
+        output=tmp_path / "out.parquet",
+        features=["card_activity:txn_count_7d"],
+    )
+    assert out.rows > 0  # the child did its work
+    assert json.loads((tmp_path / "probe.json").read_text()) == {"feast": False, "control": True}
