@@ -301,6 +301,20 @@ def test_storage_that_cannot_be_reached_is_retried(monkeypatch: pytest.MonkeyPat
     assert caught.value.retryable is True
 
 
+def test_a_refused_connection_whose_timing_holds_403_is_retried() -> None:
+    """delta-rs's message for an unreachable S3 endpoint carries its retries' timing; "1.840371s"
+    holds the digits 403, which once made an outage final (a storage 403 is the refusal)."""
+    down = OSError(
+        "Kernel error -> Generic S3 error Error performing GET http://127.0.0.1:57401/lake/transactions/"
+        "_delta_log/_last_checkpoint in 1.840371s, after 10 retries, max_retries 10, retry_timeout 180s"
+        " - HTTP error error sending request client error (Connect) tcp connect error Connection refused"
+    )
+    assert isinstance(delta._classified(down, "s3://lake/transactions", "opening"), SourceUnavailable)
+    forbidden = OSError("Generic S3 error: Client error with status 403: <Code>InvalidToken</Code>")
+    refused = delta._classified(forbidden, "s3://lake/transactions", "opening")
+    assert not isinstance(refused, SourceUnavailable) and refused.retryable is False
+
+
 def test_an_s3_table_is_read_with_an_airflow_aws_connection(
     s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -3,7 +3,19 @@ workers without pyarrow or pydantic loaded, can subclass them."""
 
 from __future__ import annotations
 
+import re
+
 from airflow_trainpipe.core.exceptions import TrainpipeError
+
+# HTTP 403 as a status, not digits of a port, an address or a duration that hold them: "port=40379",
+# "in 1.840371s" and "in 1.403s" are messages of a storage that refused the connection, and another
+# try may reach it.
+_FORBIDDEN_STATUS = re.compile(r"(?<![0-9.])403(?![0-9])")
+
+
+def says_forbidden(text: str) -> bool:
+    """Whether a storage or catalog error's message gives HTTP 403 (Forbidden) as its status."""
+    return _FORBIDDEN_STATUS.search(text) is not None
 
 
 class SourceError(TrainpipeError):

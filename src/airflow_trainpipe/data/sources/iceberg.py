@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.contracts.tags import DATA_FILTER_TAG, DATA_SNAPSHOT_ID_TAG, DATA_SOURCE_TAG
 from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
-from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable, says_forbidden
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
 from airflow_trainpipe.data.sources.sql import airflow_connection
@@ -72,8 +72,6 @@ _TRANSIENT = {
 }
 # Errors no other try can change, whatever their class says (an OSError that is a refusal).
 _REFUSED = ("forbidden", "access denied", "accessdenied", "unauthorized", "no such ", "not authorized")
-# HTTP 403 as a status, not digits of a port or an address ("port=40379" is not a refusal).
-_FORBIDDEN_STATUS = re.compile(r"(?<![0-9])403(?![0-9])")
 _NOT_FOUND = {"NoSuchTableError", "NoSuchNamespaceError", "NoSuchIdentifierError"}
 # Keywords of pyiceberg's filter syntax: a column named like one is quoted in the filter text.
 _KEYWORDS = {"and", "or", "not", "is", "in", "null", "nan", "like", "between", "true", "false"}
@@ -140,7 +138,7 @@ def _classified(exc: BaseException, where: str, doing: str) -> SourceError:
     a_refusal = (
         isinstance(exc, PermissionError)
         or any(word in text.lower() for word in _REFUSED)
-        or _FORBIDDEN_STATUS.search(text) is not None
+        or says_forbidden(text)
     )
     if not a_refusal and (names & _TRANSIENT or (isinstance(exc, OSError) and "ValueError" not in names)):
         return SourceUnavailable(f"{doing} {where}: {type(exc).__name__}: {text}")
