@@ -301,18 +301,16 @@ def test_materialize_covers_the_past_first_then_goes_on_incrementally_and_serves
             )
 
 
-# Runs the child as the client does (`-m airflow_trainpipe.data.feature_store.child ...`), then
-# reports whether Feast's FeatureView was imported instrumented by typeguard; and, as a control,
-# whether typeguard's own decorator still instruments a function of a module written here.
+# Loaded by the child's interpreter as it starts (a sitecustomize on PYTHONPATH, which the client
+# keeps): once the child has run as the client runs it, reports whether Feast's FeatureView was
+# imported instrumented by typeguard; and, as a control, whether typeguard's own decorator still
+# instruments a function of a module written here.
 PROBE = """
-import json, os, runpy, sys, tempfile
+import atexit, json, os, sys, tempfile
 from pathlib import Path
 
-module = sys.argv[2]
-sys.argv = [module, *sys.argv[3:]]
-try:
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-finally:
+
+def report():
     import feast.feature_view
     import typeguard._decorators
 
@@ -326,23 +324,19 @@ finally:
         "feast": "typeguard" in feast.feature_view.FeatureView.__init__.__code__.co_names,
         "control": "typeguard" in control.__code__.co_names,
     }))
+
+
+atexit.register(report)
 """
 
 
 def test_the_child_imports_feast_without_typeguard_instrumentation(
     example: FeastExample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    interpreter = tmp_path / "feast-python"
-    interpreter.write_text(f"#!/bin/sh\nexec {client.feast_python()} -c '{PROBE}' \"$@\"\n")
-    interpreter.chmod(0o755)
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "sitecustomize.py").write_text(PROBE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "probe"))
     monkeypatch.setenv("TRAINPIPE_PROBE", str(tmp_path / "probe.json"))
-    out = client.retrieve(
-        python=str(interpreter),
-        repo=example.repo,
-        entity_files=list(example.transaction_files[:1]),
-        timestamp_column="event_time",
-        output=tmp_path / "out.parquet",
-        features=["card_activity:txn_count_7d"],
-    )
+    out = _retrieve(example, tmp_path)
     assert out.rows > 0  # the child did its work
     assert json.loads((tmp_path / "probe.json").read_text()) == {"feast": False, "control": True}
