@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from airflow_trainpipe.contracts.tags import DATA_FILTER_TAG, DATA_SOURCE_TAG, DATA_TABLE_VERSION_TAG
 from airflow_trainpipe.core.storage import is_local, local_path, resolve
 from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
-from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable, says_forbidden
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable, is_refusal
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
 from airflow_trainpipe.data.sources.tables import TableKind
@@ -110,12 +110,7 @@ def _classified(exc: BaseException, table: str, doing: str) -> SourceError:
             f"{doing} {table}: a data file of the version being read no longer exists (vacuumed "
             f"since the version was opened, or deleted by hand): {text}"
         )
-    refused = (
-        isinstance(exc, PermissionError)
-        or any(word in text.lower() for word in _REFUSED)
-        or says_forbidden(text)
-    )
-    if isinstance(exc, OSError) and not refused:
+    if isinstance(exc, OSError) and not is_refusal(exc, text, _REFUSED):
         return SourceUnavailable(f"{doing} {table}: {text}")
     return SourceError(f"{doing} {table}: {type(exc).__name__}: {text}")
 

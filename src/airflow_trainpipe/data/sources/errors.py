@@ -18,6 +18,14 @@ def says_forbidden(text: str) -> bool:
     return _FORBIDDEN_STATUS.search(text) is not None
 
 
+def is_refusal(exc: BaseException, text: str, words: tuple[str, ...]) -> bool:
+    """Whether the storage or catalog refused (another try would only repeat it), whatever the
+    exception's class says: a PermissionError, HTTP 403, or one of the reader's `words` (lower
+    case) in the message `text`."""
+    lowered = text.lower()
+    return isinstance(exc, PermissionError) or any(word in lowered for word in words) or says_forbidden(text)
+
+
 class SourceError(TrainpipeError):
     """The source cannot give the run's rows: a wrong query, a missing connection, no rows."""
 

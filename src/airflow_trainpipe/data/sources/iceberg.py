@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.contracts.tags import DATA_FILTER_TAG, DATA_SNAPSHOT_ID_TAG, DATA_SOURCE_TAG
 from airflow_trainpipe.data.sources.base import SourceDataset, window_tag
-from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable, says_forbidden
+from airflow_trainpipe.data.sources.errors import SourceError, SourceUnavailable, is_refusal
 from airflow_trainpipe.data.sources.parquet_export import ExportedFile
 from airflow_trainpipe.data.sources.sorted_export import export_sorted
 from airflow_trainpipe.data.sources.sql import airflow_connection
@@ -135,12 +135,9 @@ def _classified(exc: BaseException, where: str, doing: str) -> SourceError:
             f"{doing} {where}: a file of the snapshot being read no longer exists (the snapshot "
             f"expired and its files were removed since it was loaded, or deleted by hand): {text}"
         )
-    a_refusal = (
-        isinstance(exc, PermissionError)
-        or any(word in text.lower() for word in _REFUSED)
-        or says_forbidden(text)
-    )
-    if not a_refusal and (names & _TRANSIENT or (isinstance(exc, OSError) and "ValueError" not in names)):
+    if not is_refusal(exc, text, _REFUSED) and (
+        names & _TRANSIENT or (isinstance(exc, OSError) and "ValueError" not in names)
+    ):
         return SourceUnavailable(f"{doing} {where}: {type(exc).__name__}: {text}")
     return SourceError(f"{doing} {where}: {type(exc).__name__}: {text}")
 
