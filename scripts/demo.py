@@ -329,7 +329,7 @@ def _gate_comparison(tags: dict[str, str]) -> str:
     champion, against = tags.get(names.GATE_CHAMPION_TAG, "None"), f"v{compared.rsplit('/', 1)[-1]}"
     if champion == "None":  # the champion could not be scored, and the gate was forced
         return f"{scored} on its run's holdout; {against} could not be scored"
-    return f"{scored} against {against}'s {float(champion):.4f} on the same holdout, its run's"
+    return f"{scored} against {against}'s {float(champion):.4f} on the same rows (its run's holdout)"
 
 
 if __name__ == "__main__":
