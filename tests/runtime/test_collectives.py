@@ -22,7 +22,13 @@ import torch.distributed as dist
 
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.runtime.accounting import Timing
-from airflow_trainpipe.runtime.collectives import CHECK_ENV, checked, host_group, quiet_unbound_barrier
+from airflow_trainpipe.runtime.collectives import (
+    CHECK_ENV,
+    checked,
+    host_group,
+    quiet_deepspeed_gather_deprecation,
+    quiet_unbound_barrier,
+)
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.steps import PeriodicSync, SyncConfig
@@ -135,3 +141,19 @@ def test_the_unbound_barrier_warning_is_silenced_on_a_one_rank_gpu_job_only(
         warnings.warn(message, UserWarning, stacklevel=1)
         warnings.warn("barrier(): something else", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ([] if silenced else [message]) + ["barrier(): something else"]
+
+
+def test_torchs_deprecation_of_deepspeeds_gather_is_silenced_and_nothing_else(one_rank_world: None) -> None:
+    # DeepSpeed's ZeRO gathers its partitions with all_gather_into_tensor, which torch 2.13
+    # deprecates; the task log repeated it after every checkpoint. The real call warns here, so a
+    # torch that rewords the warning fails this test rather than flooding the logs again.
+    gathered = torch.zeros(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.all_gather_into_tensor(gathered, torch.ones(3))
+        quiet_deepspeed_gather_deprecation()
+        dist.all_gather_into_tensor(gathered, torch.ones(3))
+        warnings.warn("`torch.distributed.something_else` is deprecated", FutureWarning, stacklevel=1)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2, messages  # the first gather's, and the other deprecation's
+    assert "all_gather_into_tensor" in messages[0] and "something_else" in messages[1]

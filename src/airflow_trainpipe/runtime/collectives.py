@@ -34,6 +34,8 @@ import torch.distributed as dist
 CHECK_ENV = "TRAINPIPE_CHECK_COLLECTIVES"
 # What torch says at a barrier on an NCCL group that has no device bound to it.
 UNBOUND_BARRIER = r"barrier\(\): using the device under current context"
+# What torch 2.13 says of the collective DeepSpeed's ZeRO gathers its updated partitions with.
+DEPRECATED_GATHER = r"`torch\.distributed\.all_gather_into_tensor` is deprecated"
 PACKAGE = "airflow_trainpipe."
 
 # The tensor collectives a process group refuses host tensors for when its backend is nccl; the
@@ -77,6 +79,16 @@ def quiet_unbound_barrier(on_gpu: bool, world_size: int) -> None:
     always wrong."""
     if on_gpu and world_size == 1:
         warnings.filterwarnings("ignore", message=UNBOUND_BARRIER, category=UserWarning)
+
+
+def quiet_deepspeed_gather_deprecation() -> None:
+    """Silence torch's FutureWarning that `all_gather_into_tensor` is deprecated.
+
+    DeepSpeed calls it, not the runtime, and nothing in a pipeline's config changes that. Torch
+    warns once per place, but any change to the warning filters (a `catch_warnings` in a library
+    the job runs) forgets what was shown, so each rank printed it again after every checkpoint:
+    8 times in each task log of `make demo`."""
+    warnings.filterwarnings("ignore", message=DEPRECATED_GATHER, category=FutureWarning)
 
 
 @contextmanager

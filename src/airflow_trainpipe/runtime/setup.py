@@ -27,7 +27,11 @@ from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
-from airflow_trainpipe.runtime.collectives import host_group, quiet_unbound_barrier
+from airflow_trainpipe.runtime.collectives import (
+    host_group,
+    quiet_deepspeed_gather_deprecation,
+    quiet_unbound_barrier,
+)
 from airflow_trainpipe.runtime.data.blocks import BlockReader
 from airflow_trainpipe.runtime.data.prepare import PreparedData, prepare
 from airflow_trainpipe.runtime.data.reader import data_columns
@@ -99,6 +103,7 @@ class JobSetup:
         deepspeed.init_distributed(dist_backend="nccl" if self.on_gpu else "gloo")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         quiet_unbound_barrier(self.on_gpu, self.world_size)
+        quiet_deepspeed_gather_deprecation()
         # Every collective of ours moves host data: gloo, beside the training group when that is
         # nccl, which refuses host tensors (runtime/collectives.py).
         self.host_group = host_group(self.on_gpu)
