@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from airflow_trainpipe.data.validation.expectations import (
     ExpectationOutcome,
     ExpectationRunner,
     columns_of,
+    import_great_expectations,
     plain,
     streamable,
 )
@@ -175,3 +177,30 @@ def test_a_rule_that_raises_reports_its_error_and_leaves_the_others_results_alon
     assert _of(found, not_null).result["unexpected_count"] == 4
     assert _of(found, not_null).result["element_count"] == 20
     assert not _of(found, on_strings).success and _of(found, on_strings).error is not None
+
+
+def test_gx_says_nothing_about_itself_in_the_task_log(caplog: pytest.LogCaptureFixture) -> None:
+    # Its INFO records (skipped closures at import, each context's ephemeral docs folder) were
+    # half of make demo's task logs. Its warnings still show.
+    gx_logger = logging.getLogger("great_expectations")
+    gx_logger.setLevel(logging.NOTSET)  # as a task process finds it
+    with caplog.at_level(logging.INFO):
+        runner = ExpectationRunner([A_MEAN])
+        runner.run_whole(TABLE.to_pandas())
+        logging.getLogger("great_expectations.data_context").warning("a warning of GX's")
+    said = [
+        (r.name, r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name.startswith("great_expectations")
+    ]
+    assert said == [("great_expectations.data_context", "WARNING", "a warning of GX's")]
+
+
+def test_a_level_the_deployment_set_on_gx_is_kept() -> None:
+    gx_logger = logging.getLogger("great_expectations")
+    gx_logger.setLevel(logging.DEBUG)
+    try:
+        import_great_expectations()
+        assert gx_logger.level == logging.DEBUG
+    finally:
+        gx_logger.setLevel(logging.NOTSET)

@@ -9,6 +9,7 @@ a frame holding only the columns they name (table-level ones without a column ge
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from functools import cache
@@ -71,11 +72,27 @@ class ExpectationOutcome:
     error: str | None = None
 
 
+def import_great_expectations() -> Any:
+    """GX, imported without its INFO records about itself reaching the task log: as it is
+    imported, its public-API registry says it skips each of ~200 closures, and each context names
+    its ephemeral docs folder. They were half of every day's task log in `make demo`, and nothing
+    in them is about the data. GX's warnings and errors still show, and a level the deployment set
+    on the `great_expectations` logger is left as it is."""
+    logger = logging.getLogger("great_expectations")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)  # before the import: that is when the registry speaks
+    import great_expectations as gx
+
+    # The one module that sets its own logger to INFO as it is imported: back to its parent's.
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.NOTSET)
+    return gx
+
+
 class ExpectationRunner:
     """One ephemeral GX context per validation; no GX project on disk."""
 
     def __init__(self, rules: list[ExpectationRule]) -> None:
-        import great_expectations as gx
+        gx = import_great_expectations()
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.gx = gx
