@@ -34,6 +34,7 @@ from airflow_trainpipe.contracts.predictions import (
 from airflow_trainpipe.runtime.data.transform import FittedTransform
 
 BATCH = 4096
+SERVED_MODEL_CODE = Path(__file__).with_name("served_model.py")
 
 
 def network_outputs(network: Any, features: np.ndarray, device: torch.device | None = None) -> np.ndarray:
@@ -157,8 +158,9 @@ def load_registered(
     network moved to `device` (None: the CPU).
 
     Only the MLmodel file (YAML), the transform (JSON) and the network program are downloaded
-    and read: the pickled `python_model.pkl` of the pyfunc is never loaded, so a registry that
-    others can write cannot make the scoring process run code.
+    and read: the pyfunc itself is never loaded (neither the code it was logged with nor an older
+    version's pickled `python_model.pkl`), so a registry that others can write cannot make the
+    scoring process run code.
     """
     from mlflow.models import Model
     from mlflow.store.artifact.models_artifact_repo import ModelsArtifactRepository
@@ -214,7 +216,7 @@ def log_raw_row_model(
             artifacts["hf"] = str(hf_directory)
         info = mlflow.pyfunc.log_model(
             name=name,
-            python_model=TransformedNetwork(),
+            python_model=str(SERVED_MODEL_CODE),  # code, not a pickle (runtime/served_model.py)
             artifacts=artifacts,
             model_config=config,
             signature=signature(transform),

@@ -23,7 +23,7 @@ from airflow_trainpipe.runtime.evaluation.final import (
     score_champion,
 )
 from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
-from airflow_trainpipe.runtime.serving import log_raw_row_model
+from airflow_trainpipe.runtime.serving import SERVED_MODEL_CODE, log_raw_row_model
 from tests.helpers.mlflow_backends import write_config
 
 
@@ -228,23 +228,19 @@ def test_a_champion_logged_before_raw_row_models_is_recorded_not_raised(registry
     assert result.metrics is None and "takes encoded tensors, not raw rows" in result.error
 
 
-def test_the_champion_is_scored_from_its_artifacts_never_by_unpickling(registry, tmp_path: Path) -> None:
-    """Someone who can write the artifact store swaps the pyfunc's pickled python_model for one that
-    runs code when unpickled: scoring the champion must neither run it nor need it."""
-    import pickle
-
+def test_the_champion_is_scored_from_its_artifacts_never_by_running_its_logged_code(
+    registry, tmp_path: Path
+) -> None:
+    """Someone who can write the artifact store swaps the code MLflow runs to load the pyfunc (a
+    copy of runtime/served_model.py) for their own: scoring the champion must neither run it nor
+    need it."""
     config = load_config(write_config(tmp_path / "p.yaml", "tampered"))
     holdout = _holdout()
     transform = _transform(["amount"], ["atm", "pos", "web"])
     model = _champion(registry, "tampered", transform)
-    proof = tmp_path / "unpickled"
-
-    class Payload:
-        def __reduce__(self):
-            return (Path.touch, (proof,))
-
-    (pickled,) = (tmp_path / "mlartifacts").rglob("python_model.pkl")
-    pickled.write_bytes(pickle.dumps(Payload()))
+    proof = tmp_path / "ran"
+    (code,) = (tmp_path / "mlartifacts").rglob("served_model.py")
+    code.write_text(f"import pathlib\npathlib.Path({str(proof)!r}).touch()\n")
     result = score_champion(registry, config, holdout)
     assert result.error is None and not proof.exists()
     assert result.metrics == score(
@@ -254,9 +250,19 @@ def test_the_champion_is_scored_from_its_artifacts_never_by_unpickling(registry,
         "binary_classification",
         config.evaluation.threshold,
     )
-    with contextlib.suppress(Exception):  # the check can fail: loading the pyfunc does run the payload
+    with contextlib.suppress(Exception):  # it fails after the payload: the file sets no model
         mlflow.pyfunc.load_model("models:/tampered/1")
-    assert proof.exists()
+    assert proof.exists()  # what the check would have caught: loading the pyfunc runs the file
+
+
+def test_a_model_is_logged_as_code_with_no_pickle_in_its_artifacts(registry, tmp_path: Path) -> None:
+    # MLflow warned at every registration that a pyfunc object is pickled, and loading a pickle runs
+    # whatever the artifact store holds.
+    _champion(registry, "as_code", _transform(["amount"], ["atm", "pos", "web"]))
+    artifacts = tmp_path / "mlartifacts"
+    assert not list(artifacts.rglob("*.pkl"))
+    (code,) = artifacts.rglob("served_model.py")
+    assert code.read_text() == SERVED_MODEL_CODE.read_text()
 
 
 def test_a_champion_s_class_probabilities_are_matched_to_the_candidate_s_classes_by_name() -> None:

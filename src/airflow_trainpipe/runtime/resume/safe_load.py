@@ -9,8 +9,9 @@ pickle runs code while it loads, so nothing read from those stores is unpickled:
   whole process and its `ds_to_universal` child; only tensors, plain containers and the few
   DeepSpeed classes in `ALLOWED_GLOBALS` can come back;
 - the champion is scored from its artifacts, the fitted transform JSON and the torch.export
-  program, never by unpickling its pyfunc `python_model.pkl`; a program archive that would
-  unpickle anything (pickled tensor subclasses, custom or opaque objects) is refused.
+  program, never by loading its pyfunc (the code it was logged with, or an older version's
+  pickled `python_model.pkl`); a program archive that would unpickle anything (pickled tensor
+  subclasses, custom or opaque objects) is refused.
 """
 
 from __future__ import annotations
