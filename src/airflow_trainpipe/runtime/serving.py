@@ -32,6 +32,7 @@ from airflow_trainpipe.contracts.predictions import (
     label_collision,
 )
 from airflow_trainpipe.runtime.data.transform import FittedTransform
+from airflow_trainpipe.runtime.models.inputs import exporting
 
 BATCH = 4096
 SERVED_MODEL_CODE = Path(__file__).with_name("served_model.py")
@@ -231,7 +232,10 @@ def log_raw_row_model(
 def export_network(model: torch.nn.Module, width: int, path: Path) -> None:
     """A program with a dynamic batch dimension: the consumer needs torch, not the model's class."""
     example = torch.zeros(2, width)
-    program = torch.export.export(model.eval(), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    with exporting():
+        program = torch.export.export(
+            model.eval(), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},)
+        )
     torch.export.save(program, str(path))
 
 

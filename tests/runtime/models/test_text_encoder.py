@@ -11,6 +11,7 @@ import torch
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.models.inputs import MappedInputs, ModelInputs, TextInput
+from airflow_trainpipe.runtime.serving import export_network
 
 INPUTS = ModelInputs(num_numeric=3, cardinalities=[4], text=[TextInput("ticket", 300, 16, 0, 3, 2)])
 
@@ -51,6 +52,21 @@ def test_the_mapping_carries_exact_ids_a_mask_and_segments_cut_to_the_batch_s_lo
     assert seen["numeric"].dtype == torch.bfloat16 and seen["categorical"].tolist() == [[1], [2], [3]]
 
 
+def test_a_compiled_model_cuts_texts_to_the_longest_row_whatever_torch_says_of_exporting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Dynamo answers torch.compiler.is_exporting() True in any compiled graph on torch before
+    # pytorch/pytorch#176499 (2.11, the GPU image's): the model code asked it, so a job with
+    # training.speed.compile padded every text to max_length there, never on this machine's torch.
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    torch.manual_seed(0)
+    model = build_model("text_encoder", inputs=INPUTS, task="binary_classification", num_outputs=1,
+                        hidden_size=32, num_layers=1, num_heads=2, dropout=0.0)  # fmt: skip
+    assert isinstance(model, MappedInputs)
+    mapped = torch.compile(model.mapping, backend="eager")(_rows([5, 9, 7]))
+    assert mapped["text"]["ticket"]["input_ids"].shape == (3, 9)  # not 16
+
+
 def test_the_text_encoder_is_built_from_a_config_and_exports_with_the_training_outputs(
     tmp_path: Path,
 ) -> None:
@@ -64,10 +80,8 @@ def test_the_text_encoder_is_built_from_a_config_and_exports_with_the_training_o
     model.eval()
     with torch.no_grad():
         eager = model(x)  # cut to 9 tokens
-    program = torch.export.export(
-        model, (torch.zeros(2, x.shape[1]),), dynamic_shapes=({0: torch.export.Dim("batch")},)
-    )
-    served = program.module()(x)  # the exported program reads all 16
+    export_network(model, x.shape[1], tmp_path / "network.pt2")  # as the job logs it
+    served = torch.export.load(str(tmp_path / "network.pt2")).module()(x)  # it reads all 16
     assert eager.shape == (3, 4)
     torch.testing.assert_close(served, eager, rtol=1e-5, atol=1e-6)
 

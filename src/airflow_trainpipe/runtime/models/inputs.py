@@ -20,11 +20,36 @@ host wait for the GPU at every step before it could queue the next one. A builde
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+_exporting = False
+
+
+@contextmanager
+def exporting() -> Iterator[None]:
+    """While a model is exported for serving (serving.export_network): what `is_exporting` reads."""
+    global _exporting
+    before, _exporting = _exporting, True
+    try:
+        yield
+    finally:
+        _exporting = before
+
+
+def is_exporting() -> bool:
+    """Whether the model is being exported for serving: the full-width, any-batch path of the
+    model code. Not `torch.compiler.is_exporting()`, which Dynamo folds to True in every compiled
+    graph on torch before pytorch/pytorch#176499 (2.11, the GPU image's, among them): a job with
+    `training.speed.compile` took the export path there, padding every text to max_length and
+    dropping the prepared attention mask. A module global, which Dynamo reads when it traces and
+    guards, and an export runs as plain Python."""
+    return _exporting
 
 
 @dataclass(frozen=True)
@@ -105,7 +130,7 @@ class MappedInputs(nn.Module):
         }
         for k, (text, columns) in enumerate(self.inputs.text_columns() if with_text else []):
             ids = x[:, columns]
-            if not torch.compiler.is_exporting():
+            if not is_exporting():
                 # Dynamic padding: the batch's longest row, not max_length (a text is a prefix of
                 # non-pad ids: [CLS] ... [SEP]); an exported program serves any batch at full width.
                 longest = (

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from airflow_trainpipe.runtime.models.inputs import ModelInputs
+from airflow_trainpipe.runtime.models.inputs import ModelInputs, is_exporting
 from airflow_trainpipe.runtime.pretrained.directory import HEAD
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class TextEncoder(nn.Module):
             arguments = self.encoder_arguments[name]
             text = {k: v for k, v in batch["text"][name].items() if k in arguments}
             kernel = self.mask_kernels[name]
-            if kernel is not None and not torch.compiler.is_exporting():
+            if kernel is not None and not is_exporting():
                 keep = text["attention_mask"][:, None, None, :].bool()  # (batch, 1, 1, keys)
                 text["attention_mask"] = _kernel_mask(keep, kernel, batch["numeric"].dtype)
             states = encoder(**text).last_hidden_state
