@@ -237,9 +237,12 @@ def model_construction(ds_config: dict[str, Any]) -> Iterator[None]:
 
 
 def full_state_dict(engine: Any, zero_stage: int) -> dict[str, torch.Tensor]:
-    """Collective: the whole model's fp32 weights on rank 0 (the other ranks get {}). ZeRO-3
-    gathers one parameter at a time, so no device ever holds more than the largest one beside
-    its shard; rank 0's host memory gets the consolidated copy."""
+    """Collective: the whole model's weights on rank 0 as fp32 tensors (the other ranks get {}).
+    They are the module's own values, what the job scores and logs alike: under bf16 its bf16
+    weights widened, not the optimizer's fp32 master copy (which ZeRO-1/2 shard across ranks and
+    fused_qkv would need split as `_split_on_save` splits the module's). ZeRO-3 gathers one
+    parameter at a time, so no device ever holds more than the largest one beside its shard;
+    rank 0's host memory gets the consolidated copy."""
     module = engine.module
     if zero_stage != 3:
         if dist.get_rank() != 0:
