@@ -176,3 +176,20 @@ def test_credentials_written_into_the_uri_never_reach_links_or_messages(connecti
     assert hook.ui_url == "https://***@mlflow.example.com/api"
     assert "uri-pa55-x" not in hook.run_url("1", "abc") and "uri-pa55-x" not in hook.model_version_url("m", 1)
     assert "uri-pa55-x" not in repr(hook.target)
+
+
+@pytest.mark.parametrize(("deployment", "inside"), [(None, False), ("true", True)])
+def test_mlflows_progress_bars_are_off_while_a_connection_is_active_unless_the_deployment_set_them(
+    connection, monkeypatch: pytest.MonkeyPatch, deployment: str | None, inside: bool
+) -> None:
+    # A task log is a file: each refresh of a bar was a line ("Downloading artifacts:   0%|...").
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+
+    if deployment is None:
+        monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", deployment)
+    connection("mlflow_p", host="http://h:3")
+    with MlflowHook("mlflow_p").activated():
+        assert MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.get() is inside
+    assert os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR") == deployment

@@ -115,6 +115,8 @@ def test_a_whole_job_keeps_the_rule_through_syncs_evaluation_checkpoints_resume_
     assert resumed.code == 0, resumed.text[-3000:]
     assert resumed.start is not None and resumed.start["resumed_from"] == 20
     assert resumed.result is not None and resumed.result["final_step"] == 38
+    # The end logs the model, validating its input example: MLflow's progress bars stay out of the log.
+    assert "Validating input example" in resumed.text and "Downloading artifacts" not in resumed.text
 
 
 def _torch_barrier_warning() -> str:

@@ -27,6 +27,10 @@ CREDENTIAL_ENVS = (
     "MLFLOW_TRACKING_TOKEN",
     "MLFLOW_TRACKING_INSECURE_TLS",
 )
+# Task logs are files, not terminals: there MLflow's artifact progress bars (tqdm) print a line at
+# each refresh ("Downloading artifacts:   0%|          | 0/1"), a dozen per gate task. Off while a
+# connection is active, unless the deployment set it.
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,13 @@ class MlflowTarget:
         # i.e. the process-wide tracking URI: set that too, not just this hook's client.
         from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-        saved = {name: os.environ.get(name) for name in (TRACKING_URI_ENV, *CREDENTIAL_ENVS)}
+        saved = {
+            name: os.environ.get(name) for name in (TRACKING_URI_ENV, *CREDENTIAL_ENVS, PROGRESS_BAR_ENV)
+        }
         for name in CREDENTIAL_ENVS:
             os.environ.pop(name, None)
         os.environ.update(self.environment())
+        os.environ.setdefault(PROGRESS_BAR_ENV, "false")
         try:
             with _use_tracking_uri(self.tracking_uri):
                 yield
