@@ -45,10 +45,12 @@ def test_check_mixes_good_and_bad_files(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "bad.yaml").write_text(
         (EXAMPLE_CONFIGS / "house_prices.yaml").read_text().replace("zero_stage: 2", "zero_stage: 5")
     )
-    assert main(["check", "-v", str(tmp_path)]) == 1
-    out = capsys.readouterr().out
-    assert f"{tmp_path / 'good.yaml'}: ok (fraud_detector)" in out
-    assert f"{tmp_path / 'bad.yaml'}:" in out and "training.deepspeed.zero_stage" in out
+    assert main(["check", "-v", str(tmp_path), str(tmp_path / "gone.yaml")]) == 1
+    said = capsys.readouterr()
+    assert f"{tmp_path / 'good.yaml'}: ok (fraud_detector)" in said.out
+    assert f"{tmp_path / 'bad.yaml'}:" in said.out and "training.deepspeed.zero_stage" in said.out
+    # The tally at the end counts the missing file among the broken ones.
+    assert said.err.splitlines()[-1] == "2 of 3 config(s) have problems; 1 ok"
 
 
 def test_schema_prints_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
