@@ -28,7 +28,7 @@ CREDENTIAL_ENVS = (
     "MLFLOW_TRACKING_INSECURE_TLS",
 )
 # Task logs are files, not terminals: there MLflow's artifact progress bars (tqdm) print a line at
-# each refresh ("Downloading artifacts:   0%|          | 0/1"), a dozen per gate task. Off while a
+# each refresh ("Downloading artifacts:   0%|          | 0/1"), three per download. Off while a
 # connection is active, unless the deployment set it.
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
