@@ -35,6 +35,9 @@ def _make_encoder(args: argparse.Namespace) -> int:
         " ".join(t for t in row if t)
         for row in zip(*(table.column(c).to_pylist() for c in args.columns), strict=True)
     ]
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards": one line, then the result
     path = save_encoder_directory(
         Path(args.out), texts, vocab_size=args.vocab_size, hidden_size=args.hidden_size, layers=args.layers,
         heads=args.heads, positions=args.max_positions, seed=args.seed,

@@ -411,9 +411,12 @@ def main(argv: list[str] | None = None) -> int:
             log.warning("%s", note)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
-    # The job's output is a task log, not a terminal: MLflow's artifact progress bars would print
-    # a line at each refresh as log_model validates its input example. A value set on the job wins.
+    # The job's output is a task log, not a terminal: a progress bar prints a line at each refresh
+    # (MLflow's as log_model validates its input example, transformers' "Writing model shards" as
+    # a fine-tune's directory is saved). Set before transformers is imported, which reads it
+    # then; a value set on the job wins.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
     # From here on a SIGTERM is a notice, not an instant death (not even during the op build).
     notice = PreemptionNotice(spec.config.training.checkpoint.preemption_grace)

@@ -97,6 +97,12 @@ def nearly_frozen(tickets: dict[str, Any]) -> JobRun:
     return run
 
 
+def test_saving_the_directory_prints_no_progress_bar_into_the_log(nearly_frozen: JobRun) -> None:
+    # A task log is a file: transformers' "Writing model shards" bar printed a line per refresh.
+    assert nearly_frozen.result is not None and nearly_frozen.result["model_uri"]  # it saved one
+    assert "Writing model shards" not in nearly_frozen.text, nearly_frozen.text[-4000:]
+
+
 def test_the_job_starts_from_the_pretrained_weights_and_registers_a_directory_transformers_loads(
     tickets: dict[str, Any], nearly_frozen: JobRun, tmp_path: Path
 ) -> None:
