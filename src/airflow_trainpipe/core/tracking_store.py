@@ -11,6 +11,11 @@ from typing import Any
 
 from airflow_trainpipe.core.storage import trainpipe_home
 
+# Task logs are files, not terminals: there MLflow's artifact progress bars (tqdm) print a line at
+# each refresh ("Downloading artifacts:   0%|          | 0/1"), three per download. The job and
+# the tasks' hook turn them off unless the deployment set this.
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
 
 def default_tracking_uri() -> str:
     """The embedded default: an SQLite file under TRAINPIPE_HOME."""

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_trainpipe.config.secrets import redact_uri
+from airflow_trainpipe.core.tracking_store import PROGRESS_BAR_ENV
 
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 CREDENTIAL_ENVS = (
@@ -27,10 +28,6 @@ CREDENTIAL_ENVS = (
     "MLFLOW_TRACKING_TOKEN",
     "MLFLOW_TRACKING_INSECURE_TLS",
 )
-# Task logs are files, not terminals: there MLflow's artifact progress bars (tqdm) print a line at
-# each refresh ("Downloading artifacts:   0%|          | 0/1"), three per download. Off while a
-# connection is active, unless the deployment set it.
-PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 @dataclass(frozen=True)

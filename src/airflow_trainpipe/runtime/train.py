@@ -29,6 +29,7 @@ from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
 from airflow_trainpipe.core.processes import signal_on_parent_death
 from airflow_trainpipe.core.storage import join
+from airflow_trainpipe.core.tracking_store import PROGRESS_BAR_ENV
 from airflow_trainpipe.runtime.accounting import StepHighWater, Timing
 from airflow_trainpipe.runtime.best import BestEpoch
 from airflow_trainpipe.runtime.collectives import checked
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     # (MLflow's as log_model validates its input example, transformers' "Writing model shards" as
     # a fine-tune's directory is saved). Set before transformers is imported, which reads it
     # then; a value set on the job wins.
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault(PROGRESS_BAR_ENV, "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     enforce_weights_only()  # before anything is loaded: no checkpoint or model is ever unpickled
     # From here on a SIGTERM is a notice, not an instant death (not even during the op build).
