@@ -115,17 +115,18 @@ class Interrupted:
         nproc: int = 2,
         before: Callable[[Path], None] | None = None,
         env: dict[str, str] | None = None,
+        files: list[str] | None = None,
     ) -> tuple[JobRun, str]:
         """Run try 4 on a copy of the run directory under `root`, as a fresh MLflow run: (the run,
         its run directory). One rank is forked from the warm parent (as a one-rank CPU job runs,
         launchers/runner.py): what is tested there is the 2-rank checkpoint it reads, which
-        torchrun's ranks wrote."""
+        torchrun's ranks wrote. `files`: the data try 4 reads (None: the run's own)."""
         import shutil
 
         from airflow_trainpipe.core.storage import local_path
         from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 
-        spec = make_spec(root, self.files, "killed")
+        spec = make_spec(root, self.files if files is None else files, "killed")
         copy = local_path(spec.run_dir)
         shutil.copytree(self.run_dir, copy)
         (copy / RUN_ID_FILE).unlink()

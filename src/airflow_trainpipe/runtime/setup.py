@@ -55,7 +55,9 @@ from airflow_trainpipe.runtime.resume.checkpoint import (
     CheckpointError,
     CheckpointManager,
     CompleteCheckpoint,
+    data_identity,
     parameter_layout,
+    refuse_other_data,
     refuse_other_layout,
 )
 from airflow_trainpipe.runtime.resume.preemption import PreemptionNotice
@@ -146,6 +148,9 @@ class JobSetup:
         self._open_data(prepared)
         self._lap("prepare")
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
+        self.data = data_identity(self.spec.data_digest, self.spec.data_files)  # in every marker
+        if resume:
+            refuse_other_data(resume, self.data, self.run_dir)
         global_batch = (
             int(resume.marker["global_batch"])
             if resume

@@ -312,7 +312,11 @@ class Trainer(JobSetup):
                 step,
                 self._client_state(state, sampler, step),
                 metric=metric,
-                extra={"global_batch": sampler.global_batch, "parameter_layout": self.layout},
+                extra={
+                    "global_batch": sampler.global_batch,
+                    "parameter_layout": self.layout,
+                    "data": self.data,
+                },
             )
 
     def _client_state(self, state: dict[str, Any], sampler: ResumableSampler, step: int) -> dict[str, Any]:

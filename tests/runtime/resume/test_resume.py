@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import date
 from pathlib import Path
 
 import mlflow
@@ -19,8 +20,16 @@ import pytest
 from airflow_trainpipe.config import parse_config
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.core.storage import local_path
+from airflow_trainpipe.examples.synthetic import write_day
 from airflow_trainpipe.runtime.data.prepare import PREPARED_FILE
-from airflow_trainpipe.runtime.resume.checkpoint import MARKER, tag_for
+from airflow_trainpipe.runtime.resume.checkpoint import (
+    MARKER,
+    CheckpointError,
+    CompleteCheckpoint,
+    data_identity,
+    refuse_other_data,
+    tag_for,
+)
 from airflow_trainpipe.runtime.tracking import RUN_ID_FILE
 from tests.helpers.jobs import (
     EVERY_STEPS,
@@ -122,6 +131,29 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(
     # Step 19 is the epoch-end checkpoint just before the damaged one; the killed try had run
     # steps 20 to 30.
     _assert_resumed_bit_exact(resumed, interrupted.reference, resumed_from=19, recomputed=11)
+
+
+def test_the_run_id_on_other_data_is_refused_before_anything_is_trained_or_logged(
+    interrupted: Interrupted, tmp_path: Path
+) -> None:
+    """`trainpipe train --run-id d1 --ds <another day>` went on from day 1's checkpoint on day 2's
+    rows and wrote day 2's digest and spec into day 1's (registered) MLflow run."""
+    other_day = write_day((tmp_path / "data").as_uri(), date(2026, 1, 2), 1200, seed=9)
+    refused, run_dir = interrupted.resume(tmp_path / "run", nproc=1, files=other_day)
+    assert refused.code != 0 and refused.start is None and refused.result is None, refused.text[-3000:]
+    error = next(line for line in refused.text.splitlines() if '"event": "error"' in line)
+    assert f"run directory {run_dir} holds checkpoints of this run id trained on data files:" in error
+    assert '"retryable": false' in error
+    marker = json.loads((local_path(run_dir) / "checkpoints" / tag_for(20) / MARKER).read_text())
+    assert marker["data"] == data_identity(None, interrupted.files)
+
+
+def test_a_marker_without_its_data_is_resumed_as_it_is() -> None:
+    """Checkpoints saved before markers named their data resume on the data the job is given."""
+    old = CompleteCheckpoint("step_000000010", "file:///run/checkpoints/step_000000010", {"step": 10})
+    refuse_other_data(old, "sha256:abc", "file:///run")
+    with pytest.raises(CheckpointError, match="trained on data sha256:abc, and this job reads sha256:def"):
+        refuse_other_data(CompleteCheckpoint(old.tag, old.uri, {"data": "sha256:abc"}), "sha256:def", "x")
 
 
 @pytest.mark.parametrize("world_size", [1, 3])

@@ -88,6 +88,30 @@ def refuse_other_layout(checkpoint: CompleteCheckpoint, layout: str) -> None:
         raise error
 
 
+def data_identity(data_digest: str | None, data_files: list[str]) -> str:
+    """What a run trains on, as its checkpoints' markers record it: the snapshot's content digest,
+    or (files given without a snapshot) a digest of the file list."""
+    if data_digest is not None:
+        return data_digest
+    return "files:" + hashlib.sha256("\n".join(data_files).encode()).hexdigest()[:16]
+
+
+def refuse_other_data(checkpoint: CompleteCheckpoint, identity: str, run_dir: str) -> None:
+    """Before anything is built or logged: a checkpoint of the run saved while training on other
+    data (the same run id given another day, or a snapshot frozen again). Resuming would go on
+    with the old weights on the new rows and write the new data's lineage into the old run; a
+    marker from before the data was recorded is taken as it is."""
+    saved = checkpoint.marker.get("data")
+    if saved is not None and saved != identity:
+        error = CheckpointError(
+            f"run directory {run_dir} holds checkpoints of this run id trained on data {saved}, "
+            f"and this job reads {identity} (another --ds or snapshot, or the data was frozen again): "
+            "train under a new run id, or delete that directory to train this run afresh"
+        )
+        error.retryable = False  # a retry would meet the same checkpoint
+        raise error
+
+
 @dataclass(frozen=True)
 class CompleteCheckpoint:
     tag: str
