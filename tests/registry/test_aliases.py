@@ -93,8 +93,38 @@ def test_rollback_then_promote(registered, capsys: pytest.CaptureFixture[str]) -
     )
 
     assert trainpipe(["promote", name, "2", "--reason", "twice"]) == 0
-    assert capsys.readouterr().out == f"{name} version 2 is @champion already\n"
+    assert capsys.readouterr().out == f"{name} version 2 is @champion already: nothing moved\n"
     assert _state(hook, name)[0] == {"champion": "2", "previous_champion": "1"}
+    # The registry reads "02" as version 2: it is the champion already, not a version replacing
+    # itself (which made @previous_champion version 2 and lost the rollback target).
+    assert trainpipe(["promote", name, "02", "--reason", "padded"]) == 0
+    assert capsys.readouterr().out == f"{name} version 2 is @champion already: nothing moved\n"
+    assert _state(hook, name)[0] == {"champion": "2", "previous_champion": "1"}
+
+
+def test_another_alias_keeps_its_own_rollback_target(registered, capsys: pytest.CaptureFixture[str]) -> None:
+    """Moving @staging used to send the version it replaced to @previous_champion: the champion's
+    rollback then restored a version that was never the champion."""
+    hook, name = registered
+    assert trainpipe(["promote", name, "1", "--alias", "staging", "--reason", "try"]) == 0
+    assert capsys.readouterr().out == f"{name} version 1 is now @staging (no version held it before)\n"
+    assert trainpipe(["promote", name, "2", "--alias", "staging", "--reason", "try"]) == 0
+    assert capsys.readouterr().out == (
+        f"{name} version 2 is now @staging (was version 1), version 1 is @previous_staging\n"
+    )
+    assert _state(hook, name)[0] == {
+        "champion": "2",
+        "previous_champion": "1",
+        "staging": "2",
+        "previous_staging": "1",
+    }
+    assert (
+        trainpipe(
+            ["promote", name, "1", "--alias", "staging", "--previous-alias", "staging", "--reason", "x"]
+        )
+        == 1
+    )
+    assert "cannot go to @staging, the alias being moved" in capsys.readouterr().err
 
 
 def test_a_reason_is_required(capsys: pytest.CaptureFixture[str]) -> None:

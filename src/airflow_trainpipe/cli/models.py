@@ -20,6 +20,9 @@ def _move_alias(args: argparse.Namespace) -> int:
 
     hook = MlflowHook(args.conn_id)
     actor = args.by or getpass.getuser()
+    # Each alias keeps its own rollback target: moving @staging must not overwrite the version
+    # @champion would roll back to.
+    previous_alias = args.previous_alias or f"previous_{args.alias}"
 
     def load_online(version: str) -> None:  # as the register and promote tasks do, before moving
         from airflow_trainpipe.registry.online_features import load_version_online
@@ -30,17 +33,17 @@ def _move_alias(args: argparse.Namespace) -> int:
         if args.command == "promote":
             move = aliases.promote(
                 hook, args.model, args.version, actor=actor, reason=args.reason,
-                alias=args.alias, previous_alias=args.previous_alias, prepare=load_online,
+                alias=args.alias, previous_alias=previous_alias, prepare=load_online,
             )  # fmt: skip
         else:
             move = aliases.rollback(
                 hook, args.model, actor=actor, reason=args.reason,
-                alias=args.alias, previous_alias=args.previous_alias, prepare=load_online,
+                alias=args.alias, previous_alias=previous_alias, prepare=load_online,
             )  # fmt: skip
     except TrainpipeError as exc:
         print(f"trainpipe {args.command}: {exc}", file=sys.stderr)
         return 1
-    print(move.describe() + ("" if move.replaced or args.command == "rollback" else " already"))
+    print(move.describe())
     return 0
 
 
@@ -59,7 +62,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         command.add_argument("--by", help="who: recorded on the versions (default: the OS user)")
         command.add_argument("--alias", default="champion", help="the serving alias (default champion)")
         command.add_argument(
-            "--previous-alias", default="previous_champion", help="where the replaced version goes"
+            "--previous-alias",
+            help="the alias the replaced version goes to, and a rollback returns from "
+            "(default previous_<alias>: previous_champion for the champion)",
         )
         command.add_argument(
             "--conn-id", default="mlflow_default", help="Airflow connection of the MLflow server "

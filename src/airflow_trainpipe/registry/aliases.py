@@ -37,9 +37,16 @@ class AliasMove:
     previous_alias: str | None
     """Where `replaced` went: `previous_champion` after a promotion, nowhere after a rollback."""
 
+    already: bool = False
+    """`version` held `alias` before the move: nothing moved."""
+
     def describe(self) -> str:
+        if self.already:
+            return f"{self.model_name} version {self.version} is @{self.alias} already: nothing moved"
         if self.replaced is None:
-            return f"{self.model_name} version {self.version} is @{self.alias}"
+            return (
+                f"{self.model_name} version {self.version} is now @{self.alias} (no version held it before)"
+            )
         where = f", version {self.replaced} is @{self.previous_alias}" if self.previous_alias else ""
         return f"{self.model_name} version {self.version} is now @{self.alias} (was version {self.replaced}){where}"
 
@@ -63,10 +70,13 @@ def promote(
 ) -> AliasMove:
     """Make `version` the `alias` holder; the version it replaces gets `previous_alias`.
     `prepare(version)` runs first (loading its online features): if it raises, nothing moves."""
-    _require_version(hook, model_name, version)
+    if previous_alias == alias:
+        raise RegistryError(f"the replaced version cannot go to @{alias}, the alias being moved")
+    # The registry's own spelling: it reads "03" as version 3, and the holder check compares text.
+    version = _require_version(hook, model_name, version)
     holder = hook.call(current_champion, model_name, alias)
     if holder is not None and holder[0] == version:
-        return AliasMove(model_name, alias, version, None, None)
+        return AliasMove(model_name, alias, version, None, None, already=True)
     if prepare is not None:
         prepare(version)
     replaced = hook.move_alias(model_name, alias, version, previous_alias, holder[0] if holder else None)
@@ -108,14 +118,15 @@ def release_alias(hook: MlflowHook, model_name: str, alias: str, version: str) -
         hook.remove_alias(model_name, alias)
 
 
-def _require_version(hook: MlflowHook, model_name: str, version: str) -> None:
+def _require_version(hook: MlflowHook, model_name: str, version: str) -> str:
+    """`version` as the registry spells it; RegistryError when the model has no such version."""
     from mlflow.exceptions import MlflowException
 
     from airflow_trainpipe.registry.reads import RegistryUnavailable, is_not_found
 
     with hook.activated():
         try:
-            hook.get_conn().get_model_version(model_name, version)
+            return str(hook.get_conn().get_model_version(model_name, version).version)
         except MlflowException as exc:
             if is_not_found(exc):
                 raise RegistryError(f"{model_name} has no version {version}") from exc
