@@ -47,8 +47,9 @@ def _age(manifest: Manifest, store: Path, pipeline: str, when: float) -> None:
     os.utime(use, (when, when))
 
 
-def _register(name: str, digest: str) -> None:
-    """A registered version trained on `digest`, on the embedded MLflow store."""
+def _register(name: str, digest: str, by_hand: bool = False) -> None:
+    """A registered version trained on `digest`, on the embedded MLflow store. `by_hand`: as a
+    person registers a run (a hotfix): the digest is on the run only, not copied to the version."""
     from mlflow import MlflowClient
 
     from airflow_trainpipe.core.tracking_store import default_tracking_uri
@@ -59,7 +60,7 @@ def _register(name: str, digest: str) -> None:
     client.set_terminated(run.info.run_id)
     client.create_registered_model(name)
     client.create_model_version(
-        name, "file:///nowhere", run.info.run_id, tags={"trainpipe.data_digest": digest}
+        name, "file:///nowhere", run.info.run_id, tags=None if by_hand else {"trainpipe.data_digest": digest}
     )
 
 
@@ -67,9 +68,16 @@ def _files(manifest: Manifest) -> list[Path]:
     return [local_path(f.uri) for f in manifest.files]
 
 
+@pytest.mark.parametrize("by_hand", [False, True], ids=["registered_by_the_task", "registered_by_hand"])
 def test_gc_keeps_what_versions_runs_and_recent_uses_read_and_deletes_only_when_told(
-    warehouse_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    warehouse_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    by_hand: bool,
 ) -> None:
+    """A version registered by hand has its data digest on its run alone: gc deleted the data of
+    a hotfix version that `trainpipe promote` had made the champion."""
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", warehouse_url)
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AIRFLOW_CONN_MLFLOW_DEFAULT", raising=False)
@@ -78,7 +86,7 @@ def test_gc_keeps_what_versions_runs_and_recent_uses_read_and_deletes_only_when_
     registered = snapshot_for_date(load_config(a), "2026-02-03")  # window 02-02 .. 02-03
     unreferenced = snapshot_for_date(load_config(a), "2026-02-05")
     recent = snapshot_for_date(load_config(b), "2026-02-07")  # b's: gc is given only a's config
-    _register("pipeline_a", registered.digest)
+    _register("pipeline_a", registered.digest, by_hand)
     for manifest, pipeline in ((registered, "pipeline_a"), (unreferenced, "pipeline_a")):
         _age(manifest, store, pipeline, OLD)
     (store / "sha256" / "00").mkdir(parents=True)

@@ -4,7 +4,7 @@ The store records each use of a snapshot (`<store>/uses/<pipeline>/<digest>.json
 on every run that freezes it), so gc sees every pipeline that shares the store, not only the
 configs it was given. A snapshot is kept when:
 - a registered version of a pipeline that used it was trained on it (its `trainpipe.data_digest`
-  tag): the model must stay reproducible;
+  tag, or its run's for a version registered by hand): the model must stay reproducible;
 - an MLflow run of such a pipeline younger than the retention age trained on it;
 - it was used within the retention age (a run between validation and training has no MLflow
   run yet).
@@ -121,11 +121,34 @@ def _registered(client: Any, model: str) -> dict[str, str]:
         raise RegistryUnavailable(f"cannot list the versions of {model}: {exc.message}") from exc
     except Exception as exc:  # a server that does not answer at all
         raise RegistryUnavailable(f"cannot list the versions of {model}: {exc}") from exc
-    return {
-        v.tags[DATA_DIGEST_TAG]: f"{model} version {v.version}"
-        for v in versions
-        if (v.tags or {}).get(DATA_DIGEST_TAG)
-    }
+    kept = {}
+    for version in versions:
+        digest = (version.tags or {}).get(DATA_DIGEST_TAG) or _run_digest(client, model, version)
+        if digest:
+            kept[digest] = f"{model} version {version.version}"
+    return kept
+
+
+def _run_digest(client: Any, model: str, version: Any) -> str | None:
+    """The data digest of the run a version was registered from: the register task copies it
+    onto the version, a version registered by hand (a hotfix, later promoted) has it on its run
+    alone. None: the run recorded none, or it no longer exists."""
+    from mlflow.exceptions import MlflowException
+
+    from airflow_trainpipe.registry.reads import is_not_found
+
+    if not version.run_id:
+        return None
+    try:
+        return client.get_run(version.run_id).data.tags.get(DATA_DIGEST_TAG)
+    except MlflowException as exc:
+        if is_not_found(exc):
+            return None
+        raise RegistryUnavailable(
+            f"cannot read the run of {model} version {version.version}: {exc.message}"
+        ) from exc
+    except Exception as exc:
+        raise RegistryUnavailable(f"cannot read the run of {model} version {version.version}: {exc}") from exc
 
 
 def _recent_runs(client: Any, pipeline: str, younger_than: timedelta, now: float) -> dict[str, str]:
