@@ -95,8 +95,62 @@ def test_train_from_an_unknown_snapshot_exits_1(tmp_path: Path, capsys: pytest.C
         .read_text()
         .replace("uri: data/card_transactions", f"uri: {tmp_path.as_uri()}")
     )
-    assert main(["train", str(config), "--run-id", "x", "--snapshot", "sha256:0123"]) == 1
-    assert f"no snapshot with digest sha256:0123 under {tmp_path.as_uri()}" in capsys.readouterr().err
+    digest = "0123" * 16
+    assert main(["train", str(config), "--run-id", "x", "--snapshot", f"sha256:{digest}"]) == 1
+    assert f"no snapshot with digest sha256:{digest} under {tmp_path.as_uri()}" in capsys.readouterr().err
+    # The digest as some tools print it, without its prefix, is the same snapshot (it was taken
+    # for a manifest altered after validation).
+    assert main(["train", str(config), "--run-id", "x", "--snapshot", digest.upper()]) == 1
+    assert f"no snapshot with digest sha256:{digest} under {tmp_path.as_uri()}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["train", "c.yaml", "--run-id", "x", "--ds", "2026-13-45"],
+            "argument --ds: '2026-13-45' is not a day",
+        ),
+        (["tune", "c.yaml", "--ds", "yesterday"], "argument --ds: 'yesterday' is not a day (YYYY-MM-DD)"),
+        (["render", "c.yaml", "--ds", "2026-02-30"], "argument --ds: '2026-02-30' is not a day"),
+        (
+            ["train", "c.yaml", "--run-id", "x", "--nproc", "-1"],
+            "argument --nproc: '-1' is not an integer of at least 1",
+        ),
+        (
+            ["reproduce", "m@champion", "--nproc", "-1"],
+            "argument --nproc: '-1' is not an integer of at least 0",
+        ),
+        (["train", "c.yaml", "--run-id", "x", "--snapshot", "6cc8"], "'6cc8' is not a snapshot digest"),
+        (["make-data", "--out", "d", "--days", "0"], "argument --days: '0' is not an integer of at least 1"),
+        (
+            ["make-data", "--out", "d", "--rows", "-5"],
+            "argument --rows: '-5' is not an integer of at least 1",
+        ),
+    ],
+)
+def test_a_mistyped_argument_is_a_usage_error_not_a_traceback(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["promote", "m", "1", "--reason", "x", "--conn-id", "nope"],
+        ["rollback", "m", "--reason", "x", "--conn-id", "nope"],
+        ["snapshots", "gc", str(EXAMPLE_CONFIGS), "--conn-id", "nope"],
+    ],
+)
+def test_a_connection_that_is_not_defined_is_named_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainpipe {argv[0]}: ") and "nope" in err and "Traceback" not in err
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ reproduce), snapshots (snapshots gc), canary (canary-replay), pools. Each subcom
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 
@@ -38,4 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except Exception as exc:
+        # A --conn-id that names no Airflow connection is the user's to fix, not a traceback
+        # (matched by name: the CLI does not import Airflow for commands that do not need it).
+        if type(exc).__name__ != "AirflowNotFoundException":
+            raise
+        print(f"trainpipe {args.command}: {exc}", file=sys.stderr)
+        return 1

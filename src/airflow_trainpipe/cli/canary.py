@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from airflow_trainpipe.cli.common import failed, today
+from airflow_trainpipe.cli.common import at_least, failed, iso_day, today
 
 if TYPE_CHECKING:
     from airflow_trainpipe.config import PipelineConfig
@@ -20,9 +20,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "answers and the classes they named (predicted_label)",
     )
     replay.add_argument("config", help="the pipeline's YAML config (its canary.backend must be local)")
-    replay.add_argument("--ds", default=today(), help="the day whose rows are sent (default: today, UTC)")
+    replay.add_argument(
+        "--ds", type=iso_day, default=today(), help="the day whose rows are sent (default: today, UTC)"
+    )
     replay.add_argument("--per-second", type=float, default=20.0, help="requests a second, per canary")
-    replay.add_argument("--rows", type=int, default=5000, help="at most this many rows, sent in turn")
+    replay.add_argument("--rows", type=at_least(1), default=5000, help="at most this many rows, sent in turn")
     replay.set_defaults(handler=_replay)
 
 

@@ -65,6 +65,46 @@ def stdout_log() -> logging.Logger:
     return log
 
 
+def iso_day(text: str) -> str:
+    """An argparse type: a calendar day as YYYY-MM-DD (what renders data.partition)."""
+    import argparse
+    from datetime import date
+
+    try:
+        return date.fromisoformat(text.strip()).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a day (YYYY-MM-DD)") from None
+
+
+def at_least(lowest: int) -> Any:
+    """An argparse type: an integer of at least `lowest`."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lowest - 1
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer of at least {lowest}")
+        return value
+
+    return parse
+
+
+def snapshot_digest(text: str) -> str:
+    """An argparse type: a snapshot's digest, `sha256:` and 64 hex digits (the prefix may be left
+    out, as some tools show a digest without it)."""
+    import argparse
+    import re
+
+    digest = text.strip().lower()
+    digest = digest if digest.startswith("sha256:") else f"sha256:{digest}"
+    if re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a snapshot digest (sha256: and 64 hex digits)")
+    return digest
+
+
 def today() -> str:
     from datetime import datetime
 

@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC
 
-from airflow_trainpipe.cli.common import run_job, stdout_log
+from airflow_trainpipe.cli.common import at_least, run_job, stdout_log
 
 
 def _move_alias(args: argparse.Namespace) -> int:
@@ -79,7 +79,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     reproduce.add_argument(
         "reference", metavar="MODEL@ALIAS|MODEL/VERSION", help="e.g. fraud_detector@champion"
     )
-    reproduce.add_argument("--nproc", type=int, help="processes (default: the original run's world size)")
+    reproduce.add_argument(
+        "--nproc", type=at_least(0), help="processes (default or 0: the original run's world size)"
+    )
     reproduce.add_argument(
         "--conn-id", default="mlflow_default", help="Airflow connection of the MLflow server"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from airflow_trainpipe.cli.common import failed, today
+from airflow_trainpipe.cli.common import at_least, failed, iso_day, today
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -99,10 +99,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--service-account", help="--task canary: the predictor's service account (storage credentials)"
     )
     render.add_argument(
-        "--ds", default=today(), help="date of the sample run (renders data.partition; default: today, UTC)"
+        "--ds",
+        type=iso_day,
+        default=today(),
+        help="date of the sample run (renders data.partition; default: today, UTC)",
     )
     render.add_argument("--run-id", help="run id (default: scheduled__<ds>T00:00:00+00:00)")
-    render.add_argument("--try-number", type=int, default=1, help="try whose names and labels to render")
+    render.add_argument(
+        "--try-number", type=at_least(1), default=1, help="try whose names and labels to render"
+    )
     render.add_argument(
         "--data", nargs="+", metavar="URI", help="data files (default: a sample file of the partition)"
     )

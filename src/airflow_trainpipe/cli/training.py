@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from airflow_trainpipe.cli.common import CLI_TAGS, failed, run_job, today
+from airflow_trainpipe.cli.common import CLI_TAGS, at_least, failed, iso_day, run_job, snapshot_digest, today
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -83,9 +83,11 @@ def _add_train(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     train.add_argument(
         "--run-id", required=True, help="run id: the same id resumes from that run's checkpoints"
     )
-    train.add_argument("--nproc", type=int, help="processes (default: training.resources)")
-    train.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
-    train.add_argument("--ds", default=today(), help="date that renders data.partition (default: today, UTC)")
+    train.add_argument("--nproc", type=at_least(1), help="processes (default: training.resources)")
+    train.add_argument("--max-steps", type=at_least(1), help="stop after this many optimizer steps")
+    train.add_argument(
+        "--ds", type=iso_day, default=today(), help="date that renders data.partition (default: today, UTC)"
+    )
     source = train.add_mutually_exclusive_group()
     source.add_argument(
         "--data", nargs="+", metavar="URI", help="train on these files instead of the partition"
@@ -93,6 +95,7 @@ def _add_train(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     source.add_argument(
         "--snapshot",
         metavar="DIGEST",
+        type=snapshot_digest,
         help="train on the files of a stored snapshot (sha256:...), e.g. to reproduce a model from its data digest tag",
     )
     train.add_argument("-v", "--verbose", action="store_true", help="also print the job's raw output")
@@ -105,17 +108,21 @@ def _add_tune(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="run a pipeline's Optuna study locally (no Airflow needed); the last line is a JSON summary",
     )
     tune.add_argument("config", help="pipeline config file with a `tuning` section")
-    tune.add_argument("--ds", default=today(), help="date that renders data.partition (default: today, UTC)")
+    tune.add_argument(
+        "--ds", type=iso_day, default=today(), help="date that renders data.partition (default: today, UTC)"
+    )
     tune.add_argument(
         "--run-id", help="names the study and its run directories (default tune-<ds>); the same id resumes it"
     )
     tune.add_argument(
         "--storage", help="Optuna storage URL (default: an SQLite file under TRAINPIPE_HOME/optuna)"
     )
-    tune.add_argument("--nproc", type=int, help="processes per trial (default: tuning.nproc_per_trial)")
+    tune.add_argument(
+        "--nproc", type=at_least(1), help="processes per trial (default: tuning.nproc_per_trial)"
+    )
     tune.add_argument(
         "--max-parallel",
-        type=int,
+        type=at_least(1),
         help="trials at once, each its own job (default: tuning.budget.max_parallel)",
     )
     tune.add_argument("-v", "--verbose", action="store_true", help="also print each job's progress")
