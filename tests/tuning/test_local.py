@@ -113,6 +113,14 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path: Path
     started = [line for line in output.splitlines() if line.startswith("training started")]
     resumed = re.search(r"resuming from step (\d+) \(0 step\(s\) to recompute\)", started[0])
     assert resumed is not None and int(resumed.group(1)) >= 15, started
+    # The rerun says so of the trial it read back, and Optuna's INFO line for each opening of
+    # the study stays out of the output.
+    assert re.search(
+        r"^trial 0 \(slot 0\): \w+ \[.*\] \{.*\} \(ended in an earlier run of this study: not trained again\)$",
+        output,
+        re.MULTILINE,
+    ), output[-4000:]
+    assert "Using an existing study" not in output
     assert set(summary) == {
         "trials", "pruned", "best", "baseline", "direction", "compute_hours", "full_budget_compute_hours",
         "startup_compute_hours", "wall_s",

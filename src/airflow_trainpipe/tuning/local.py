@@ -140,7 +140,8 @@ def _trial(
         return
     tag_trial_run(client, outcome)
     rungs = ", ".join(f"{r.value:.4f}@{r.resource}" for r in outcome.rungs)
-    printer(f"trial {outcome.number} (slot {slot}): {outcome.state} [{rungs}] {outcome.params}")
+    earlier = " (ended in an earlier run of this study: not trained again)" if outcome.ended_earlier else ""
+    printer(f"trial {outcome.number} (slot {slot}): {outcome.state} [{rungs}] {outcome.params}{earlier}")
 
 
 def _baseline(

@@ -48,6 +48,9 @@ class TrialOutcome(Payload):
     run_dir: str | None
     result: TrainResult | None = None
     """The full-budget rung's TrainResult (complete trials): the gate's candidate if it is the best."""
+    ended_earlier: bool = False
+    """Read back from the study: the trial had ended in an earlier run of the slot (a resumed
+    study), and was not trained again."""
 
 
 class TuningSummary(Payload):

@@ -8,6 +8,7 @@ same study, and the trials it finished stay finished.
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from airflow_trainpipe.config import PipelineConfig
@@ -56,6 +57,12 @@ def open_study(config: PipelineConfig, name: str, url: str) -> optuna.Study:
     from sqlalchemy.exc import SQLAlchemyError
 
     tuning = _tuning(config)
+    # Optuna says "Using an existing study ... instead of creating a new one" at INFO on every
+    # open, and every trial opens the study: a line per trial in `trainpipe tune` and each trial
+    # task's log. Its warnings still show.
+    opening = logging.getLogger("optuna.study.study")
+    level = opening.level
+    opening.setLevel(max(level, logging.WARNING))
     try:
         storage = rdb_storage(url)
         study = optuna.create_study(
@@ -73,6 +80,8 @@ def open_study(config: PipelineConfig, name: str, url: str) -> optuna.Study:
         error = TuningError(f"cannot open the Optuna study {name!r}: {type(exc).__name__}: {exc}")
         error.retryable = True  # a database that is down or busy can come back
         raise error from exc
+    finally:
+        opening.setLevel(level)
 
 
 def _tuning(config: PipelineConfig) -> TuningSection:

@@ -62,7 +62,7 @@ def run_trial(
             existing.number,
             existing.state.name,
         )
-        return stored_outcome(existing)
+        return stored_outcome(existing).model_copy(update={"ended_earlier": True})
     if existing is None:
         spent = spent_compute_hours(study)
         budget = config.tuning.budget.max_compute_hours
