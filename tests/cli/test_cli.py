@@ -284,3 +284,21 @@ def test_make_encoder_writes_a_directory_training_pretrained_accepts(
         == 2
     )
     assert "trainpipe make-encoder: no Parquet files under" in capsys.readouterr().err
+    # Written again from the same rows, the directory is the same bytes: a run that pinned it
+    # resumes (WordPieceTrainer gave another tokenizer.json every time).
+    again = tmp_path / "again"
+    argv = ["make-encoder", "--data", str(data), "--columns", "subject", "body", "--vocab-size", "300"]
+    assert main([*argv, "--out", str(again)]) == 0
+    for name in ("tokenizer.json", "config.json", "model.safetensors"):
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    capsys.readouterr()
+    for mistake, message in (
+        (["--columns", "subject", "bodyy"], "lacks column(s) bodyy"),
+        (["--columns", "message_length"], "column 'message_length' holds int64, not text"),
+        (
+            ["--columns", "body", "--hidden-size", "30", "--heads", "4"],
+            "--hidden-size 30 is not a multiple of --heads 4",
+        ),
+    ):
+        assert main(["make-encoder", "--data", str(data), "--out", str(tmp_path / "x"), *mistake]) == 2
+        assert "trainpipe make-encoder: " in (err := capsys.readouterr().err) and message in err, err

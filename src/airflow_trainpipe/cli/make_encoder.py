@@ -9,14 +9,22 @@ import argparse
 import sys
 from pathlib import Path
 
+from airflow_trainpipe.cli.common import at_least
+
 
 def _make_encoder(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     from airflow_trainpipe.core.storage import resolve
     from airflow_trainpipe.examples.encoder_directory import save_encoder_directory
-    from airflow_trainpipe.runtime.data.reader import read_table
+    from airflow_trainpipe.runtime.data.reader import DataError, read_table
 
+    if args.hidden_size % args.heads:
+        print(
+            f"trainpipe make-encoder: --hidden-size {args.hidden_size} is not a multiple of --heads {args.heads}",
+            file=sys.stderr,
+        )
+        return 2
     uri = resolve(args.data if "://" in args.data else Path(args.data).resolve().as_uri())
     try:
         from fsspec.core import url_to_fs
@@ -28,7 +36,11 @@ def _make_encoder(args: argparse.Namespace) -> int:
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         uris = [f"{protocol}://{f}" if protocol != "file" else Path(f).as_uri() for f in files]
         table = read_table(uris, "parquet", args.columns)
-    except (ValueError, KeyError, pa.ArrowInvalid) as exc:
+        for column in args.columns:
+            kind = table.schema.field(column).type
+            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                raise ValueError(f"column {column!r} holds {kind}, not text")
+    except (ValueError, KeyError, pa.ArrowInvalid, DataError) as exc:
         print(f"trainpipe make-encoder: {exc}", file=sys.stderr)
         return 2
     texts = [
@@ -63,12 +75,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--out", required=True, help="the directory to write (config.json, model.safetensors, ...)"
     )
-    parser.add_argument("--vocab-size", type=int, default=2000, help="WordPiece vocabulary (default 2000)")
-    parser.add_argument("--hidden-size", type=int, default=64, help="encoder width (default 64)")
-    parser.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
-    parser.add_argument("--heads", type=int, default=2, help="attention heads (default 2)")
     parser.add_argument(
-        "--max-positions", type=int, default=512, help="positions the encoder reads (default 512)"
+        "--vocab-size", type=at_least(1), default=2000, help="WordPiece vocabulary (default 2000)"
+    )
+    parser.add_argument("--hidden-size", type=at_least(1), default=64, help="encoder width (default 64)")
+    parser.add_argument("--layers", type=at_least(1), default=2, help="transformer layers (default 2)")
+    parser.add_argument("--heads", type=at_least(1), default=2, help="attention heads (default 2)")
+    parser.add_argument(
+        "--max-positions", type=at_least(1), default=512, help="positions the encoder reads (default 512)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     parser.set_defaults(handler=_make_encoder)

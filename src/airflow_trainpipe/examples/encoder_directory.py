@@ -32,14 +32,28 @@ def save_encoder_directory(
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import AutoModel, BertConfig, DistilBertConfig, PreTrainedTokenizerFast
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.train_from_iterator(
-        list(texts),
-        trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False),
+    from airflow_trainpipe.runtime.data.text import SPECIAL_TOKENS, as_wordpiece
+
+    # The run's own WordPiece fit (runtime/data/text.py), not WordPieceTrainer, which numbers
+    # pieces in hash-map order: the same texts gave another tokenizer.json at every call, and a
+    # directory written again under a run's pin no longer matched it.
+    texts = list(texts)
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    alphabet = sorted({c for c in normalizer.normalize_str("\n".join(texts)) if not c.isspace()})
+    fitted = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+    fitted.normalizer = normalizer
+    fitted.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    fitted.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in alphabet)],
+            initial_alphabet=alphabet,
+            continuing_subword_prefix="##",
+            show_progress=False,
+        ),
     )
+    tokenizer = as_wordpiece(fitted)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
