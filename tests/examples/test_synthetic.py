@@ -41,6 +41,11 @@ def test_each_problem_changes_what_it_names(tmp_path: Path) -> None:
     renamed = _day(tmp_path / "rename", "rename:amount:amt")
     assert "amt" in renamed.column_names and "amount" not in renamed.column_names
     assert str(_day(tmp_path / "dtype", "dtype:hour").schema.field("hour").type) == "string"
+    # A column of strings arrives as numbers (a cast to string left it as it was, said injected).
+    lengths = _day(tmp_path / "dtype_text", "dtype:channel")["channel"]
+    assert str(lengths.type) == "int64" and lengths.to_pylist()[:3] == [
+        len(c) for c in clean["channel"].to_pylist()[:3]
+    ]
     assert _day(tmp_path / "nulls", "nulls:amount:0.3")["amount"].null_count == pytest.approx(600, rel=0.15)
     assert (_day(tmp_path / "range", "out_of_range:hour:99")["hour"].to_numpy() == 99).sum() > 50
     assert _day(tmp_path / "volume", "volume:0.25").num_rows == 500

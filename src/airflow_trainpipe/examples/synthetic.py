@@ -163,6 +163,10 @@ def inject(table: pa.Table, problem: Problem, rng: np.random.Generator) -> pa.Ta
     if kind == "rename":
         return table.rename_columns([args[1] if c == name else c for c in table.column_names])
     if kind == "dtype":
+        # The upstream type change a schema check must catch: numbers arrive as strings, and a
+        # column of strings (a text or category column) as numbers, here each string's length.
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            return _replace(table, name, pc.utf8_length(column).cast(pa.int64()))
         return _replace(table, name, column.cast(pa.string()))
     mask = rng.random(table.num_rows) < (float(args[1]) if kind == "nulls" and len(args) > 1 else 0.05)
     if kind == "nulls":
