@@ -19,6 +19,7 @@ from airflow_trainpipe.config.data import (
 from airflow_trainpipe.config.evaluation import EvaluationSection, scoring_problems
 from airflow_trainpipe.config.features import FeaturesSection, transform_column_problems
 from airflow_trainpipe.config.gate import GateSection, gate_metric_problems, slice_guardrail_problems
+from airflow_trainpipe.config.model_args import model_args_problems
 from airflow_trainpipe.config.notify import NotifySection, deadline_alert_problems
 from airflow_trainpipe.config.register import RegisterSection
 from airflow_trainpipe.config.schedule import ScheduleSection
@@ -136,6 +137,11 @@ class PipelineConfig(Section):
                 *drift_threshold_problems(self.validation.drift, columns),
                 *text_problems(columns.text, [*columns.numeric, *columns.categorical], self.features.text),
                 *text_model_problems(training, columns.text, self.features.text),
+                *model_args_problems(
+                    training.model,
+                    training.hyperparameters.model_args,
+                    ("training", "hyperparameters", "model_args"),
+                ),
                 *contract_coverage_problems(self.validation.contract, data),
                 *pod_reach_problems(data, self.snapshots, training, self.tuning),
                 *holdout_key_problems(data),
@@ -146,7 +152,7 @@ class PipelineConfig(Section):
                 *slice_guardrail_problems(self.gate, task, self.evaluation),
                 *deadline_alert_problems(self.schedule, self.notify),
                 *objective_problems(self.tuning, training, self.gate.metric),
-                *search_space_problems(self.tuning, training.hyperparameters),
+                *search_space_problems(self.tuning, training),
                 *canary_fit_problems(self.canary, self.registration, task),
             ]
         )

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
+from airflow_trainpipe.config.model_args import ENCODER_SHAPE_ARGS
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import TrainingSection
 from airflow_trainpipe.config.types import ColumnName
@@ -22,14 +23,6 @@ from airflow_trainpipe.config.types import ColumnName
 TOKENIZER_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "lowercase", "normalization", "max_length")
 """What a paired column takes from the column it pairs with."""
 
-ENCODER_SHAPE_ARGS = (
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-)
-"""`text_encoder` arguments that a pretrained directory's config.json decides."""
 
 MAX_CHARS_PER_TOKEN = 128
 """Text past `max_length x 128` characters is never read: no token of it could fit (a WordPiece

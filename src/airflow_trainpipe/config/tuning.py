@@ -15,6 +15,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_v
 
 from airflow_trainpipe.config.base import FieldProblems, Section
 from airflow_trainpipe.config.catalog import METRICS
+from airflow_trainpipe.config.model_args import ENCODER_SHAPE_ARGS, model_args_problems
 from airflow_trainpipe.config.suggest import did_you_mean
 from airflow_trainpipe.config.training import Hyperparameters, Scalar, TrainingSection
 from airflow_trainpipe.config.types import PoolName
@@ -242,10 +243,12 @@ def objective_problems(
     return problems
 
 
-def search_space_problems(tuning: TuningSection | None, hp: Hyperparameters) -> FieldProblems:
-    """Every name is tunable, and every bound and choice is a valid value of its hyperparameter."""
+def search_space_problems(tuning: TuningSection | None, training: TrainingSection) -> FieldProblems:
+    """Every name is tunable, and every bound and choice is a valid value of its hyperparameter
+    (a built-in model's argument: one its builder takes, and a pretrained directory does not fix)."""
     if tuning is None:
         return []
+    hp = training.hyperparameters
     problems: FieldProblems = []
     for name, dimension in tuning.space.items():
         where = ("tuning", "space", name)
@@ -263,8 +266,27 @@ def search_space_problems(tuning: TuningSection | None, hp: Hyperparameters) -> 
         values = dimension.choices if dimension.type == "categorical" else [dimension.low, dimension.high]
         for value in values:
             try:
-                hp.with_overrides(hyperparameter_overrides(hp.model_args, {name: value}))
+                tried = hp.with_overrides(hyperparameter_overrides(hp.model_args, {name: value}))
             except ValidationError as exc:
                 problems.append((where, f"{value!r} is not a valid {name}: {exc.errors()[0]['msg']}"))
                 break
+            if refused := _model_arg_problem(training, tried.model_args, name):
+                problems.append((where, refused))
+                break
     return problems
+
+
+def _model_arg_problem(training: TrainingSection, args: dict[str, Any], name: str) -> str | None:
+    """Why the model would refuse a trial's `model_args` (`args`, with the search space's `name`
+    set to one of its values); None: it would not."""
+    if not name.startswith(MODEL_ARGS_PREFIX):
+        return None
+    argument = name.removeprefix(MODEL_ARGS_PREFIX)
+    if training.pretrained is not None and argument in ENCODER_SHAPE_ARGS:
+        # Each trial would train the directory's own shape and report the value as if it mattered.
+        return (
+            f"comes from the pretrained directory's config.json ({training.pretrained}): it cannot be tuned"
+        )
+    for _, message in model_args_problems(training.model, args, ()):
+        return message  # each names the value it refuses
+    return None
