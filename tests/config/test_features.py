@@ -146,3 +146,22 @@ def test_transform_problems_are_located_under_their_column() -> None:
 def test_transforms_have_no_expression_field() -> None:
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         NumericTransform.model_validate({"expression": "x * 2"})
+
+
+def test_a_paired_column_is_held_to_its_partners_max_length_not_the_default() -> None:
+    """`body: {pair_with: subject}` has no max_length of its own (setting one is refused), yet its
+    default 128 was held to the encoder's positions: an encoder of fewer than 128 could not pair."""
+    from airflow_trainpipe.config import parse_config
+    from airflow_trainpipe.config.text import TextTransform, longest_input
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    text = (EXAMPLE_CONFIGS / "support_tickets.yaml").read_text()
+    assert "subject: {tokenizer: wordpiece, vocab_size: 800, max_length: 96}" in text
+    config = parse_config(
+        text.replace(
+            "model_args: {hidden_size: 64,", "model_args: {max_position_embeddings: 96, hidden_size: 64,"
+        )
+    )
+    assert longest_input(config.data.features.text, config.features.text) == 96
+    transforms = {"subject": TextTransform(max_length=96), "body": TextTransform(pair_with="subject")}
+    assert longest_input(["subject", "body", "notes"], transforms) == 128  # notes: an input of its own

@@ -132,6 +132,15 @@ def _pairing_problems(
     return []
 
 
+def longest_input(text_columns: list[str], transforms: dict[str, TextTransform]) -> int:
+    """The most tokens a row of any text input holds: each input's first column's max_length (a
+    paired second column is cut to its partner's, and has none of its own)."""
+    return max(
+        (transforms.get(name) or TextTransform()).max_length
+        for name, _ in text_inputs(text_columns, transforms)
+    )
+
+
 def text_inputs(text_columns: list[str], transforms: dict[str, TextTransform]) -> list[tuple[str, list[str]]]:
     """The model's text inputs, in `data.features.text` order: (name, its columns), a paired
     column as the second column of its partner's input."""
@@ -163,7 +172,8 @@ def text_model_problems(
         return problems + pretrained_encoder_problems(training, text_columns, transforms)
     if model == "text_encoder":
         positions = training.hyperparameters.model_args.get("max_position_embeddings", 512)
-        for name in text_columns:
+        # Per input: a paired column's segment is cut to its partner's max_length, its own unset.
+        for name, _ in text_inputs(text_columns, transforms):
             length = (transforms.get(name) or TextTransform()).max_length
             if isinstance(positions, int) and length > positions:
                 problems.append(

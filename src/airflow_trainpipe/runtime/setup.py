@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from airflow_trainpipe.config.catalog import METRICS
 from airflow_trainpipe.config.speed import SpeedLevers, SpeedSection
+from airflow_trainpipe.config.text import longest_input
 from airflow_trainpipe.contracts.events import emit
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.exceptions import TrainpipeError
@@ -328,9 +329,7 @@ class JobSetup:
 
         def pin_and_check() -> dict[str, Any]:
             path, pin = pinned_directory(uri, self.spec.pin_dir, self.spec.pretrained)
-            longest = max(
-                self.config.features.text_transform(n).max_length for n in self.config.data.features.text
-            )
+            longest = longest_input(self.config.data.features.text, self.config.features.text)
             PretrainedDirectory(path, pin.source, pin.sha256).check(longest)
             return pin.model_dump(mode="json")
 
