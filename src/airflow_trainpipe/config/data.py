@@ -139,7 +139,8 @@ class WindowSection(Section):
 
     min_partitions: PositiveInt | None = None
     """Partitions that must exist for the run to train (the run's own always must); default: all.
-    A run short of it fails naming the missing partitions."""
+    A run short of it fails naming the missing partitions. A `files` source's: a `sql`, `delta` or
+    `iceberg` source reads the window's rows at once, whatever partitions they fall in."""
 
     @model_validator(mode="after")
     def _minimum_fits(self) -> WindowSection:
@@ -285,6 +286,16 @@ class DataSection(Section):
         if self.wait.marker is not None:
             problems.append(
                 (("wait", "marker"), f"{a_kind} source has no marker file; wait for rows with min_rows")
+            )
+        if self.window is not None and self.window.min_partitions is not None:
+            # It was accepted and never checked: a window missing days trained on the rest.
+            problems.append(
+                (
+                    ("window", "min_partitions"),
+                    f"{a_kind} source reads the window's rows at once, not partition by partition, so "
+                    "missing partitions cannot be counted; remove it (wait.min_rows is the rows the "
+                    "run's own partition must have)",
+                )
             )
         field_problems(problems)
         return self
