@@ -71,6 +71,22 @@ def test_a_difference_is_marked_and_explained() -> None:
     assert f"library versions: torch 2.0.0 -> {now['torch']}" in comparison.causes
 
 
+def test_a_spec_that_no_longer_loads_or_data_that_is_gone_is_said_before_any_job(tmp_path: Path) -> None:
+    """A spec.json of another version was a pydantic traceback; a deleted snapshot file a job
+    that failed on a bare 'No such file or directory'."""
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
+    from airflow_trainpipe.registry.reproduce import reproduction_spec
+    from tests.helpers.jobs import job_config
+
+    with pytest.raises(RegistryError, match=r"m version 3's logged spec.json does not load in this version"):
+        reproduction_spec(Logged("m", "3", "run", {"config": {}, "run_id": 7}, RESULT, {}), "again")
+    gone = (tmp_path / "part-00000.parquet").as_uri()
+    spec = TrainSpec(config=job_config(tmp_path), run_id="first", data_files=[gone])
+    logged = Logged("m", "3", "run", json.loads(spec.to_json()), RESULT, {})
+    with pytest.raises(RegistryError, match=rf"m version 3 trained on {gone}, which no longer exists"):
+        reproduction_spec(logged, "again")
+
+
 @pytest.mark.slow
 def test_a_registered_version_trains_again_into_the_same_model(
     tmp_path_factory: pytest.TempPathFactory,

@@ -77,8 +77,14 @@ def logged_version(hook: MlflowHook, reference: str) -> Logged:
                 )
             except (MlflowException, OSError) as exc:
                 raise RegistryError(
-                    f"{name} version {found.version}'s run {run.info.run_id} has no {artifact} "
-                    "(trained before runs logged what reproducing needs): it cannot be reproduced"
+                    f"{name} version {found.version}'s run {run.info.run_id} has no {artifact} (deleted "
+                    "from its artifacts, or trained before runs logged what reproducing needs): it "
+                    "cannot be reproduced"
+                ) from exc
+            except ValueError as exc:  # not JSON
+                raise RegistryError(
+                    f"{name} version {found.version}'s run {run.info.run_id} has an unreadable {artifact} "
+                    f"({exc}): it cannot be reproduced"
                 ) from exc
     return Logged(
         name,
@@ -93,9 +99,29 @@ def logged_version(hook: MlflowHook, reference: str) -> Logged:
 def reproduction_spec(logged: Logged, run_id: str) -> TrainSpec:
     """The logged spec under a new run id (a fresh run directory and MLflow run), tagged with
     what it reproduces."""
-    from airflow_trainpipe.contracts.train_spec import TrainSpec
+    from pydantic import ValidationError
 
-    spec = TrainSpec.model_validate(logged.spec)
+    from airflow_trainpipe.contracts.train_spec import TrainSpec
+    from airflow_trainpipe.core.storage import filesystem
+
+    try:
+        spec = TrainSpec.model_validate(logged.spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise RegistryError(
+            f"{logged.model_name} version {logged.version}'s logged spec.json does not load in this "
+            f"version of airflow-trainpipe ({exc.error_count()} problem(s); {where}: {first['msg']}): "
+            "reproduce it with the version it was trained with"
+        ) from None
+    # Before a job starts: a deleted file ends the reproduction, whatever a retry would do.
+    for uri in spec.data_files:
+        fs, path = filesystem(uri)
+        if not fs.exists(path):
+            raise RegistryError(
+                f"{logged.model_name} version {logged.version} trained on {uri}, which no longer exists "
+                "(deleted by hand, a snapshots gc, or a table's vacuum or expiry): it cannot be reproduced"
+            )
     tags = {
         **spec.tags,
         REPRODUCES_TAG: f"{logged.model_name}/{logged.version}",
