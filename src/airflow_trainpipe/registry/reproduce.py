@@ -116,8 +116,12 @@ def reproduction_spec(logged: Logged, run_id: str) -> TrainSpec:
         ) from None
     # Before a job starts: a deleted file ends the reproduction, whatever a retry would do.
     for uri in spec.data_files:
-        fs, path = filesystem(uri)
-        if not fs.exists(path):
+        try:
+            fs, path = filesystem(uri)
+            exists = fs.exists(path)
+        except Exception:  # storage not reachable from here: the job reads it, and says why not
+            break
+        if not exists:
             raise RegistryError(
                 f"{logged.model_name} version {logged.version} trained on {uri}, which no longer exists "
                 "(deleted by hand, a snapshots gc, or a table's vacuum or expiry): it cannot be reproduced"
