@@ -302,3 +302,37 @@ def test_make_encoder_writes_a_directory_training_pretrained_accepts(
     ):
         assert main(["make-encoder", "--data", str(data), "--out", str(tmp_path / "x"), *mistake]) == 2
         assert "trainpipe make-encoder: " in (err := capsys.readouterr().err) and message in err, err
+
+
+def test_promote_gives_up_on_an_mlflow_that_keeps_failing_after_two_retries(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MLflow's client retried 7 times with doubling backoff: over 4 minutes of silence before a
+    person at the terminal heard that the server was down."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    requests: list[str] = []
+
+    class Down(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Down)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_MLFLOW_DEFAULT",
+            json.dumps({"conn_type": "mlflow", "host": "http://127.0.0.1", "port": server.server_port}),
+        )
+        assert main(["promote", "fraud_detector", "2", "--reason", "x"]) == 1
+    finally:
+        server.shutdown()
+    assert len(requests) == 3, requests  # the request and two retries
+    assert "trainpipe promote: cannot read fraud_detector version 2" in capsys.readouterr().err

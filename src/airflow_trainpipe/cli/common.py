@@ -65,6 +65,16 @@ def stdout_log() -> logging.Logger:
     return log
 
 
+def answer_soon_from_mlflow() -> None:
+    """For a command a person waits on (promote, rollback, snapshots gc): MLflow's client retries
+    an unreachable server 7 times with doubling backoff, over 4 minutes of silence before the
+    error. Two retries answer in seconds; a value the user set is kept. Not for commands that
+    start a training job, which inherits the environment and should ride out an outage."""
+    import os
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+
+
 def iso_day(text: str) -> str:
     """An argparse type: a calendar day as YYYY-MM-DD (what renders data.partition)."""
     import argparse

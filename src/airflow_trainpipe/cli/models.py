@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC
 
-from airflow_trainpipe.cli.common import at_least, run_job, stdout_log
+from airflow_trainpipe.cli.common import answer_soon_from_mlflow, at_least, run_job, stdout_log
 
 
 def _move_alias(args: argparse.Namespace) -> int:
@@ -18,6 +18,7 @@ def _move_alias(args: argparse.Namespace) -> int:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
     from airflow_trainpipe.registry import aliases
 
+    answer_soon_from_mlflow()
     hook = MlflowHook(args.conn_id)
     actor = args.by or getpass.getuser()
     # Each alias keeps its own rollback target: moving @staging must not overwrite the version
