@@ -336,3 +336,11 @@ def test_promote_gives_up_on_an_mlflow_that_keeps_failing_after_two_retries(
         server.shutdown()
     assert len(requests) == 3, requests  # the request and two retries
     assert "trainpipe promote: cannot read fraud_detector version 2" in capsys.readouterr().err
+
+
+def test_a_bad_retention_age_is_one_sentence(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["snapshots", "gc", str(EXAMPLE_CONFIGS), "--keep", "30x"]) == 2
+    assert capsys.readouterr().err == (
+        "trainpipe snapshots gc: --keep '30x': expected a duration such as 30s, 5m, 1h30m or a number "
+        "of seconds, got '30x'\n"
+    )  # not pydantic's validator chain and documentation URL

@@ -33,7 +33,7 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
     """Collect each store the configs name; nothing is deleted when a registry read fails."""
     import time
 
-    from pydantic import TypeAdapter
+    from pydantic import TypeAdapter, ValidationError
 
     from airflow_trainpipe.config import load_config
     from airflow_trainpipe.config.types import PositiveDuration
@@ -44,8 +44,9 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
 
     try:
         keep = TypeAdapter(PositiveDuration).validate_python(args.keep)
-    except ValueError as exc:
-        print(f"trainpipe snapshots gc: --keep {args.keep!r}: {exc}", file=sys.stderr)
+    except ValidationError as exc:  # its first message alone: not pydantic's validator chain and URL
+        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        print(f"trainpipe snapshots gc: --keep {args.keep!r}: {reason}", file=sys.stderr)
         return 2
     try:
         stores = sorted({resolve(load_config(p).snapshots.uri) for p in config_files(args.paths)})
