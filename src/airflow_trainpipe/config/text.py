@@ -93,10 +93,13 @@ def text_problems(
     for name, transform in transforms.items():
         where = ("features", "text", name)
         if name not in text_columns:
+            # A near miss may be misspelt on either side: the column list is as likely wrong.
+            near = did_you_mean(name, text_columns).removeprefix(" (did you mean ").removesuffix("?)")
             hint = (
                 "it is a numeric or categorical feature in data.features"
                 if name in other_columns
-                else f"it is not a text feature in data.features{did_you_mean(name, text_columns)}"
+                else "it is not a text feature in data.features"
+                + (f" (data.features.text has {near}: one of the two names is misspelt)" if near else "")
             )
             problems.append((where, f"no text transform for {name!r}: {hint}"))
             continue
