@@ -149,7 +149,7 @@ class JobSetup:
         self._open_data(prepared)
         self._lap("prepare")
         resume = self._broadcast(self.checkpoints.latest_complete() if self.rank == 0 else None)
-        self.data = data_identity(self.spec.data_digest, self.spec.data_files)  # in every marker
+        self.data = data_identity(self.spec.data_files)  # in every marker
         if resume:
             refuse_other_data(resume, self.data, self.run_dir)
         global_batch = (

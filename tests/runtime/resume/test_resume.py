@@ -145,15 +145,15 @@ def test_the_run_id_on_other_data_is_refused_before_anything_is_trained_or_logge
     assert f"run directory {run_dir} holds checkpoints of this run id trained on data files:" in error
     assert '"retryable": false' in error
     marker = json.loads((local_path(run_dir) / "checkpoints" / tag_for(20) / MARKER).read_text())
-    assert marker["data"] == data_identity(None, interrupted.files)
+    assert marker["data"] == data_identity(interrupted.files)
 
 
 def test_a_marker_without_its_data_is_resumed_as_it_is() -> None:
     """Checkpoints saved before markers named their data resume on the data the job is given."""
     old = CompleteCheckpoint("step_000000010", "file:///run/checkpoints/step_000000010", {"step": 10})
-    refuse_other_data(old, "sha256:abc", "file:///run")
-    with pytest.raises(CheckpointError, match="trained on data sha256:abc, and this job reads sha256:def"):
-        refuse_other_data(CompleteCheckpoint(old.tag, old.uri, {"data": "sha256:abc"}), "sha256:def", "x")
+    refuse_other_data(old, "files:abc", "file:///run")
+    with pytest.raises(CheckpointError, match="trained on data files:abc, and this job reads files:def"):
+        refuse_other_data(CompleteCheckpoint(old.tag, old.uri, {"data": "files:abc"}), "files:def", "x")
 
 
 @pytest.mark.parametrize("world_size", [1, 3])

@@ -88,11 +88,11 @@ def refuse_other_layout(checkpoint: CompleteCheckpoint, layout: str) -> None:
         raise error
 
 
-def data_identity(data_digest: str | None, data_files: list[str]) -> str:
-    """What a run trains on, as its checkpoints' markers record it: the snapshot's content digest,
-    or (files given without a snapshot) a digest of the file list."""
-    if data_digest is not None:
-        return data_digest
+def data_identity(data_files: list[str]) -> str:
+    """What a run trains on, as its checkpoints' markers record it: a digest of its file list.
+    Not the snapshot's digest: the same files named by `--data` and by `--snapshot` are the same
+    data, and a snapshot's files are content-addressed (other bytes are other names). Bytes
+    changed under one name are the reader's to catch (runtime/data/reader.py)."""
     return "files:" + hashlib.sha256("\n".join(data_files).encode()).hexdigest()[:16]
 
 
@@ -105,7 +105,7 @@ def refuse_other_data(checkpoint: CompleteCheckpoint, identity: str, run_dir: st
     if saved is not None and saved != identity:
         error = CheckpointError(
             f"run directory {run_dir} holds checkpoints of this run id trained on data {saved}, "
-            f"and this job reads {identity} (another --ds or snapshot, or the data was frozen again): "
+            f"and this job reads {identity} (other files: another --ds or snapshot): "
             "train under a new run id, or delete that directory to train this run afresh"
         )
         error.retryable = False  # a retry would meet the same checkpoint
