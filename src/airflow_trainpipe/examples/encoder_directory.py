@@ -29,14 +29,14 @@ def save_encoder_directory(
     No dropout by default: its masks depend on the rank layout, which a resume on another world
     size changes."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import AutoModel, BertConfig, DistilBertConfig, PreTrainedTokenizerFast
 
-    from airflow_trainpipe.runtime.data.text import SPECIAL_TOKENS, as_wordpiece
-
-    # The run's own WordPiece fit (runtime/data/text.py), not WordPieceTrainer, which numbers
-    # pieces in hash-map order: the same texts gave another tokenizer.json at every call, and a
-    # directory written again under a run's pin no longer matched it.
+    # As a run fits its own WordPiece (runtime/data/text.py, which examples/ may not import), not
+    # with WordPieceTrainer: it numbers pieces in hash-map order, so the same texts gave another
+    # tokenizer.json at every call and a directory written again no longer matched a run's pin.
+    # A `##`-continuation BPE whose alphabet is numbered first, in sorted order, read as a WordPiece.
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     texts = list(texts)
     normalizer = normalizers.BertNormalizer(lowercase=True)
     alphabet = sorted({c for c in normalizer.normalize_str("\n".join(texts)) if not c.isspace()})
@@ -47,13 +47,18 @@ def save_encoder_directory(
         texts,
         trainers.BpeTrainer(
             vocab_size=vocab_size,
-            special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in alphabet)],
+            special_tokens=[*specials, *(f"##{c}" for c in alphabet)],
             initial_alphabet=alphabet,
             continuing_subword_prefix="##",
             show_progress=False,
         ),
     )
-    tokenizer = as_wordpiece(fitted)
+    tokenizer = Tokenizer(
+        models.WordPiece(fitted.get_vocab(), unk_token="[UNK]", continuing_subword_prefix="##")
+    )
+    tokenizer.add_special_tokens(specials)
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, fitted.pre_tokenizer
+    tokenizer.decoder = decoders.WordPiece()
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
