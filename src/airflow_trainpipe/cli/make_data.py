@@ -220,15 +220,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "merchant features in DIR/features/, a Feast repo over them in DIR/repo applied with $TRAINPIPE_FEAST_PYTHON",
     )
     make_data.add_argument("--start", default="2026-01-01", help="first day (default 2026-01-01)")
-    make_data.add_argument(
-        "--days", type=at_least(1), default=1, help="number of daily partitions (default 1)"
-    )
+    make_data.add_argument("--days", type=at_least(1), default=1, help="daily partitions (default 1)")
     make_data.add_argument(
         "--rows", type=at_least(1), default=20_000, help="rows per day before problems (default 20000)"
     )
-    make_data.add_argument(
-        "--files", type=at_least(1), default=1, help="parquet files per day (default 1; --out only)"
-    )
+    make_data.add_argument("--files", type=at_least(1), default=1, help="files per day (default 1; --out)")
     make_data.add_argument("--seed", type=int, default=0, help="the same seed always writes the same bytes")
     make_data.add_argument(
         "--problem",

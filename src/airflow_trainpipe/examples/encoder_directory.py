@@ -29,36 +29,10 @@ def save_encoder_directory(
     No dropout by default: its masks depend on the rank layout, which a resume on another world
     size changes."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import AutoModel, BertConfig, DistilBertConfig, PreTrainedTokenizerFast
 
-    # As a run fits its own WordPiece (runtime/data/text.py, which examples/ may not import), not
-    # with WordPieceTrainer: it numbers pieces in hash-map order, so the same texts gave another
-    # tokenizer.json at every call and a directory written again no longer matched a run's pin.
-    # A `##`-continuation BPE whose alphabet is numbered first, in sorted order, read as a WordPiece.
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    texts = list(texts)
-    normalizer = normalizers.BertNormalizer(lowercase=True)
-    alphabet = sorted({c for c in normalizer.normalize_str("\n".join(texts)) if not c.isspace()})
-    fitted = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
-    fitted.normalizer = normalizer
-    fitted.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    fitted.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            special_tokens=[*specials, *(f"##{c}" for c in alphabet)],
-            initial_alphabet=alphabet,
-            continuing_subword_prefix="##",
-            show_progress=False,
-        ),
-    )
-    tokenizer = Tokenizer(
-        models.WordPiece(fitted.get_vocab(), unk_token="[UNK]", continuing_subword_prefix="##")
-    )
-    tokenizer.add_special_tokens(specials)
-    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, fitted.pre_tokenizer
-    tokenizer.decoder = decoders.WordPiece()
+    tokenizer = _wordpiece(list(texts), vocab_size)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -91,3 +65,38 @@ def save_encoder_directory(
     torch.manual_seed(seed)
     AutoModel.from_config(config).save_pretrained(str(path))
     return path
+
+
+def _wordpiece(texts: list[str], vocab_size: int) -> Any:
+    """A BERT WordPiece tokenizer of `texts`, the same bytes for the same texts.
+
+    As a run fits its own (runtime/data/text.py, which examples/ may not import), not with
+    WordPieceTrainer: it numbers pieces in hash-map order, so the same texts gave another
+    tokenizer.json at every call and a directory written again no longer matched a run's pin.
+    A `##`-continuation BPE whose alphabet is numbered first, in sorted order, read as a WordPiece.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    alphabet = sorted({c for c in normalizer.normalize_str("\n".join(texts)) if not c.isspace()})
+    fitted = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+    fitted.normalizer = normalizer
+    fitted.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    fitted.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[*specials, *(f"##{c}" for c in alphabet)],
+            initial_alphabet=alphabet,
+            continuing_subword_prefix="##",
+            show_progress=False,
+        ),
+    )
+    tokenizer = Tokenizer(
+        models.WordPiece(fitted.get_vocab(), unk_token="[UNK]", continuing_subword_prefix="##")
+    )
+    tokenizer.add_special_tokens(specials)
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, fitted.pre_tokenizer
+    tokenizer.decoder = decoders.WordPiece()
+    return tokenizer
