@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -335,6 +336,8 @@ def test_promote_gives_up_on_an_mlflow_that_keeps_failing_after_two_retries(
     finally:
         server.shutdown()
     assert len(requests) == 3, requests  # the request and two retries
+    # For the command only: what the process starts next (a job, a stack) keeps MLflow's default.
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
     assert "trainpipe promote: cannot read fraud_detector version 2" in capsys.readouterr().err
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -65,14 +66,24 @@ def stdout_log() -> logging.Logger:
     return log
 
 
-def answer_soon_from_mlflow() -> None:
-    """For a command a person waits on (promote, rollback, snapshots gc): MLflow's client retries
-    an unreachable server 7 times with doubling backoff, over 4 minutes of silence before the
-    error. Two retries answer in seconds; a value the user set is kept. Not for commands that
-    start a training job, which inherits the environment and should ride out an outage."""
+@contextmanager
+def answering_soon_from_mlflow() -> Iterator[None]:
+    """While a person waits on a command (promote, rollback, snapshots gc): MLflow's client
+    retries an unreachable server 7 times with doubling backoff, over 4 minutes of silence before
+    the error. Two retries answer in seconds; a value the user set is kept. Only for the block:
+    whatever the process starts afterwards (a training job, which should ride out an outage; the
+    processes of whoever called `main` in-process) keeps MLflow's default."""
     import os
 
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    name = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = "2"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def iso_day(text: str) -> str:

@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC
 
-from airflow_trainpipe.cli.common import answer_soon_from_mlflow, at_least, run_job, stdout_log
+from airflow_trainpipe.cli.common import answering_soon_from_mlflow, at_least, run_job, stdout_log
 
 
 def _move_alias(args: argparse.Namespace) -> int:
@@ -18,7 +18,6 @@ def _move_alias(args: argparse.Namespace) -> int:
     from airflow_trainpipe.hooks.mlflow import MlflowHook
     from airflow_trainpipe.registry import aliases
 
-    answer_soon_from_mlflow()
     hook = MlflowHook(args.conn_id)
     actor = args.by or getpass.getuser()
     # Each alias keeps its own rollback target: moving @staging must not overwrite the version
@@ -31,16 +30,17 @@ def _move_alias(args: argparse.Namespace) -> int:
         load_version_online(hook, args.model, version, stdout_log())
 
     try:
-        if args.command == "promote":
-            move = aliases.promote(
-                hook, args.model, args.version, actor=actor, reason=args.reason,
-                alias=args.alias, previous_alias=previous_alias, prepare=load_online,
-            )  # fmt: skip
-        else:
-            move = aliases.rollback(
-                hook, args.model, actor=actor, reason=args.reason,
-                alias=args.alias, previous_alias=previous_alias, prepare=load_online,
-            )  # fmt: skip
+        with answering_soon_from_mlflow():
+            if args.command == "promote":
+                move = aliases.promote(
+                    hook, args.model, args.version, actor=actor, reason=args.reason,
+                    alias=args.alias, previous_alias=previous_alias, prepare=load_online,
+                )  # fmt: skip
+            else:
+                move = aliases.rollback(
+                    hook, args.model, actor=actor, reason=args.reason,
+                    alias=args.alias, previous_alias=previous_alias, prepare=load_online,
+                )  # fmt: skip
     except TrainpipeError as exc:
         print(f"trainpipe {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from airflow_trainpipe.cli.common import answer_soon_from_mlflow, config_files
+from airflow_trainpipe.cli.common import answering_soon_from_mlflow, config_files
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,8 +57,8 @@ def _snapshots_gc(args: argparse.Namespace) -> int:
     for store in stores:
         try:
             used = retention.uses(store, args.storage_conn_id)
-            answer_soon_from_mlflow()
-            referenced = retention.referenced_digests(used, MlflowHook(args.conn_id), keep, now)
+            with answering_soon_from_mlflow():
+                referenced = retention.referenced_digests(used, MlflowHook(args.conn_id), keep, now)
             plan = retention.plan(store, used, referenced, keep, now, args.storage_conn_id)
         except TrainpipeError as exc:
             print(f"trainpipe snapshots gc: {store}: {exc}; nothing deleted", file=sys.stderr)
