@@ -58,8 +58,8 @@ def model_args_problems(model: str, args: dict[str, Any], where: tuple[str | int
     if isinstance(dropout, int | float) and not 0 <= dropout < 1:
         problems.append(((*where, "dropout"), f"a dropout is a probability in [0, 1), got {dropout}"))
     width, heads = args.get("hidden_size", 64), args.get("num_heads", 2)
-    divisible = isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads == 0
-    if model == "text_encoder" and isinstance(width, int) and isinstance(heads, int) and not divisible:
+    shaped = model == "text_encoder" and isinstance(width, int) and isinstance(heads, int)
+    if shaped and (heads < 1 or width % heads):
         problems.append(
             ((*where, "num_heads"), f"hidden_size {width} is not a multiple of num_heads {heads}")
         )

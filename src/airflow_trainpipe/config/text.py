@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from airflow_trainpipe.config.base import FieldProblems, Section, field_problems
 from airflow_trainpipe.config.model_args import ENCODER_SHAPE_ARGS
-from airflow_trainpipe.config.suggest import did_you_mean
+from airflow_trainpipe.config.suggest import closest, did_you_mean
 from airflow_trainpipe.config.training import TrainingSection
 from airflow_trainpipe.config.types import ColumnName
 
@@ -94,12 +94,12 @@ def text_problems(
         where = ("features", "text", name)
         if name not in text_columns:
             # A near miss may be misspelt on either side: the column list is as likely wrong.
-            near = did_you_mean(name, text_columns).removeprefix(" (did you mean ").removesuffix("?)")
+            near = closest(name, text_columns)
             hint = (
                 "it is a numeric or categorical feature in data.features"
                 if name in other_columns
                 else "it is not a text feature in data.features"
-                + (f" (data.features.text has {near}: one of the two names is misspelt)" if near else "")
+                + (f" (data.features.text has {near!r}: one of the two names is misspelt)" if near else "")
             )
             problems.append((where, f"no text transform for {name!r}: {hint}"))
             continue
