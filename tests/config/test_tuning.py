@@ -91,6 +91,18 @@ def test_bounds_and_choices_must_be_valid_values_of_their_hyperparameter() -> No
     assert path == "tuning.space.batch_size" and "0 is not a valid batch_size" in message
 
 
+def test_a_model_argument_problem_of_the_config_is_reported_once_where_it_is_written() -> None:
+    """A misspelt model_args key was reported again under every model_args dimension of the
+    space, as if the dimension's values were wrong."""
+    text = TUNED.replace(
+        "model_args: {hidden_sizes: [64, 32], dropout: 0.1}",
+        "model_args: {hidden_size: [64, 32], dropout: 0.1}",
+    )
+    assert text != TUNED
+    problems = _problems(text)
+    assert [path for path, _ in problems] == ["training.hyperparameters.model_args.hidden_size"], problems
+
+
 def test_ranges_are_checked_where_they_are_written() -> None:
     [(path, message)] = _problems(
         _with_tuning(space={"learning_rate": {"type": "float", "low": 0.1, "high": 0.01}})

@@ -287,6 +287,12 @@ def _model_arg_problem(training: TrainingSection, args: dict[str, Any], name: st
         return (
             f"comes from the pretrained directory's config.json ({training.pretrained}): it cannot be tuned"
         )
-    for _, message in model_args_problems(training.model, args, ()):
-        return message  # each names the value it refuses
-    return None
+    # Only what the value adds: a problem of the config's own model_args is reported there once,
+    # not again under every dimension of the space.
+    already = model_args_problems(training.model, training.hyperparameters.model_args, ())
+    added = [
+        message
+        for path, message in model_args_problems(training.model, args, ())
+        if (path, message) not in already
+    ]
+    return added[0] if added else None  # each names the value it refuses
