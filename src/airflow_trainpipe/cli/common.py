@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Iterator, Sequence
@@ -88,7 +89,6 @@ def answering_soon_from_mlflow() -> Iterator[None]:
 
 def iso_day(text: str) -> str:
     """An argparse type: a calendar day as YYYY-MM-DD (what renders data.partition)."""
-    import argparse
     from datetime import date
 
     try:
@@ -99,7 +99,6 @@ def iso_day(text: str) -> str:
 
 def at_least(lowest: int) -> Any:
     """An argparse type: an integer of at least `lowest`."""
-    import argparse
 
     def parse(text: str) -> int:
         try:
@@ -116,7 +115,6 @@ def at_least(lowest: int) -> Any:
 def snapshot_digest(text: str) -> str:
     """An argparse type: a snapshot's digest, `sha256:` and 64 hex digits (the prefix may be left
     out, as some tools show a digest without it)."""
-    import argparse
     import re
 
     digest = text.strip().lower()
