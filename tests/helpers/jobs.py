@@ -1,4 +1,4 @@
-"""Real training jobs for the tests: torchrun, DeepSpeed on gloo, MLflow on SQLite."""
+"""Real training jobs for the tests: torchrun's agent, DeepSpeed on gloo, MLflow on SQLite."""
 
 from __future__ import annotations
 
@@ -118,9 +118,7 @@ class Interrupted:
         files: list[str] | None = None,
     ) -> tuple[JobRun, str]:
         """Run try 4 on a copy of the run directory under `root`, as a fresh MLflow run: (the run,
-        its run directory). One rank is forked from the warm parent (as a one-rank CPU job runs,
-        launchers/runner.py): what is tested there is the 2-rank checkpoint it reads, which
-        torchrun's ranks wrote. `files`: the data try 4 reads (None: the run's own)."""
+        its run directory). `files`: the data try 4 reads (None: the run's own)."""
         import shutil
 
         from airflow_trainpipe.core.storage import local_path
@@ -132,7 +130,7 @@ class Interrupted:
         (copy / RUN_ID_FILE).unlink()
         if before is not None:
             before(copy)
-        return run_job(spec, nproc=nproc, env=env, forked=nproc == 1), spec.run_dir
+        return run_job(spec, nproc=nproc, env=env), spec.run_dir
 
 
 _interrupted: list[Interrupted] = []
@@ -183,18 +181,25 @@ def run_job(
     before_kill: Callable[[], None] | None = None,
     timeout: float | None = None,
     on_line: Callable[[Line, LocalLauncher], None] | None = None,
-    forked: bool = False,
+    forked: bool = True,
 ) -> JobRun:
     """Run to the end, or until `pause_at`, where the whole job is killed with SIGKILL (after
     `before_kill` returns, when given), or until `timeout` seconds, when it is killed too.
-    `on_line` sees every line of output with the launcher, to signal the job itself. `forked`:
-    a one-rank job forked from the warm parent (ForkedLauncher) instead of torchrun."""
+    `on_line` sees every line of output with the launcher, to signal the job itself.
+
+    `forked` (the default): torchrun's agent and its ranks forked from this process's warm parent
+    (ForkedLauncher, as `trainpipe tune` runs a CPU trial), which imported torch, DeepSpeed and
+    MLflow once for the session: ~7 s less per job than the torchrun command, whose ranks import
+    them again (BENCHMARKS.md, "Start-up of a training job"). The same agent, the same ranks'
+    environment and the same entrypoint (tests/launchers/test_forked.py trains bit for bit what
+    the command trains, on 1 and 2 ranks). `forked=False` runs the torchrun command, as the train
+    task does: for tests whose subject is that launch (its signals, its process tree, a cold
+    rank's start)."""
     job_env = {**(env or {}), **({"TRAINPIPE_PAUSE_AT": pause_at} if pause_at else {})}
     if forked:
         from airflow_trainpipe.launchers.forked import ForkedLauncher
 
-        assert nproc == 1
-        launcher: LocalLauncher = ForkedLauncher(spec, env=job_env)
+        launcher: LocalLauncher = ForkedLauncher(spec, nproc, env=job_env)
     else:
         launcher = LocalLauncher(spec, nproc, env=job_env)
     launcher.start()

@@ -1,5 +1,5 @@
-"""One-rank jobs forked from the warm parent: the same training as under torchrun, a job of
-their own, and nothing left behind."""
+"""CPU jobs forked from the warm parent (torchrun's agent, which forks the ranks): the same
+training as under the torchrun command, a job of their own, and nothing left behind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from airflow_trainpipe.contracts.events import parse
-from airflow_trainpipe.launchers.forked import ForkedLauncher, _single_rank, stop_warm_parent, warm_parent
+from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
 from airflow_trainpipe.launchers.local import job_environment
 from tests.helpers.jobs import make_spec, run_job, still_running, warm_parents
 
@@ -24,25 +24,31 @@ def _warm_parent_stopped_after() -> Iterator[None]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
 def test_a_forked_job_trains_exactly_what_the_same_job_under_torchrun_trains(
-    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str], nproc: int
 ) -> None:
     one_thread = {"OMP_NUM_THREADS": "1"}  # the same reduction order in both
-    torchrun = run_job(make_spec(tmp_path / "a", job_files, "under-torchrun"), 1, env=one_thread)
-    forked = run_job(make_spec(tmp_path / "b", job_files, "forked"), 1, env=one_thread, forked=True)
+    torchrun = run_job(
+        make_spec(tmp_path / "a", job_files, "under-torchrun"), nproc, env=one_thread, forked=False
+    )
+    forked = run_job(make_spec(tmp_path / "b", job_files, "forked"), nproc, env=one_thread, forked=True)
     assert torchrun.code == 0, torchrun.text[-3000:]
     assert forked.code == 0, forked.text[-3000:]
     assert forked.losses == torchrun.losses and len(forked.losses) > 10
     assert forked.result is not None and torchrun.result is not None
     assert forked.result["holdout_metrics"] == torchrun.result["holdout_metrics"]
+    assert forked.result["world_size"] == torchrun.result["world_size"] == nproc
+    assert forked.result["weights_sha256"] == torchrun.result["weights_sha256"]
     assert forked.start is not None and torchrun.start is not None
     assert forked.start["threads"] == torchrun.start["threads"] == 1
     # Its own job: its own MLflow run and run directory.
     assert forked.start["mlflow_run_id"] != torchrun.start["mlflow_run_id"]
-    # Forked after the imports: its start-up has no torchrun and next to no import phase.
+    # Forked after the imports: its ranks import next to nothing; the agent's own phase is its
+    # rendezvous, not an interpreter's start.
     startup = forked.start["startup"]
-    assert "torchrun" not in startup and startup["interpreter_and_imports"] < 0.5
-    assert "torchrun" in torchrun.start["startup"]
+    assert startup["interpreter_and_imports"] < 0.5, startup
+    assert torchrun.start["startup"]["interpreter_and_imports"] > 1.0, torchrun.start["startup"]
 
 
 @pytest.mark.slow
@@ -67,13 +73,16 @@ def test_a_forked_job_gets_its_share_of_the_cores_and_leaves_nothing_when_killed
         assert start is not None and paused, "\n".join(seen[-40:])
         assert start["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
         assert launcher.job is not None and launcher.job.pid is not None
-        job = psutil.Process(launcher.job.pid)
-        assert os.getpgid(job.pid) == job.pid  # a process group of its own, like torchrun's ranks
-        # Its rendezvous store (and gloo) listen on ports chosen as they bound (MASTER_PORT 0):
-        # a port probed free by the launcher could be taken before the job binds it, and a CLI
-        # trial has no retry to start it again.
-        assert _single_rank()["MASTER_PORT"] == "0"
-        assert [c for c in job.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+        job = psutil.Process(launcher.job.pid)  # torchrun's agent
+        assert os.getpgid(job.pid) == job.pid  # a process group of its own, which holds the rank
+        (rank,) = job.children()
+        assert os.getpgid(rank.pid) == job.pid
+        # The agent's rendezvous store listens on a port it chose as it bound (`--standalone`'s
+        # localhost:0): a port probed free by the launcher could be taken before the job binds
+        # it, and a CLI trial has no retry to start it again. The rank was told that port.
+        listening = {c.laddr.port for c in job.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        connected = {c.raddr.port for c in rank.net_connections("tcp") if c.raddr}
+        assert listening & connected, (listening, connected)
         processes = [job, *job.children(recursive=True)]
         launcher.kill()
         assert launcher.wait() == 128 + 9  # SIGKILL, reported as a shell reports it

@@ -17,13 +17,30 @@ FILES = ["file:///data/part-0.parquet"]
 
 
 @pytest.mark.parametrize(
-    ("nproc", "fork", "launcher"),
-    [(1, True, ForkedLauncher), (2, True, LocalLauncher), (1, False, LocalLauncher)],
+    ("nproc", "fork", "gpus", "launcher"),
+    [
+        (1, True, 0, ForkedLauncher),
+        (2, True, 0, ForkedLauncher),
+        (1, False, 0, LocalLauncher),
+        (2, False, 0, LocalLauncher),
+        # A GPU job is never forked (its warm parent may hold CUDA): the torchrun command runs it.
+        (1, True, 1, LocalLauncher),
+    ],
 )
-def test_only_a_one_rank_cpu_job_placed_to_fork_is_forked(
-    tmp_path: Path, nproc: int, fork: bool, launcher: type
+def test_only_a_cpu_job_placed_to_fork_is_forked(
+    tmp_path: Path, nproc: int, fork: bool, gpus: int, launcher: type
 ) -> None:
-    job = TrainingJob(make_spec(tmp_path, FILES, "r"), Placement(nproc=nproc, fork=fork))
+    spec = make_spec(tmp_path, FILES, "r")
+    config = spec.config.model_copy(
+        update={
+            "training": spec.config.training.model_copy(
+                update={
+                    "resources": spec.config.training.resources.model_copy(update={"gpus_per_node": gpus})
+                }
+            )
+        }
+    )
+    job = TrainingJob(spec.model_copy(update={"config": config}), Placement(nproc=nproc, fork=fork))
     assert type(job.launcher()) is launcher
     assert job.launcher().nproc == nproc
 

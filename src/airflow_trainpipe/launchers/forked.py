@@ -1,21 +1,30 @@
-"""Start one-rank training jobs as forks of a warm parent that imported the runtime once.
+"""Start CPU training jobs as forks of a warm parent that imported the runtime once.
 
-A job under torchrun pays about 7 s before its first step, most of it importing torch, DeepSpeed,
-MLflow and torch._dynamo and torchrun's own start (BENCHMARKS.md, "Start-up of a training job");
-a tuning study pays that once per trial, which is what kept successive halving from saving wall
-time on small data (issue 40). Python's own forkserver imports them once in a parent of its own
-(`set_forkserver_preload`) and forks each job from it, so a job starts where the imports ended.
+A job under the torchrun command pays about 7 s before its first step, most of it importing
+torch, DeepSpeed, MLflow and torch._dynamo in every rank, and torchrun's own start (BENCHMARKS.md,
+"Start-up of a training job"); a tuning study pays that once per trial, which is what kept
+successive halving from saving wall time on small data (issue 40). Python's own forkserver
+imports them once in a parent of its own (`set_forkserver_preload`) and forks each job from it,
+so a job starts where the imports ended.
 
-A forked job is still a job of its own: its own process and session (signalled as a group, like
-torchrun's), its own run directory, checkpoints and MLflow run, output and exit code; it runs
-the entrypoint's `main` (launchers/command.py) exactly as a torchrun rank does, with the environment torchrun would give a
-single rank. Only one-rank CPU jobs are forked (`forkable`).
+A forked job is torchrun's job all the same: the fork runs torchrun's own agent
+(`torch.distributed.launcher.api.elastic_launch`, what the torchrun command runs after parsing its
+arguments) with the command's `--standalone` rendezvous, and the agent forks the ranks
+(`start_method="fork"`) instead of starting interpreters. So the ranks get the environment torchrun
+gives them, meet in its rendezvous store (on a port the store chose as it bound: none is probed
+free beforehand), a rank that fails stops the others, and a SIGTERM is forwarded with
+`checkpoint.shutdown_timeout_s`. Each rank runs the entrypoint's `main` (launchers/command.py)
+exactly as under the command. The job is a process group of its own, signalled whole, with its
+own run directory, checkpoints, MLflow run, output and exit code. Only CPU jobs are forked
+(`forkable`).
 
 The warm parent only imports: no Python thread, no open connection or store, no CUDA context,
 no OpenMP pool (no tensor op has run), which is what makes forking it safe. The imports do start
 two native threads (one of torch's, and jemalloc's background thread), which a fork does not
-copy; jemalloc re-arms its own after a fork. It ends when this process does, and a job whose
-warm parent died gets SIGTERM (a preemption notice: it saves and exits).
+copy; jemalloc re-arms its own after a fork. The agent forks the ranks before any of them has
+run a tensor op either; its store's thread stays with the agent. The warm parent ends when this
+process does, and a job whose warm parent died gets SIGTERM (a preemption notice: it saves and
+exits).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import IO
 
@@ -47,16 +57,30 @@ PRELOAD = [
     "mlflow.store.model_registry.sqlalchemy_store",
     "mlflow.pyfunc",
     "optuna",
+    "torch.distributed.launcher.api",  # torchrun's agent, which every forked job runs
     ENTRYPOINT,  # by name, as torchrun's command line names it: launchers do not import the runtime
     __name__,
 ]
 
 
-def forkable(gpus_per_node: int, nproc: int) -> bool:
-    """One rank on CPU. More ranks need torchrun's rendezvous and its handling of a dying rank; a
-    GPU job must not be forked from a parent whose imports may have initialised CUDA (DeepSpeed
-    asks torch.cuda while it is imported), which a forked child cannot use."""
-    return nproc == 1 and gpus_per_node == 0
+FORK_LOCAL_JOBS_ENV = "TRAINPIPE_FORK_LOCAL_JOBS"
+
+
+def forks_local_jobs() -> bool:
+    """Whether the train task of this process forks its local CPU jobs from a warm parent
+    (TRAINPIPE_FORK_LOCAL_JOBS=1) instead of starting the torchrun command. Worth it where one
+    process runs many jobs one after another, which then share the parent's imports: `dag.test()`
+    of several runs in one Python session, a pipeline's own tests (this suite's `dag.test()`
+    runs). On an Airflow worker each task is a process of its own, whose parent would import what
+    the command's ranks import: nothing is gained there, so it is off unless set."""
+    return os.environ.get(FORK_LOCAL_JOBS_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def forkable(gpus_per_node: int) -> bool:
+    """A CPU job, of any number of ranks. A GPU job must not be forked from a parent whose imports
+    may have initialised CUDA (DeepSpeed asks torch.cuda while it is imported), which a forked
+    child cannot use: it runs under the torchrun command."""
+    return gpus_per_node == 0
 
 
 _warm: dict[str, float | None] = {"seconds": None}
@@ -102,11 +126,14 @@ def stop_warm_parent() -> None:
 
 
 class ForkedLauncher(LocalLauncher):
-    """LocalLauncher (start, lines, wait, kill, stop) for a one-rank job forked from the warm
-    parent instead of started under torchrun: only the process handle differs."""
+    """LocalLauncher (start, lines, wait, kill, stop) for a CPU job whose torchrun agent is forked
+    from the warm parent instead of started as the torchrun command: only the process handle
+    differs. `kill()` signals the agent's process group, which holds every rank."""
 
-    def __init__(self, spec: TrainSpec, env: dict[str, str] | None = None, jobs_on_host: int = 1):
-        super().__init__(spec, 1, env=env, jobs_on_host=jobs_on_host)
+    def __init__(
+        self, spec: TrainSpec, nproc: int = 1, env: dict[str, str] | None = None, jobs_on_host: int = 1
+    ):
+        super().__init__(spec, nproc, env=env, jobs_on_host=jobs_on_host)
         self.job: multiprocessing.process.BaseProcess | None = None
         self._output: IO[str] | None = None
 
@@ -115,9 +142,14 @@ class ForkedLauncher(LocalLauncher):
         spec_file = self._write_spec()
         context = multiprocessing.get_context("forkserver")
         reader, writer = context.Pipe(duplex=False)
-        env = {**self.env, **_single_rank()}
+        agent = AgentArgs(
+            spec_file=str(spec_file),
+            nproc=self.nproc,
+            env=self.env,
+            shutdown_timeout_s=self.spec.config.training.checkpoint.shutdown_timeout_s,
+        )
         self.job = context.Process(
-            target=_job, args=(str(spec_file), env, writer), name=f"trainpipe-job-{self.spec.run_id}"
+            target=_agent, args=(agent, writer), name=f"trainpipe-job-{self.spec.run_id}"
         )
         self.job.start()
         writer.close()  # the job holds the only writer: its end is the output's end
@@ -148,58 +180,103 @@ class ForkedLauncher(LocalLauncher):
         super()._cleanup()
 
 
-def _single_rank() -> dict[str, str]:
-    """What torchrun sets for one rank on one node, but for the port: port 0 lets the rank's
-    store bind whatever port is free when it binds. A port probed free here could be taken
-    before the job binds it (by another job's connection, say), and a `trainpipe tune` trial has
-    no retry to start it again; one rank needs no port that another rank must know."""
-    return {
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-        "GROUP_RANK": "0",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": "0",
-    }
+@dataclass(frozen=True)
+class AgentArgs:
+    """What the forked agent needs: it reads nothing else from the launcher."""
+
+    spec_file: str
+    nproc: int
+    env: dict[str, str]
+    shutdown_timeout_s: int
 
 
 def _nothing() -> None:
     """The warm parent's first fork: it returns once the imports are done."""
 
 
-def _job(spec_file: str, env: dict[str, str], output: Connection) -> None:
-    """The forked job (runs in the warm parent's child)."""
-    os.setsid()  # a group of its own, as torchrun's ranks: kill() signals it whole
+def _agent(args: AgentArgs, output: Connection) -> None:
+    """The forked job: torchrun's agent, with the torchrun command's `--standalone` rendezvous
+    (runs in the warm parent's child). Its exit code is the command's: 0, or 1 when a rank
+    failed (the failure summary on stderr, as the command prints it)."""
+    os.setsid()  # a group of its own, which the forked ranks join: kill() signals it whole
     from airflow_trainpipe.core.processes import signal_on_parent_death
 
-    signal_on_parent_death()  # the warm parent ends with the launcher: save and stop
+    signal_on_parent_death()  # the warm parent ends with the launcher: the ranks save and stop
     os.dup2(output.fileno(), 1)
     os.dup2(output.fileno(), 2)
     output.close()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(args.env)
+    _thread_lock_for_progress_bars()
+    code = 1
+    try:
+        code = _launch(args)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _launch(args: AgentArgs) -> int:
+    import signal
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=args.nproc,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",  # `--standalone`: a store of the agent's own, on a port it binds
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,  # a retry is Airflow's, which resumes from the newest checkpoint
+        monitor_interval=0.1,  # the command's default
+        start_method="fork",
+        shutdown_timeout=args.shutdown_timeout_s,
+    )
+    try:
+        elastic_launch(config, entrypoint=_rank)(args.spec_file)
+    except ChildFailedError as exc:
+        print(exc, file=sys.stderr)  # the command's failure summary: which rank, its exit code
+        return 1
+    except SignalException as exc:  # SIGTERM: the agent forwarded it and waited for the ranks
+        return 128 + int(exc.sigval) if isinstance(exc.sigval, signal.Signals) else 1
+    return 0
+
+
+def _rank(spec_file: str) -> int:
+    """One rank, forked by the agent with the environment torchrun gives a rank."""
     import torch
 
     # OpenMP read OMP_NUM_THREADS when the warm parent loaded it, with the parent's environment.
-    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    _thread_lock_for_progress_bars()
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     import importlib
 
-    code = 1
     try:
         code = importlib.import_module(ENTRYPOINT).main(["--spec", f"@{spec_file}"])
     except BaseException:
         import traceback
 
         traceback.print_exc()
-    finally:
-        # As the torchrun entrypoint: no interpreter teardown (runtime/train.py says why).
-        sys.stdout.flush()
-        sys.stderr.flush()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code != 0:
+        # As the torchrun entrypoint: no interpreter teardown (runtime/train.py says why). The
+        # agent sees the exit code, as the command's agent does.
         os._exit(code)
+    # A rank that finished returns: the agent counts a rank done by its returned value. The
+    # process still ends without interpreter teardown (multiprocessing's fork ends in os._exit).
+    return 0
 
 
 def _thread_lock_for_progress_bars() -> None:

@@ -4,8 +4,8 @@ The train task, a tuning trial's task, `trainpipe train` and `trainpipe tune` ea
 TrainSpec and a Placement and get the job's TrainResult, or a TrainingJobError that says whether a
 retry can help. What a caller used to write for itself, and wrote four times over:
 
-- where the job runs: a torchrun child of this process, a job forked from the warm parent (one CPU
-  rank, launchers/forked.py), or pods (one node: a KubernetesPodOperator; several: an Indexed Job);
+- where the job runs: a torchrun child of this process, a job forked from the warm parent (a CPU
+  job, launchers/forked.py), or pods (one node: a KubernetesPodOperator; several: an Indexed Job);
 - how many ranks, how many threads each (local jobs share the host's cores) and the pods' labels;
 - the watch loop (JobWatcher over every line: the typed result, the errors, task_state_store) and,
   when the followed log never carried the result, result.json in the run directory.
@@ -57,7 +57,8 @@ class Placement:
     jobs_on_host: int = 1
     """Local jobs that run at once on this host (trials side by side): they share its cores."""
     fork: bool = False
-    """A one-rank CPU job is forked from the warm parent, which the caller started (`trainpipe tune`)."""
+    """A CPU job is forked from the warm parent, torchrun's agent and its ranks alike (`trainpipe
+    tune`, many jobs from one process); a GPU job runs under the torchrun command all the same."""
     pods: Pods | None = None
     """On Kubernetes (`training.launcher: kubernetes`) instead of here."""
     try_number: int | None = None
@@ -110,14 +111,19 @@ class TrainingJob:
 
     # -- here -----------------------------------------------------------------------------------
 
-    def launcher(self) -> LocalLauncher:
-        placement, config = self.placement, self.spec.config
-        env = placement.job_env()
-        if placement.fork:
-            from airflow_trainpipe.launchers.forked import ForkedLauncher, forkable
+    def forked(self) -> bool:
+        """Placed to fork, and a job that can be: a CPU job (launchers/forked.py)."""
+        from airflow_trainpipe.launchers.forked import forkable
 
-            if forkable(config.training.resources.gpus_per_node, self.nproc):
-                return ForkedLauncher(self.spec, env=env, jobs_on_host=placement.jobs_on_host)
+        return self.placement.fork and forkable(self.spec.config.training.resources.gpus_per_node)
+
+    def launcher(self) -> LocalLauncher:
+        placement = self.placement
+        env = placement.job_env()
+        if self.forked():
+            from airflow_trainpipe.launchers.forked import ForkedLauncher
+
+            return ForkedLauncher(self.spec, self.nproc, env=env, jobs_on_host=placement.jobs_on_host)
         return LocalLauncher(self.spec, self.nproc, env=env, jobs_on_host=placement.jobs_on_host)
 
     def _here(self, on_line: OnLine) -> TrainResult:

@@ -46,9 +46,9 @@ def launch_locally(
     jobs_on_host: int = 1,
 ) -> Callable[[TrainSpec], TrainResult]:
     """A job run here to its result (launchers/runner.py; TrainingJobError if it fails), up to
-    `jobs_on_host` at once, sharing the cores. A one-rank CPU job is forked from the warm parent
-    (its imports paid once per study, not per trial: launchers/forked.py); any other runs under
-    torchrun."""
+    `jobs_on_host` at once, sharing the cores. A CPU job is forked from the warm parent (its
+    imports paid once per study, not per trial: launchers/forked.py); a GPU job runs under the
+    torchrun command."""
     from airflow_trainpipe.launchers.runner import Placement, run_training
 
     placement = Placement(nproc=nproc, env=env or {}, jobs_on_host=jobs_on_host, fork=True, show_raw=False)
@@ -113,7 +113,7 @@ def _start_warm_parent(config: PipelineConfig, nproc: int, printer: Printer) -> 
     from airflow_trainpipe.launchers.local import job_environment
 
     gpus = config.training.resources.gpus_per_node
-    if not forkable(gpus, nproc):
+    if not forkable(gpus):
         return 0.0
     seconds = warm_parent(job_environment(gpus, nproc))
     printer(f"warm parent: torch, DeepSpeed, MLflow and Optuna imported once, in {seconds:.1f} s")

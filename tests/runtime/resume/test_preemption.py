@@ -52,7 +52,7 @@ def test_sigterm_checkpoints_where_the_ranks_stopped_and_the_retry_recomputes_no
             launcher.process.send_signal(SIGTERM)  # as a pod's PID 1 gets it: torchrun forwards it
             signalled.append(event["step"])
 
-    stopped = run_job(spec, on_line=preempt)
+    stopped = run_job(spec, on_line=preempt, forked=False)  # the signal a pod's PID 1, torchrun, gets
     assert signalled, stopped.text[-3000:]
     (preempted,) = _events(stopped, "preempted")
     assert stopped.code != 0 and _events(stopped, "error") == [] and _events(stopped, "result") == []
