@@ -19,9 +19,17 @@ from tests.helpers.dag_test_worker import RESULT_MARK as RESULT_MARK  # the runn
 from tests.helpers.dag_test_worker import run_dag
 
 
-def dag_test_env(root: Path, migrated_db: Path) -> dict[str, str]:
+def dag_test_env(root: Path, migrated_db: Path, *, fork_local_jobs: bool = True) -> dict[str, str]:
     """Environment of an Airflow home under `root` (a copy of the migrated DB), with the dags
-    folder `root/dags` and TRAINPIPE_HOME `root/home`."""
+    folder `root/dags` and TRAINPIPE_HOME `root/home`.
+
+    `fork_local_jobs`: the train tasks fork their CPU jobs from the worker's warm parent
+    (TRAINPIPE_FORK_LOCAL_JOBS, launchers/forked.py), as a user's own `dag.test()` session may:
+    the runs of one DAG file share its imports, ~7 s less per job than the torchrun command.
+    The train task under the command is tests/operators/test_train.py's (False there) and the
+    standalone stack's, whose task processes run it as an Airflow worker does."""
+    from airflow_trainpipe.launchers.forked import FORK_LOCAL_JOBS_ENV
+
     (root / "dags").mkdir()
     (root / "airflow").mkdir()
     shutil.copy2(migrated_db, root / "airflow" / "airflow.db")
@@ -31,6 +39,7 @@ def dag_test_env(root: Path, migrated_db: Path) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "TRAINPIPE_HOME": str(root / "home"),
+        FORK_LOCAL_JOBS_ENV: "1" if fork_local_jobs else "0",
     }
 
 

@@ -161,7 +161,8 @@ def train_runs(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Pa
         + "\noverwritten = dag\n"
     )
     retry, overwritten = run_dags_of_file(
-        dag_test_env(root / "airflow_home", migrated_airflow_db),
+        # The train task as a worker runs it: the torchrun command, its ranks started cold.
+        dag_test_env(root / "airflow_home", migrated_airflow_db, fork_local_jobs=False),
         "train_dags",
         source,
         [("train_retry", "2026-01-01"), ("overwritten", "2026-01-01")],
@@ -175,6 +176,8 @@ def test_train_task_dies_on_try_1_and_try_2_resumes(train_runs: TrainRuns) -> No
     run = train_runs.retry
     output = run.output
     assert (run.state, run.tries["train"]) == ("success", 2), output[-5000:]
+    assert output.count("starting torchrun with 2 process(es)") == 2  # the command, on each try
+    assert "forking torchrun's agent" not in output
     assert "training job exited with code" in output and "(try 1)" in output
     assert "try 2: the previous try's last complete checkpoint is step 10" in output
     results = list((train_runs.retry_checkpoints / "fraud_detector").glob("*/result.json"))

@@ -267,8 +267,10 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
         extra_env: dict[str, str] | None = None,
         secret_env: dict[str, str] | None = None,
     ) -> Placement:
-        """Where this try's job runs: here under torchrun, or in pods (`training.launcher`).
+        """Where this try's job runs: here under torchrun (forked from a warm parent when
+        TRAINPIPE_FORK_LOCAL_JOBS is set: launchers/forked.py), or in pods (`training.launcher`).
         Credentials travel as environment only: never on a command line or in the spec file."""
+        from airflow_trainpipe.launchers.forked import forks_local_jobs
         from airflow_trainpipe.launchers.runner import Placement, Pods
 
         pods = None
@@ -279,7 +281,7 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
             )  # fmt: skip
         return Placement(
             nproc=self.nproc, env={**self.env, **hook.environment(), **(extra_env or {})}, jobs_on_host=self._jobs_on_host,
-            pods=pods, try_number=context["ti"].try_number,
+            pods=pods, try_number=context["ti"].try_number, fork=forks_local_jobs(),
         )  # fmt: skip
 
     def _run(self, context: Context, spec: TrainSpec, hook: Any, store: Any, **placed: Any) -> TrainResult:
@@ -291,7 +293,8 @@ class DistributedTrainOperator(TrainpipeRetryPolicyMixin, OpenLineageReporting, 
 
         job = self._job = TrainingJob(spec, self.placement(context, hook, **placed), store)
         if job.placement.pods is None:
-            self.log.info("starting torchrun with %d process(es); run directory %s", job.nproc, spec.run_dir)
+            how = "forking torchrun's agent from the warm parent" if job.forked() else "starting torchrun"
+            self.log.info("%s with %d process(es); run directory %s", how, job.nproc, spec.run_dir)
             self.log.info("MLflow tracking URI %s", redact_uri(hook.tracking_uri))
         try:
             return job.run(on_line=lambda text: self.log.info("%s", text))
