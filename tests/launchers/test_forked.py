@@ -110,3 +110,27 @@ def test_the_warm_parent_is_started_once_and_stopped() -> None:
     stop_warm_parent()
     assert still_running(parents) == []
     assert warm_parent(job_environment(0, 1)) > 0.0  # a new one
+
+
+def test_the_warm_parent_stops_though_a_process_forked_since_holds_its_pipe() -> None:
+    """A dag.test() worker's task had started a process pool (forked workers) after its train task
+    started the warm parent: each pool worker holds a copy of the pipe whose end tells the warm
+    parent to stop, so the standard library's stop waited for an end that never came."""
+    import multiprocessing
+    import threading
+    import time
+
+    warm_parent(job_environment(0, 1))
+    (parent,) = warm_parents()
+    holder = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+    holder.start()
+    try:
+        stopper = threading.Thread(target=stop_warm_parent, daemon=True)
+        stopper.start()
+        stopper.join(30)
+        assert not stopper.is_alive(), "stop_warm_parent() still waits for the warm parent"
+        assert still_running([parent]) == []
+        assert holder.is_alive()  # the other process is left alone
+    finally:
+        holder.kill()
+        holder.join()

@@ -29,6 +29,7 @@ exits).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -36,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import IO
+from typing import IO, Any
 
 from airflow_trainpipe.contracts.train_spec import TrainSpec
 from airflow_trainpipe.launchers.command import ENTRYPOINT
@@ -117,11 +118,20 @@ def stop_warm_parent() -> None:
     """End the warm parent once no job forked from it runs (a job still running would get its
     SIGTERM); the next `warm_parent()` starts a new one. A process that ends needs no call: the
     warm parent ends with it."""
+    import signal
     from multiprocessing import forkserver
 
+    server: Any = forkserver._forkserver  # type: ignore[attr-defined]  # private, not in typeshed
     with _warm_lock:
-        # The standard library's own stop (its tests use it): closes the parent's alive pipe.
-        forkserver._forkserver._stop()  # type: ignore[attr-defined]  # private, not in typeshed
+        if (pid := server._forkserver_pid) is not None:
+            # The standard library's stop closes the pipe whose end tells the parent to go, then
+            # waits for it; but every process forked from this one since holds a copy of that
+            # pipe (a task's process pool in a dag.test() worker did), and then the end never
+            # comes and the wait never ends. SIGTERM ends the parent as that end would; a job
+            # still forked from it gets its SIGTERM either way (PR_SET_PDEATHSIG).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        server._stop()  # closes the pipe, reaps the parent, removes its socket
         _warm["seconds"] = None
 
 
