@@ -11,7 +11,14 @@ import psutil
 import pytest
 
 from airflow_trainpipe.contracts.events import parse
-from airflow_trainpipe.launchers.forked import ForkedLauncher, stop_warm_parent, warm_parent
+from airflow_trainpipe.core.exceptions import TrainingJobError
+from airflow_trainpipe.launchers.forked import (
+    FORK_LOCAL_JOBS_ENV,
+    ForkedLauncher,
+    forks_local_jobs,
+    stop_warm_parent,
+    warm_parent,
+)
 from airflow_trainpipe.launchers.local import job_environment
 from tests.helpers.jobs import make_spec, run_job, still_running, warm_parents
 
@@ -134,3 +141,35 @@ def test_the_warm_parent_stops_though_a_process_forked_since_holds_its_pipe() ->
     finally:
         holder.kill()
         holder.join()
+
+
+@pytest.mark.parametrize(
+    ("value", "forks"),
+    [(None, False), ("", False), ("0", False), ("no", False), ("1", True), (" True ", True)],
+)
+def test_the_train_task_forks_only_when_told_to(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, forks: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from airflow_trainpipe.operators.train import DistributedTrainOperator
+    from tests.conftest import EXAMPLE_CONFIGS
+
+    if value is None:
+        monkeypatch.delenv(FORK_LOCAL_JOBS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(FORK_LOCAL_JOBS_ENV, value)
+    assert forks_local_jobs() is forks
+    operator = DistributedTrainOperator(task_id="train", config=str(EXAMPLE_CONFIGS / "fraud_detector.yaml"))
+    context = {"run_id": "manual__1", "ti": SimpleNamespace(try_number=1)}
+    placement = operator.placement(context, SimpleNamespace(environment=dict))
+    assert placement.fork is forks and placement.pods is None
+
+
+def test_a_misspelt_fork_switch_fails_the_task_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FORK_LOCAL_JOBS_ENV, "on")
+    with pytest.raises(
+        TrainingJobError, match=r"^TRAINPIPE_FORK_LOCAL_JOBS='on': expected 1, true or yes"
+    ) as caught:
+        forks_local_jobs()
+    assert caught.value.retryable is False

@@ -73,8 +73,22 @@ def forks_local_jobs() -> bool:
     process runs many jobs one after another, which then share the parent's imports: `dag.test()`
     of several runs in one Python session, a pipeline's own tests (this suite's `dag.test()`
     runs). On an Airflow worker each task is a process of its own, whose parent would import what
-    the command's ranks import: nothing is gained there, so it is off unless set."""
-    return os.environ.get(FORK_LOCAL_JOBS_ENV, "").strip().lower() in ("1", "true", "yes")
+    the command's ranks import: nothing is gained there, so it is off unless set. A value that is
+    neither on nor off fails the task rather than being read as off: a misspelt switch would
+    otherwise go unnoticed."""
+    value = os.environ.get(FORK_LOCAL_JOBS_ENV, "")
+    word = value.strip().lower()
+    if word in ("1", "true", "yes"):
+        return True
+    if word in ("", "0", "false", "no"):
+        return False
+    from airflow_trainpipe.core.exceptions import TrainingJobError
+
+    raise TrainingJobError(
+        f"{FORK_LOCAL_JOBS_ENV}={value!r}: expected 1, true or yes (fork the job from the warm "
+        "parent) or 0, false, no or unset (start the torchrun command)",
+        retryable=False,
+    )
 
 
 def forkable(gpus_per_node: int) -> bool:
