@@ -64,22 +64,12 @@ from airflow_trainpipe.factory import register_pipelines
 register_pipelines(Path(__file__).parent / "configs", globals())
 
 if __name__ == "__main__":
-    import dataclasses
-
-    from airflow_trainpipe.operators.tune import TuningTrialOperator
-
-    # The trials' one-rank jobs are forked from the warm parent (Placement(fork=True), as
-    # `trainpipe tune` runs its CPU trials) instead of started under torchrun: ~6 s less per job,
-    # and the trials are 4-6 jobs. Each is still its own process that runs the entrypoint's main
-    # and SIGKILLs itself at the crash step. What is proven here is Airflow's side (mapped trials,
-    # the retry, the resume from the trial's checkpoint, the study's pick), not torchrun's, which
-    # the untuned run's 2-rank train job (not a trial: not patched) and test_train.py keep.
-    _placement = TuningTrialOperator.placement
-
-    def _forked(self, *args, **kwargs):
-        return dataclasses.replace(_placement(self, *args, **kwargs), fork=True)
-
-    TuningTrialOperator.placement = _forked
+    # The trials' and the untuned run's CPU jobs are forked from the warm parent
+    # (TRAINPIPE_FORK_LOCAL_JOBS, set by dag_test_env, as `trainpipe tune` runs its CPU trials)
+    # instead of started as the torchrun command: ~6 s less per job, and the trials are 4-6 jobs.
+    # Each is still its own job that runs the entrypoint's main and SIGKILLs itself at the crash
+    # step. What is proven here is Airflow's side (mapped trials, the retry, the resume from the
+    # trial's checkpoint, the study's pick); the train task under the command is test_train.py's.
     dag = globals()["fraud_detector_tuned"]
     for day, conf in (("2026-01-02", {{}}), ("2026-01-03", {{"tune": False}})):
         if conf:  # the crash is the trials' (a train task's retry is tests/operators/test_train.py's)

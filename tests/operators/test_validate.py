@@ -124,7 +124,6 @@ def test_a_partition_that_leaves_data_uri_fails_every_task_at_once(runs: Validat
 
 
 WINDOW_DAG = """
-import dataclasses
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
@@ -141,20 +140,13 @@ def lineage(result):
     print("LINEAGE " + " | ".join(f"{{k}}={{v}}" for k, v in sorted(tags.items()) if k.startswith("trainpipe.data")))
 
 
-class ForkedTrain(DistributedTrainOperator):
-    # The one-rank job is forked from the warm parent (Placement(fork=True), as `trainpipe tune`
-    # runs its CPU trials) instead of started under torchrun: the runs of one call share it
-    # (tests/helpers/dag_test_worker.py), so the jobs after the first start ~7 s sooner.
-    # The subject here is the window's snapshot and its lineage tags, which the job reads and
-    # logs the same either way; the train task under torchrun is tests/operators/test_train.py's.
-    def placement(self, *args, **kwargs):
-        return dataclasses.replace(super().placement(*args, **kwargs), fork=True)
-
-
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     validate = DataValidateOperator(task_id="validate_data", config={config!r})
-    train = ForkedTrain(task_id="train", config={config!r}, validation=validate.output, max_steps=3,
-                        nproc=1, retries=0)
+    # The one-rank job is forked from the worker's warm parent (TRAINPIPE_FORK_LOCAL_JOBS, set by
+    # dag_test_env): the runs of one call share it. The subject here is the window's snapshot and
+    # its lineage tags, which the job reads and logs the same either way.
+    train = DistributedTrainOperator(task_id="train", config={config!r}, validation=validate.output,
+                                     max_steps=3, nproc=1, retries=0)
     lineage(train.output)
 """
 
@@ -184,6 +176,8 @@ def test_a_30_partition_window_trains_on_one_snapshot_and_validates_each_partiti
     data = runs.window_data
     for run in (first, second):
         assert (run.state, set(run.tasks.values())) == ("success", {"success"}), run.output[-6000:]
+        # dag_test_env's TRAINPIPE_FORK_LOCAL_JOBS reached the train task.
+        assert "forking torchrun's agent from the warm parent with 1 process(es)" in run.output
     # The first run validates the 28 earlier partitions it has no record of, oldest first, then its own.
     assert (
         "window: 28 earlier partition(s), 0 reused their validation records, 28 validated now" in first.output
