@@ -25,7 +25,7 @@ def dag_test_env(root: Path, migrated_db: Path, *, fork_local_jobs: bool = True)
 
     `fork_local_jobs`: the train tasks fork their CPU jobs from the worker's warm parent
     (TRAINPIPE_FORK_LOCAL_JOBS, launchers/forked.py), as a user's own `dag.test()` session may:
-    the runs of one DAG file share its imports, ~7 s less per job than the torchrun command.
+    the runs of the worker share its imports, ~7 s less per job than the torchrun command.
     The train task under the command is tests/operators/test_train.py's (False there) and the
     standalone stack's, whose task processes run it as an Airflow worker does."""
     from airflow_trainpipe.launchers.forked import FORK_LOCAL_JOBS_ENV
@@ -100,8 +100,7 @@ def run_dags_of_file(
     """One run per (DAG variable of `source`, logical date) in `runs`, in order, written to the
     dags folder as `name`.py and run by the dag.test() worker of `env` (tests/helpers/
     dag_test_worker.py: one interpreter start and Airflow import for them all, and for the next
-    test's runs in the same Airflow home; a warm parent a run forks jobs from stays for the next
-    run of the file). `timeout` applies to each run; `on_line` sees each line of output as it
+    test's runs in the same Airflow home, and one warm parent their jobs fork from). `timeout` applies to each run; `on_line` sees each line of output as it
     comes (to act while a task runs).
 
     before_run(index) is called before each run but the first."""
@@ -118,7 +117,6 @@ def run_dags_of_file(
             logical_date,
             timeout=timeout,
             on_line=on_line,
-            keep_warm_parent=number < len(runs) - 1,
         )
         if result is None:
             raise AssertionError(

@@ -12,6 +12,11 @@ One worker serves one Airflow configuration: what Airflow reads once, when it is
 home, DAGs folder and database, every AIRFLOW__ option) and, to be safe, the rest of the
 environment as well. Only connections and variables (AIRFLOW_CONN_*, AIRFLOW_VAR_*), which Airflow
 reads from the environment when a task asks for them, may differ between the runs of a worker.
+
+The warm parent that train tasks fork their CPU jobs from (TRAINPIPE_FORK_LOCAL_JOBS,
+launchers/forked.py) stays for the worker's life, as it would in one Python session that runs
+several DAG files' `dag.test()`: it reads nothing from a run but the environment, which is the
+worker's, and its start (6-12 s on 2 busy cores) is paid once per worker, not once per test.
 """
 
 from __future__ import annotations
@@ -52,12 +57,6 @@ for request in sys.stdin:
     except Exception:
         traceback.print_exc()
         result = None
-    # A DAG whose tasks forked a job started this process's warm parent (launchers/forked.py):
-    # the process of `python dag_file.py` would have ended after its last dag.test(), and the
-    # warm parent with it; between the runs of one such file it stays.
-    forked = sys.modules.get("airflow_trainpipe.launchers.forked")
-    if forked is not None and not request["keep_warm_parent"]:
-        forked.stop_warm_parent()
     sys.stderr.flush()
     print(MARK + json.dumps(result), flush=True)
 """.replace("MARK", repr(RESULT_MARK))
@@ -87,7 +86,6 @@ class DagTestWorker:
         run_conf: dict[str, Any] | None,
         timeout: float,
         on_line: Callable[[str], None] | None,
-        keep_warm_parent: bool = False,
     ) -> tuple[dict[str, Any] | None, str]:
         """(the run's states and tries, or None when it raised or the worker died; its output)."""
         request = {
@@ -96,7 +94,6 @@ class DagTestWorker:
             "dag": dag,
             "logical_date": logical_date,
             "run_conf": run_conf,
-            "keep_warm_parent": keep_warm_parent,
         }
         stdin: IO[str] = self.process.stdin  # type: ignore[assignment]
         stdout: IO[str] = self.process.stdout  # type: ignore[assignment]
@@ -151,13 +148,11 @@ def run_dag(
     run_conf: dict[str, Any] | None = None,
     timeout: float = 300,
     on_line: Callable[[str], None] | None = None,
-    keep_warm_parent: bool = False,
 ) -> tuple[dict[str, Any] | None, str]:
     """One `dag.test()` of `dag` (a name the DAG file `path` defines at module level) on
     `logical_date`, in a worker of `env`'s configuration (started on first use): the run's
     {"state", "tasks", "tries"}, or None when dag.test() raised or the run outlived `timeout`,
-    and everything the run printed (its traceback included). `keep_warm_parent`: another run
-    of the same file follows, as in a script that calls dag.test() more than once."""
+    and everything the run printed (its traceback included)."""
     key = _configuration(env)
     with _lock:
         worker = _workers.pop(key, None)
@@ -166,7 +161,7 @@ def run_dag(
         _workers[key] = worker  # the most recently used last
         while len(_workers) > KEPT_WORKERS:
             _workers.popitem(last=False)[1].close()
-    return worker.run(env, path, dag, logical_date, run_conf, timeout, on_line, keep_warm_parent)
+    return worker.run(env, path, dag, logical_date, run_conf, timeout, on_line)
 
 
 @atexit.register

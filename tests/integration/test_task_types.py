@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.airflow_dags import RESULT_MARK
+from tests.helpers.airflow_dags import RESULT_MARK, dag_test_env
 from tests.helpers.openlineage import facets_of, read_events, schema_errors, task_events, transport_env
 
 # (pipeline, make-data kind, gate metric, sliced columns)
@@ -94,10 +94,17 @@ def _xcoms(airflow_home: Path, dag_id: str, task_id: str) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_each_task_type_trains_gates_and_registers_through_dag_test(airflow_env: dict[str, str]) -> None:
+def test_each_task_type_trains_gates_and_registers_through_dag_test(
+    tmp_path: Path, migrated_airflow_db: Path
+) -> None:
     from mlflow import MlflowClient
 
     from airflow_trainpipe.examples.synthetic import write_day
+
+    # An Airflow home and registry of its own: the session's (airflow_env) holds versions of these
+    # pipelines' models that other tests registered (test_validate_text's support_tickets), and day 1
+    # must find no champion. Its runs are a `python` process of their own, as a user's would be.
+    airflow_env = dag_test_env(tmp_path, migrated_airflow_db)
 
     home = Path(airflow_env["TRAINPIPE_HOME"])
     for _, kind, _, _ in CASES:
