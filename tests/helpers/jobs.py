@@ -282,13 +282,27 @@ def still_running(processes: list[Any], within_s: float = 10) -> list[int]:
     return running()
 
 
-def warm_parents() -> list[Any]:
+def warm_parents(recursive: bool = False) -> list[Any]:
     """This process's warm parents (launchers/forked.py: forkserver children, psutil.Process), not
-    the jobs forked from them. A warm parent names the training entrypoint among its preloads."""
+    the jobs forked from them. A warm parent names the training entrypoint among its preloads.
+
+    `recursive`: every warm parent under this process, those of its children too (a dag.test()
+    worker an earlier test left for the next keeps its own: tests/helpers/dag_test_worker.py).
+    A job forked from a warm parent keeps its command line; its parent is what tells them apart."""
     import psutil
 
-    return [
-        p
-        for p in psutil.Process().children()
-        if "multiprocessing.forkserver" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
-    ]
+    def forkserver(process: Any) -> bool:
+        return "multiprocessing.forkserver" in " ".join(process.cmdline())
+
+    found = []
+    for process in psutil.Process().children(recursive=recursive):
+        try:
+            if (
+                process.status() != psutil.STATUS_ZOMBIE
+                and forkserver(process)
+                and not forkserver(process.parent())
+            ):
+                found.append(process)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return found

@@ -72,17 +72,14 @@ def _trial_job(
 
 def _no_job_left() -> None:
     """No training process is alive under this one (an exited child an earlier test left
-    unreaped, a zombie, trains nothing). A warm parent is not a job; a job forked from it is.
-    Nor is another process's warm parent: a dag.test() worker an earlier test left for the next
-    keeps its own (tests/helpers/dag_test_worker.py), which names the entrypoint among its preloads."""
+    unreaped, a zombie, trains nothing). A warm parent is not a job, whoever started it (this
+    process, or a dag.test() worker an earlier test left for the next); a job forked from it is."""
     jobs = []
-    parents = {p.pid for p in warm_parents()}
+    parents = {p.pid for p in warm_parents(recursive=True)}
     for process in psutil.Process().children(recursive=True):
         try:
-            command = " ".join(process.cmdline())
             if (
-                "airflow_trainpipe.runtime.train" in command
-                and "multiprocessing.forkserver" not in command
+                "airflow_trainpipe.runtime.train" in " ".join(process.cmdline())
                 and process.pid not in parents
             ):
                 jobs.append(process)
