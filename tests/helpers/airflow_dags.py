@@ -100,8 +100,9 @@ def run_dags_of_file(
     """One run per (DAG variable of `source`, logical date) in `runs`, in order, written to the
     dags folder as `name`.py and run by the dag.test() worker of `env` (tests/helpers/
     dag_test_worker.py: one interpreter start and Airflow import for them all, and for the next
-    test's runs in the same Airflow home, and one warm parent their jobs fork from). `timeout` applies to each run; `on_line` sees each line of output as it
-    comes (to act while a task runs).
+    test's runs in the same Airflow home, and one warm parent their jobs fork from). `timeout`
+    applies to each run; `on_line` sees each line of output as it comes (to act while a task
+    runs).
 
     before_run(index) is called before each run but the first."""
     path = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{name}.py"
