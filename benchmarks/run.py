@@ -88,7 +88,70 @@ def bench_config_parsing() -> list[str]:
         for count, ratio in ratios
     ]
     lines.append("")
-    return lines
+    return lines + _worst_files()
+
+
+# The files a limit guards against, and the worst file within every limit, in one fresh process.
+_WORST = """
+import json, statistics, sys, time
+from pathlib import Path
+from airflow_trainpipe.config import load_config
+from airflow_trainpipe.core.exceptions import ConfigError
+times = {}
+for path in sys.argv[1:]:
+    runs = []
+    for _ in range(5):
+        started = time.process_time()
+        try:
+            load_config(path)
+        except ConfigError:
+            pass
+        runs.append(time.process_time() - started)
+    times[Path(path).name] = statistics.median(runs)
+print(json.dumps(times))
+"""
+
+
+def _worst_files() -> list[str]:
+    import json
+
+    from airflow_trainpipe.config.limits import MAX_FILE_BYTES, MAX_NODES
+
+    fraud = EXAMPLE.read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        files = {"example (fraud_detector.yaml)": EXAMPLE}
+        filler = "tags: [" + ", ".join(["t"] * (MAX_NODES - 400)) + "]\n"
+        text = fraud.replace("tags: [", "x_tags: [") + filler
+        text = "#" * (MAX_FILE_BYTES - len(text.encode()) - 1) + "\n" + text
+        (folder / "at_every_limit.yaml").write_text(text)
+        files["at every limit (256 KB, 9,600 nodes)"] = folder / "at_every_limit.yaml"
+        files["billion laughs (10^9 nodes expanded)"] = REPO / "tests/config/hostile/billion_laughs.yaml"
+        (folder / "deep.yaml").write_text("pipeline: evil\ntags: " + "[" * 20_000 + "]" * 20_000 + "\n")
+        files["20,000 levels deep"] = folder / "deep.yaml"
+        with open(folder / "huge.yaml", "wb") as handle:
+            handle.truncate(40_000_000)
+        files["40 MB (sparse)"] = folder / "huge.yaml"
+        out = subprocess.run(
+            [sys.executable, "-c", _WORST, *map(str, files.values())],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        times = json.loads(out)
+    example = times[EXAMPLE.name]
+    lines = [
+        "Hostile files and the worst file within every limit (`tests/config/test_limits.py`):",
+        "CPU seconds of `load_config` in one process, median of 5, against the example config.",
+        "",
+        "| file | ms | x example |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {label} | {times[path.name] * 1e3:.2f} | {times[path.name] / example:.1f} |"
+        for label, path in files.items()
+    ]
+    return [*lines, ""]
 
 
 SECTIONS = (
