@@ -17,7 +17,20 @@ RUN_ID = "scheduled__2026-01-05T00:00:00+00:00"
 
 
 def unreachable_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A kubeconfig whose API server address has nothing listening, set as the default connection."""
+    """A kubeconfig whose API server address has nothing listening, set as the default connection.
+
+    Each API call is still tried as often as the provider tries it ([workers] api_retries, 5),
+    but with 10-50 ms between tries instead of the provider's back-off (1, 2, 4, 8 s): with nothing
+    listening, every try is refused at once, and the back-off was 15 s of a test spent asleep.
+    """
+    import tenacity
+    from airflow.providers.cncf.kubernetes import kubernetes_helper_functions
+
+    # Read at call time by the provider's retry (WaitRetryAfterOrExponential), set at import
+    # from [workers] api_retry_wait_min/max: changing the options now would not reach it.
+    monkeypatch.setattr(
+        kubernetes_helper_functions, "_default_wait", tenacity.wait_exponential(min=0.01, max=0.05)
+    )
     path = tmp_path / "kubeconfig"
     path.write_text(
         yaml.safe_dump(

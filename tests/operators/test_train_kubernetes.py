@@ -146,7 +146,6 @@ def test_several_nodes_are_an_indexed_job(tmp_path: Path, kubeconfig: str) -> No
     _validate(tmp_path, [job])
 
 
-@pytest.mark.slow  # the provider retries the API call with back-off (~16 s)
 def test_a_try_without_a_reachable_cluster_fails_retryably_and_names_the_cause(
     tmp_path: Path, kubeconfig: str
 ) -> None:
