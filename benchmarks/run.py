@@ -115,17 +115,15 @@ print(json.dumps(times))
 def _worst_files() -> list[str]:
     import json
 
-    from airflow_trainpipe.config.limits import MAX_FILE_BYTES, MAX_NODES
+    from airflow_trainpipe.config.limits import MAX_FILE_BYTES
+    from tests.helpers.config_work import AT_EVERY_LIMIT_NODES, at_every_limit
 
-    fraud = EXAMPLE.read_text()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         files = {"example (fraud_detector.yaml)": EXAMPLE}
-        filler = "tags: [" + ", ".join(["t"] * (MAX_NODES - 400)) + "]\n"
-        text = fraud.replace("tags: [", "x_tags: [") + filler
-        text = "#" * (MAX_FILE_BYTES - len(text.encode()) - 1) + "\n" + text
-        (folder / "at_every_limit.yaml").write_text(text)
-        files["at every limit (256 KB, 9,600 nodes)"] = folder / "at_every_limit.yaml"
+        (folder / "at_every_limit.yaml").write_text(at_every_limit(EXAMPLE.read_text()))
+        label = f"at every limit ({MAX_FILE_BYTES // 1024} KB, {AT_EVERY_LIMIT_NODES:,} more nodes)"
+        files[label] = folder / "at_every_limit.yaml"
         files["billion laughs (10^9 nodes expanded)"] = REPO / "tests/config/hostile/billion_laughs.yaml"
         (folder / "deep.yaml").write_text("pipeline: evil\ntags: " + "[" * 20_000 + "]" * 20_000 + "\n")
         files["20,000 levels deep"] = folder / "deep.yaml"

@@ -11,7 +11,7 @@ from airflow_trainpipe.config import load_config, parse_config
 from airflow_trainpipe.config.limits import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 from airflow_trainpipe.core.exceptions import ConfigError, ConfigProblem
 from tests.conftest import EXAMPLE_CONFIGS
-from tests.helpers.config_work import MAX_EVENTS, Work, counted_work
+from tests.helpers.config_work import AT_EVERY_LIMIT_NODES, MAX_EVENTS, Work, at_every_limit, counted_work
 
 FRAUD = (EXAMPLE_CONFIGS / "fraud_detector.yaml").read_text()
 # `training.deepspeed.overrides` is free-form: the one place a valid config may nest at will.
@@ -134,15 +134,12 @@ def test_text_size_is_limited_in_utf8_bytes(work: Work) -> None:
 def test_a_file_at_every_limit_is_read_composed_and_validated_whole(tmp_path: Path, work: Work) -> None:
     # The worst a file within the limits can cost: the full node budget, at the full size.
     # How fast it loads is a benchmark (`make bench`, "Config parsing"), not a bound here.
-    filler = "tags: [" + ", ".join(["t"] * (MAX_NODES - 400)) + "]\n"
-    text = FRAUD.replace("tags: [", "x_tags: [") + filler
-    text = "#" * (MAX_FILE_BYTES - len(text.encode()) - 1) + "\n" + text
     path = tmp_path / "x.yaml"
-    path.write_text(text)
+    path.write_text(at_every_limit(FRAUD))
     with pytest.raises(ConfigError, match="x_tags") as caught:
         load_config(path)
     # Only the unknown key is wrong: no limit refused it, so it was validated whole.
     [problem] = caught.value.problems
     assert problem.path == "x_tags" and "over the limit" not in problem.message
     assert work.bytes_read == MAX_FILE_BYTES
-    assert MAX_NODES - 400 < work.events <= MAX_EVENTS
+    assert AT_EVERY_LIMIT_NODES < work.events <= MAX_EVENTS

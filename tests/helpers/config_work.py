@@ -25,6 +25,18 @@ from airflow_trainpipe.config import files, limits
 MAX_EVENTS = 2 * (limits.MAX_NODES + 1) + 4
 
 
+# The valid file that costs most within the limits: `example` with MAX_NODES - 400 more nodes
+# (its own ~300 stay under the node limit), padded with a comment to MAX_FILE_BYTES. Its tags
+# move to `x_tags`, an unknown key, so validation still has one problem to report.
+AT_EVERY_LIMIT_NODES = limits.MAX_NODES - 400
+
+
+def at_every_limit(example: str) -> str:
+    filler = "tags: [" + ", ".join(["t"] * AT_EVERY_LIMIT_NODES) + "]\n"
+    text = example.replace("tags: [", "x_tags: [") + filler
+    return "#" * (limits.MAX_FILE_BYTES - len(text.encode()) - 1) + "\n" + text
+
+
 @dataclass
 class Work:
     events: int = 0  # YAML events the limited composer pulled from the parser
