@@ -59,3 +59,20 @@ def test_it_changes_no_answer_torch_or_mlflow_would_give() -> None:
     assert found["mapped"]["airflow-trainpipe"] == "airflow_trainpipe"
     assert found["mapped"]["torch"] in ("torch", "torchgen"), found["mapped"]  # a module of torch's
     assert found["torch_pin_mismatch"] == "None"
+
+
+def test_a_step_that_no_longer_applies_is_skipped_and_says_so() -> None:
+    """A step only saves time: the warm parent's imports still end (a failure there would fail
+    every forked job), the other steps still run, and the skip is on stderr."""
+    check = f"""
+from mlflow.utils import requirements_utils
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+torchs = dynamic_rendezvous.get_method_name
+del requirements_utils._init_packages_to_modules_map  # as an MLflow without it would be
+import {SETUP}
+print(dynamic_rendezvous.get_method_name is not torchs)
+"""
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
+    assert "trainpipe: the warm parent skipped _map_installed_distributions: ImportError(" in done.stderr
