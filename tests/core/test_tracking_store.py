@@ -38,3 +38,34 @@ def test_another_refusal_is_not_taken_for_the_race(uri: str) -> None:
 
     with pytest.raises(MlflowException, match="Invalid experiment name"):
         experiment_id_of(MlflowClient(uri), "", uri)
+
+
+_USE_URI = """
+import json, sys
+import mlflow
+from mlflow import MlflowClient
+from airflow_trainpipe.core.tracking_store import use_tracking_uri
+
+use_tracking_uri("sqlite:////tmp/trainpipe-a/mlflow.db")
+first = [mlflow.get_tracking_uri(), MlflowClient().tracking_uri, "opentelemetry.sdk.metrics" in sys.modules]
+mlflow.set_tracking_uri("sqlite:////tmp/trainpipe-b/mlflow.db")  # set in this process: outranks the environment
+use_tracking_uri("sqlite:////tmp/trainpipe-a/mlflow.db")
+print(json.dumps({"first": first, "after_another": [mlflow.get_tracking_uri(), MlflowClient().tracking_uri]}))
+"""
+
+
+def test_the_tracking_uri_is_used_by_the_client_and_the_fluent_api_without_a_tracer_reset() -> None:
+    """In an interpreter of its own: the tracer provider and the environment are process state."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    done = subprocess.run([sys.executable, "-c", _USE_URI], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    a = "sqlite:////tmp/trainpipe-a/mlflow.db"
+    # mlflow.set_tracking_uri would have imported OpenTelemetry's metrics SDK (its tracer reset).
+    assert found["first"] == [a, a, False]
+    assert found["after_another"] == [a, a]

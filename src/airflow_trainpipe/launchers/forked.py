@@ -57,9 +57,6 @@ PRELOAD = [
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.model_registry.sqlalchemy_store",
     "mlflow.pyfunc",
-    # Setting the tracking URI resets MLflow's tracer provider, which imports OpenTelemetry's
-    # metrics SDK: 0.4 s of every forked job's tracking lap.
-    "mlflow.tracing.processor.base_mlflow",
     "optuna",
     "torch.distributed.launcher.api",  # torchrun's agent, which every forked job runs
     ENTRYPOINT,  # by name, as torchrun's command line names it: launchers do not import the runtime
