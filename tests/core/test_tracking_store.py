@@ -62,7 +62,9 @@ def test_the_tracking_uri_is_used_by_the_client_and_the_fluent_api_without_a_tra
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    done = subprocess.run([sys.executable, "-c", _USE_URI], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _USE_URI], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     a = "sqlite:////tmp/trainpipe-a/mlflow.db"
