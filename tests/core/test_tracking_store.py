@@ -41,15 +41,17 @@ def test_another_refusal_is_not_taken_for_the_race(uri: str) -> None:
 
 
 _USE_URI = """
-import json, sys
+import json, os, sys
 import mlflow
 from mlflow import MlflowClient
 from airflow_trainpipe.core.tracking_store import use_tracking_uri
 
-use_tracking_uri("sqlite:////tmp/trainpipe-a/mlflow.db")
-first = [mlflow.get_tracking_uri(), MlflowClient().tracking_uri, "opentelemetry.sdk.metrics" in sys.modules]
+os.environ["MLFLOW_TRACKING_URI"] = "sqlite:////tmp/trainpipe-a/mlflow.db"  # the job's, as its launcher gives it
+returned = use_tracking_uri()
+first = [returned, mlflow.get_tracking_uri(), MlflowClient().tracking_uri, "opentelemetry.sdk.metrics" in sys.modules]
 mlflow.set_tracking_uri("sqlite:////tmp/trainpipe-b/mlflow.db")  # set in this process: outranks the environment
-use_tracking_uri("sqlite:////tmp/trainpipe-a/mlflow.db")
+os.environ["MLFLOW_TRACKING_URI"] = "sqlite:////tmp/trainpipe-a/mlflow.db"  # ...which the job's says again
+use_tracking_uri()
 print(json.dumps({"first": first, "after_another": [mlflow.get_tracking_uri(), MlflowClient().tracking_uri]}))
 """
 
@@ -69,5 +71,5 @@ def test_the_tracking_uri_is_used_by_the_client_and_the_fluent_api_without_a_tra
     found = json.loads(done.stdout.strip().splitlines()[-1])
     a = "sqlite:////tmp/trainpipe-a/mlflow.db"
     # mlflow.set_tracking_uri would have imported OpenTelemetry's metrics SDK (its tracer reset).
-    assert found["first"] == [a, a, False]
+    assert found["first"] == [a, a, a, False]
     assert found["after_another"] == [a, a]

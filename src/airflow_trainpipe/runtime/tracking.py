@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -34,7 +33,7 @@ from airflow_trainpipe.contracts.tags import (
 from airflow_trainpipe.contracts.train_spec import PretrainedPin, TrainSpec
 from airflow_trainpipe.core.digest import content_digest
 from airflow_trainpipe.core.storage import filesystem, join, resolve
-from airflow_trainpipe.core.tracking_store import default_tracking_uri, experiment_id_of, use_tracking_uri
+from airflow_trainpipe.core.tracking_store import experiment_id_of, use_tracking_uri
 from airflow_trainpipe.data.sources import lineage_tags
 
 log = logging.getLogger(__name__)
@@ -60,8 +59,7 @@ class Tracker:
     ):
         from mlflow.tracking import MlflowClient
 
-        tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-        use_tracking_uri(tracking_uri)
+        tracking_uri = use_tracking_uri()
         self.client = MlflowClient()
         self._fs, self._id_path = filesystem(join(run_dir, RUN_ID_FILE))
         run_id = run_id or self._stored_run_id()

@@ -11,7 +11,6 @@ directory is read where it is, after the same check.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -168,9 +167,9 @@ def _download_registered(source: str, staging: Path) -> None:
 
 def _use_tracking_store() -> None:
     """The registry the job's Tracker logs to (it starts later): the environment's, else ours."""
-    from airflow_trainpipe.core.tracking_store import default_tracking_uri, use_tracking_uri
+    from airflow_trainpipe.core.tracking_store import use_tracking_uri
 
-    use_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
+    use_tracking_uri()
 
 
 def read_pin(run_dir: str) -> Pinned | None:
