@@ -91,9 +91,13 @@ def test_a_forked_job_gets_its_share_of_the_cores_and_leaves_nothing_when_killed
         connected = {c.raddr.port for c in rank.net_connections("tcp") if c.raddr}
         assert listening & connected, (listening, connected)
         processes = [job, *job.children(recursive=True)]
+        # torchrun's per-rank directories are in the job's own, not a new one in /tmp per job.
+        job_dir = launcher._torchrun_log_dir().parent
+        assert list(launcher._torchrun_log_dir().glob("*/attempt_0/0")), list(job_dir.rglob("*"))
         launcher.kill()
         assert launcher.wait() == 128 + 9  # SIGKILL, reported as a shell reports it
         assert still_running(processes) == []
+        assert not job_dir.exists()
     finally:
         launcher.kill()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import signal
 import sys
@@ -33,6 +34,8 @@ def test_torchrun_command_runs_the_single_entrypoint() -> None:
     command = torchrun_command(2, "@/tmp/spec.json", python=sys.executable)
     assert command[1:3] == ["-m", "torch.distributed.run"]
     assert command[-4:] == ["-m", "airflow_trainpipe.runtime.train", "--spec", "@/tmp/spec.json"]
+    logged = torchrun_command(2, "@/tmp/job/spec.json", python=sys.executable, log_dir="/tmp/job/torchrun")
+    assert _torchrun_parser(shutdown_timeout=False).parse_args(logged[3:]).log_dir == "/tmp/job/torchrun"
 
 
 def _torchrun_parser(shutdown_timeout: bool) -> argparse.ArgumentParser:
@@ -83,7 +86,9 @@ def _job_processes(launcher: LocalLauncher) -> list[psutil.Process]:
 def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[str], how: str) -> None:
     # The paused ranks cannot reach their next step to save: their 3 s grace clock ends them.
     spec = make_spec(tmp_path, job_files, "orphans", preemption_grace=3)
-    launcher = LocalLauncher(spec, 2, env={"TRAINPIPE_PAUSE_AT": "step:3"})
+    temporary = tmp_path / "tmp"  # the job's TMPDIR: nothing may be left in it
+    temporary.mkdir()
+    launcher = LocalLauncher(spec, 2, env={"TRAINPIPE_PAUSE_AT": "step:3", "TMPDIR": str(temporary)})
     launcher.start()
     paused = 0
     for line in launcher.lines():
@@ -92,6 +97,9 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
             break
     processes = _job_processes(launcher)
     assert sum("airflow_trainpipe.runtime.train" in " ".join(p.cmdline()) for p in processes) >= 2
+    # torchrun's per-rank directories are in the job's own directory, which wait() removes.
+    job_dir = launcher._torchrun_log_dir().parent
+    assert len(list(launcher._torchrun_log_dir().glob("*/attempt_0/[01]"))) == 2, list(job_dir.rglob("*"))
     if how == "launcher_kill":
         launcher.kill()
     else:
@@ -99,6 +107,10 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
         launcher.process.send_signal(signal.SIGKILL)
     launcher.wait()
     assert still_running(processes) == []
+    assert not job_dir.exists()
+    # Only inductor's compile cache, one per user and reused by every job (DeepSpeed compiles its
+    # Muon kernels as it is imported), is left: torchrun's own default made a directory per job.
+    assert [p.name for p in temporary.iterdir()] == [f"torchinductor_{getpass.getuser()}"]
 
 
 @pytest.mark.parametrize(

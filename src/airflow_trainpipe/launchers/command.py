@@ -20,9 +20,12 @@ def torchrun_command(
     *,
     python: str,
     rendezvous: tuple[str, ...] = ("--standalone",),
+    log_dir: str | None = None,
 ) -> list[str]:
-    """`rendezvous`: one node alone, or how the nodes of a Kubernetes job find each other. Only
-    options every torchrun since torch 2.1 accepts; the shutdown timeout is `torchrun_environment`'s."""
+    """`rendezvous`: one node alone, or how the nodes of a Kubernetes job find each other.
+    `log_dir`: where torchrun keeps its per-rank error files; without one it makes a directory in
+    the system's temporary directory for every job and never removes it. Only options every
+    torchrun since torch 2.1 accepts; the shutdown timeout is `torchrun_environment`'s."""
     return [
         python,
         "-m",
@@ -30,6 +33,7 @@ def torchrun_command(
         "--nproc-per-node",
         str(nproc),
         *rendezvous,
+        *(("--log-dir", log_dir) if log_dir is not None else ()),
         "-m",
         ENTRYPOINT,
         "--spec",

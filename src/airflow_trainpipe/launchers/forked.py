@@ -169,6 +169,7 @@ class ForkedLauncher(LocalLauncher):
         reader, writer = context.Pipe(duplex=False)
         agent = AgentArgs(
             spec_file=str(spec_file),
+            log_dir=str(self._torchrun_log_dir()),
             nproc=self.nproc,
             env=self.env,
             shutdown_timeout_s=self.spec.config.training.checkpoint.shutdown_timeout_s,
@@ -210,6 +211,7 @@ class AgentArgs:
     """What the forked agent needs: it reads nothing else from the launcher."""
 
     spec_file: str
+    log_dir: str
     nproc: int
     env: dict[str, str]
     shutdown_timeout_s: int
@@ -252,7 +254,7 @@ def _launch(args: AgentArgs) -> int:
     import signal
     import uuid
 
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -267,6 +269,7 @@ def _launch(args: AgentArgs) -> int:
         monitor_interval=0.1,  # the command's default
         start_method="fork",
         shutdown_timeout=args.shutdown_timeout_s,
+        logs_specs=DefaultLogsSpecs(log_dir=args.log_dir),  # the command's --log-dir
     )
     try:
         elastic_launch(config, entrypoint=_rank)(args.spec_file)

@@ -81,13 +81,15 @@ class LocalLauncher:
         self.spec, self.nproc = spec, nproc
         self.env = job_environment(spec.config.training.resources.gpus_per_node, nproc, jobs_on_host, env)
         self.process: subprocess.Popen[str] | None = None
-        self._spec_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._job_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def start(self) -> None:
         spec_file = self._write_spec()
         checkpoint = self.spec.config.training.checkpoint
         self.process = subprocess.Popen(
-            torchrun_command(self.nproc, f"@{spec_file}", python=sys.executable),
+            torchrun_command(
+                self.nproc, f"@{spec_file}", python=sys.executable, log_dir=str(self._torchrun_log_dir())
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -123,10 +125,17 @@ class LocalLauncher:
         self.kill(signal.SIGKILL)
 
     def _write_spec(self) -> Path:
-        self._spec_dir = tempfile.TemporaryDirectory(prefix="trainpipe-spec-")
-        spec_file = Path(self._spec_dir.name) / "spec.json"
+        """The spec, in the job's own temporary directory, which `wait()` removes."""
+        self._job_dir = tempfile.TemporaryDirectory(prefix="trainpipe-job-")
+        spec_file = Path(self._job_dir.name) / "spec.json"
         spec_file.write_text(self.spec.to_json())
         return spec_file
+
+    def _torchrun_log_dir(self) -> Path:
+        """torchrun's log directory, inside the job's: torchrun's own default is a new directory
+        in /tmp for every job, never removed (1,287 of them after a day of this project's tests)."""
+        assert self._job_dir is not None
+        return Path(self._job_dir.name) / "torchrun"
 
     # The job's process handle: what a torchrun child and a forked job (launchers/forked.py) differ in.
 
@@ -146,9 +155,9 @@ class LocalLauncher:
         return None
 
     def _cleanup(self) -> None:
-        if self._spec_dir is not None:
-            self._spec_dir.cleanup()
-            self._spec_dir = None
+        if self._job_dir is not None:
+            self._job_dir.cleanup()
+            self._job_dir = None
 
 
 def signal_job_tree(leader: int, sig: int) -> None:
