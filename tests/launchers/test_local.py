@@ -108,9 +108,10 @@ def test_no_rank_survives(tmp_path: Path, trainpipe_home: Path, job_files: list[
     launcher.wait()
     assert still_running(processes) == []
     assert not job_dir.exists()
-    # Only inductor's compile cache, one per user and reused by every job (DeepSpeed compiles its
-    # Muon kernels as it is imported), is left: torchrun's own default made a directory per job.
-    assert [p.name for p in temporary.iterdir()] == [f"torchinductor_{getpass.getuser()}"]
+    # At most inductor's compile cache is left, one per user and reused by every job (DeepSpeed
+    # compiles its Muon kernels as it is imported where inductor can; CI's machine made none):
+    # torchrun's own default made a directory per job.
+    assert {p.name for p in temporary.iterdir()} <= {f"torchinductor_{getpass.getuser()}"}
 
 
 @pytest.mark.parametrize(

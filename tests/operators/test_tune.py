@@ -159,7 +159,15 @@ def test_study_of_mapped_trials_picks_the_candidate_and_killed_trials_resume(
     pruned = TRIALS - len(survivors)
     assert summary["pruned"] == pruned
     if pruned:  # a pruned trial never ran its last rung, which the full budget counts
-        assert summary["compute_hours"] < summary["full_budget_compute_hours"]
+        # Without pruning no job would have asked the study at its rung ends: those round trips
+        # are in what the study spent, not in the estimate, and with rungs this short they can
+        # outweigh what pruning saved (CI measured 0.003610 device-hours against 0.003588).
+        for outcome in outcomes.values():
+            if outcome["state"] == "pruned":
+                spent = outcome["compute_hours"] - outcome["study_compute_hours"]
+                assert outcome["full_budget_compute_hours"] > spent, outcome
+        asking = sum(o["study_compute_hours"] for o in outcomes.values())
+        assert summary["compute_hours"] - asking < summary["full_budget_compute_hours"]
     else:
         assert summary["compute_hours"] == pytest.approx(summary["full_budget_compute_hours"])
     # The gate's candidate is the best trial's own model: train adopted it, register registered it.
