@@ -113,6 +113,67 @@ def test_a_forked_job_that_fails_says_why_and_exits_non_zero(
     assert "nowhere/part-0.parquet" in errors[0]["error"]
 
 
+# A DAG file, as `dag.test()` runs it: the launching process's main. Every child of a forkserver
+# runs its parent's main again as __mp_main__ (multiprocessing.spawn.prepare); pytest's own main
+# (`python -m pytest`) is one it skips, so only a script main shows it.
+DAG_FILE_MAIN = """
+import json, os, sys
+from pathlib import Path
+
+if __name__ == "__mp_main__":
+    Path(os.environ["MAIN_RAN_IN"], str(os.getpid())).touch()
+
+from airflow.sdk import DAG  # what a DAG file imports: Airflow, and its ORM hook with it
+
+from airflow_trainpipe.contracts.train_spec import TrainSpec
+from airflow_trainpipe.launchers.forked import ForkedLauncher, _nothing
+
+if __name__ == "__main__":
+    launcher = ForkedLauncher(TrainSpec.model_validate_json(Path(sys.argv[1]).read_text()))
+    launcher.start()
+    output = [line.text for line in launcher.lines()]
+    code = launcher.wait()
+    job_ran_main = sorted(os.listdir(os.environ["MAIN_RAN_IN"]))
+    import multiprocessing  # the standard library's child of the same warm parent, for contrast
+
+    plain = multiprocessing.get_context("forkserver").Process(target=_nothing)
+    plain.start()
+    plain.join()
+    print(json.dumps({"code": code, "job_ran_main": job_ran_main, "plain_child": plain.pid,
+                      "after": sorted(os.listdir(os.environ["MAIN_RAN_IN"])), "tail": output[-30:]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_forked_job_does_not_run_the_launching_process_s_main_again(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    main = tmp_path / "pipelines_dag.py"
+    main.write_text(DAG_FILE_MAIN)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(make_spec(tmp_path / "job", job_files, "forked-from-a-dag-file").to_json())
+    ran = tmp_path / "main_ran_in"
+    ran.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(main), str(spec_file)],
+        env={**os.environ, "MAIN_RAN_IN": str(ran)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["code"] == 0, "\n".join(report["tail"])
+    # Neither the warm parent's probe, the job's agent nor its rank ran the DAG file again...
+    assert report["job_ran_main"] == []
+    # ...which the standard library's child of the same warm parent does.
+    assert report["after"] == [str(report["plain_child"])]
+
+
 def test_the_warm_parent_is_started_once_and_stopped() -> None:
     warm_parent(job_environment(0, 1))
     assert warm_parent(job_environment(0, 1)) == 0.0

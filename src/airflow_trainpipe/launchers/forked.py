@@ -30,13 +30,16 @@ exits).
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing
 import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from multiprocessing import forkserver, popen_forkserver, spawn, util
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen  # type: ignore[attr-defined]
 from typing import IO, Any
 
 from airflow_trainpipe.contracts.train_spec import TrainSpec
@@ -118,7 +121,7 @@ def warm_parent(env: dict[str, str]) -> float:
             saved = dict(os.environ)
             os.environ.update({k: env[k] for k in ("DS_ACCELERATOR", "HF_HUB_OFFLINE") if k in env})
             try:
-                probe = context.Process(target=_nothing, name="trainpipe-warm-parent-probe")
+                probe = _JobProcess(target=_nothing, name="trainpipe-warm-parent-probe")
                 probe.start()
             finally:
                 os.environ.clear()
@@ -129,12 +132,55 @@ def warm_parent(env: dict[str, str]) -> float:
     return 0.0
 
 
+class _JobProcess(ForkServerProcess):
+    """A child of the warm parent that does not run this process's main module again.
+
+    Before it unpickles its target, every child of a forkserver runs its launching process's
+    `__main__` again, as `__mp_main__` (`multiprocessing.spawn.prepare`), in case the target was
+    defined there. A job's target never is (`_agent`, here), but the main was a DAG file in a
+    `dag.test()` session, `bin/airflow` in a worker, `bin/trainpipe` under `trainpipe tune`: each
+    job imported Airflow and ran the DAG file again before its own start-up clock began (a 1-rank
+    job from a DAG file that registers the example pipelines: 1.5-1.9 s to its first event, 0.5-0.8 s
+    without). Airflow's import also set its ORM hook (import every Airflow model at the first
+    SQLAlchemy mapper configured, `airflow.utils.orm_event_handlers`), which every rank then paid at
+    its first MLflow or Optuna query: opening a trial's study took 1.05-1.46 s, 0.06-0.16 s without.
+    A job runs no user code but the pipeline's, and has no Airflow in it."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _PopenWithoutMain(process_obj)
+
+
+class _PopenWithoutMain(popen_forkserver.Popen):
+    def _launch(self, process_obj: Any) -> None:
+        # The standard library's (identical in Python 3.10 to 3.13), but for the preparation data,
+        # which names no main module to run. The rest of it (sys.path, the working directory, the
+        # authentication key) the child still gets.
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        prep_data.pop("init_main_from_path", None)
+        prep_data.pop("init_main_from_name", None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        # Keep a duplicate of the data pipe's write end as a sentinel of the parent process used
+        # by the child process (as the standard library's does).
+        _parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))  # type: ignore[attr-defined]
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
 def stop_warm_parent() -> None:
     """End the warm parent once no job forked from it runs (a job still running would get its
     SIGTERM); the next `warm_parent()` starts a new one. A process that ends needs no call: the
     warm parent ends with it."""
     import signal
-    from multiprocessing import forkserver
 
     server: Any = forkserver._forkserver  # type: ignore[attr-defined]  # private, not in typeshed
     with _warm_lock:
@@ -174,9 +220,7 @@ class ForkedLauncher(LocalLauncher):
             env=self.env,
             shutdown_timeout_s=self.spec.config.training.checkpoint.shutdown_timeout_s,
         )
-        self.job = context.Process(
-            target=_agent, args=(agent, writer), name=f"trainpipe-job-{self.spec.run_id}"
-        )
+        self.job = _JobProcess(target=_agent, args=(agent, writer), name=f"trainpipe-job-{self.spec.run_id}")
         self.job.start()
         writer.close()  # the job holds the only writer: its end is the output's end
         self._output = os.fdopen(os.dup(reader.fileno()), "r", buffering=1, errors="replace")
