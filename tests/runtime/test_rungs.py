@@ -197,3 +197,32 @@ def test_a_diverged_rung_stops_the_trial_without_asking_the_study(
     # No storage URL in the environment: a question to the study would raise.
     assert TrialRungs(spec.trial, base.config).decide({1: float("nan")}, 1) is True
     assert study._storage.get_trial(trial._trial_id).intermediate_values == {}
+
+
+def test_a_resumed_trial_counts_the_study_time_of_the_attempt_before_it(
+    tmp_path: Path, trainpipe_home: Path, job_files: list[str]
+) -> None:
+    # Rungs at epochs 1 and 2; the first attempt asks at 1, checkpoints in epoch 2 and is killed.
+    base = _base(tmp_path / "checkpoints", job_files)
+    study, url = _study(tmp_path, base, earlier=0.01)
+    assert base.config.tuning is not None
+    trial = study.ask()
+    ref = StudyRef(study_name=study.study_name, storage="", parent_run_id="", run_id="study")
+    spec = rung_spec(
+        base, ref, trial.number, base.hyperparameters, base.config.tuning, EPOCHS, True,
+        rungs=[1, 2], trial_id=trial._trial_id,
+    )  # fmt: skip
+    # 26 steps an epoch: checkpoints at 25, 26 (the rung's) and 30, then killed after step 32.
+    killed = run_job(spec, 1, env={STORAGE_ENV: url}, pause_at="step:32")
+    assert killed.code != 0 and killed.result is None, killed.text[-3000:]
+    assert "checkpoints/step_000000030" in killed.text and "TRAINPIPE PAUSED step:32" in killed.text
+
+    resumed = run_job(spec, 1, env={STORAGE_ENV: url})
+    assert resumed.code == 0, resumed.text[-3000:]
+    result = resumed.result
+    assert result is not None and result["resumed_from_step"] == 30
+    assert [r["resource"] for r in result["rungs"]] == [1, 2]
+    # This attempt asked at rung 2 only; the result counts the first attempt's ask at rung 1 too,
+    # carried by checkpoint 30 (what the trial's full-budget estimate leaves out).
+    this_attempt = result["timing"]["study_s"] * result["world_size"]
+    assert 0 < this_attempt < result["study_compute_hours"] * 3600

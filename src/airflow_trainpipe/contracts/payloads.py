@@ -195,6 +195,9 @@ class TrainResult(Payload):
     """The part of the device-hours spent before first steps (every attempt's start-up)."""
     end_compute_hours: float = 0.0
     """The part spent after the last step (final evaluation, the logged model, the comparison)."""
+    study_compute_hours: float = 0.0
+    """A tuning trial's part spent asking its study at rung ends, over every attempt (the timing's
+    `study_s` is this attempt's alone)."""
     timing: TrainTiming
     mlflow_run_id: str
     mlflow_experiment_id: str

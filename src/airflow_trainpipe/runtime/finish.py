@@ -164,6 +164,7 @@ class RunEnd:
             "stopped_early": state.get("stopped_early", False),
             "world_size": self.world_size,
             "startup_compute_hours": state.get("startup_device_seconds", 0.0) / 3600,
+            "study_compute_hours": state.get("study_device_seconds", 0.0) / 3600,
             "peak_rss_mib": peak_rss,
             **_trial_fields(state),
             "mlflow_run_id": tracker.run_id,

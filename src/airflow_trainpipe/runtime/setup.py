@@ -280,6 +280,7 @@ class JobSetup:
                     "stale_epochs": 0,
                     "rungs": {},
                     "startup_device_seconds": 0.0,
+                    "study_device_seconds": 0.0,
                 },
                 0,
                 0,

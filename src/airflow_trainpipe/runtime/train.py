@@ -214,8 +214,14 @@ class Trainer(JobSetup):
         rungs = self.rungs
         # Timed apart (loading the study, the storage's round trips; 0.12 s a rung on the tests'
         # small job): a job without rungs never spends it, so the full-budget estimate leaves it out.
+        asked = self.timing.study_s
         with self.timing.measure("study_s"):
             prune = bool(self.from_rank0(lambda: rungs.decide(rung_values(state), end), Exception))
+        # Kept in the state beside compute_seconds: the next checkpoint carries it into a resumed
+        # attempt, whose estimate must leave out the round trips of the attempts before it too.
+        state["study_device_seconds"] = (
+            state.get("study_device_seconds", 0.0) + (self.timing.study_s - asked) * self.world_size
+        )
         state["pruned"] = prune
         return prune
 

@@ -212,7 +212,7 @@ def _outcome(
             "compute_hours": hours,
             "startup_compute_hours": result.startup_compute_hours if result else 0.0,
             "end_compute_hours": result.end_compute_hours if result else 0.0,
-            "study_compute_hours": result.timing.study_s * result.world_size / 3600 if result else 0.0,
+            "study_compute_hours": result.study_compute_hours if result else 0.0,
             "full_budget_compute_hours": None if reached is None else hours,  # scaled by the caller
             "mlflow_run_id": trial.user_attrs.get("mlflow_run_id"),
             "run_dir": trial.user_attrs.get("run_dir"),
