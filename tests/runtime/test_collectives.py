@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import re
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,17 +31,9 @@ from airflow_trainpipe.runtime.collectives import (
 from airflow_trainpipe.runtime.data.sampler import ResumableSampler
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager
 from airflow_trainpipe.runtime.steps import PeriodicSync, SyncConfig
-from tests.conftest import free_port
 from tests.helpers.jobs import KILLS, finished_after_the_kills, interrupted_run
 
 NCCL_ERROR = "No backend type associated with device type cpu"
-
-
-@pytest.fixture(scope="module")
-def one_rank_world() -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _sync(tmp_path: Path, group: object) -> PeriodicSync:

@@ -4,13 +4,11 @@ test_text_job.py; what only a GPU runs is refused, tests/config/test_speed.py.)"
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from airflow_trainpipe.config import load_config
@@ -25,18 +23,14 @@ from airflow_trainpipe.runtime.models import build_model
 from airflow_trainpipe.runtime.models.inputs import ModelInputs, TextInput, text_lengths, text_widths
 from airflow_trainpipe.runtime.models.packing import pack_text
 from airflow_trainpipe.runtime.steps import StepRunner, by_length
-from tests.conftest import EXAMPLE_CONFIGS, free_port
+from tests.conftest import EXAMPLE_CONFIGS
 
 TEXT = ModelInputs(
     2, [3], [TextInput("subject", vocab_size=50, max_length=12, pad_id=0, sep_id=3, segments=1)]
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_rank_world() -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_engine_world")  # tests/runtime/conftest.py
 
 
 @pytest.fixture(autouse=True)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from airflow_trainpipe.config.training import CheckpointSection
@@ -23,7 +21,6 @@ from airflow_trainpipe.runtime.engine import deepspeed
 from airflow_trainpipe.runtime.models.inputs import ModelInputs
 from airflow_trainpipe.runtime.resume.checkpoint import CheckpointManager, _PendingSave, tag_for
 from airflow_trainpipe.runtime.steps import PeriodicSync, StepRunner, SyncConfig, SyncOutcome
-from tests.conftest import free_port
 
 if TYPE_CHECKING:
     from airflow_trainpipe.runtime.tracking import Tracker
@@ -31,12 +28,7 @@ if TYPE_CHECKING:
 ROWS, GLOBAL_BATCH = 60, 4  # 15 steps per epoch on one rank
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_rank_world() -> Iterator[None]:
-    """This process is the whole job: a real gloo group of one rank, so collectives run for real."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_engine_world")  # tests/runtime/conftest.py
 
 
 # -- StepRunner --------------------------------------------------------------------------------
