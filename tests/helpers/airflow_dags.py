@@ -19,9 +19,14 @@ from tests.helpers.dag_test_worker import RESULT_MARK as RESULT_MARK  # the runn
 from tests.helpers.dag_test_worker import run_dag
 
 
-def dag_test_env(root: Path, migrated_db: Path, *, fork_local_jobs: bool = True) -> dict[str, str]:
+def dag_test_env(
+    root: Path, migrated_db: Path, *, fork_local_jobs: bool = True, migrated_mlflow: Path | None = None
+) -> dict[str, str]:
     """Environment of an Airflow home under `root` (a copy of the migrated DB), with the dags
     folder `root/dags` and TRAINPIPE_HOME `root/home`.
+
+    `migrated_mlflow` (conftest's `migrated_mlflow_db`): TRAINPIPE_HOME's embedded MLflow store
+    starts as a copy of it. Without it, the first task that tracks creates the store.
 
     `fork_local_jobs`: the train tasks fork their CPU jobs from the worker's warm parent
     (TRAINPIPE_FORK_LOCAL_JOBS, launchers/forked.py), as a user's own `dag.test()` session may:
@@ -33,6 +38,10 @@ def dag_test_env(root: Path, migrated_db: Path, *, fork_local_jobs: bool = True)
     (root / "dags").mkdir()
     (root / "airflow").mkdir()
     shutil.copy2(migrated_db, root / "airflow" / "airflow.db")
+    if migrated_mlflow is not None:
+        from tests.conftest import fresh_mlflow_store
+
+        fresh_mlflow_store(root / "home", migrated_mlflow)
     return {
         **os.environ,
         "AIRFLOW_HOME": str(root / "airflow"),

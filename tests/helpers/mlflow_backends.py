@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_trainpipe.contracts.payloads import GateDecision
-from tests.conftest import EXAMPLE_CONFIGS
+from tests.conftest import EXAMPLE_CONFIGS, fresh_mlflow_store
 
 BACKENDS = ["server", "sqlite"]
 
@@ -20,13 +20,8 @@ def define_connection(
     if backend == "server":
         value = request.getfixturevalue("mlflow_server").connection_json()
     else:
-        value = json.dumps(
-            {
-                "conn_type": "mlflow",
-                "extra": {"tracking_uri": f"sqlite:///{tmp_path / 'embedded' / 'mlflow.db'}"},
-            }
-        )
-        (tmp_path / "embedded").mkdir(exist_ok=True)
+        store = fresh_mlflow_store(tmp_path / "embedded", request.getfixturevalue("migrated_mlflow_db"))
+        value = json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": store}})
     monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_DEFAULT", value)
     return value
 

@@ -41,11 +41,11 @@ def _example(epochs: int, min_value: float) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_sql_example_trains_on_a_week_that_make_data_wrote_into_sqlite(
-    migrated_airflow_db: Path, tmp_path: Path
+    migrated_airflow_db: Path, migrated_mlflow_db: Path, tmp_path: Path
 ) -> None:
     from mlflow import MlflowClient
 
-    env = dag_test_env(tmp_path, migrated_airflow_db)
+    env = dag_test_env(tmp_path, migrated_airflow_db, migrated_mlflow=migrated_mlflow_db)
     env.pop("AIRFLOW_CONN_MLFLOW_DEFAULT", None)  # the embedded store under TRAINPIPE_HOME
     home = Path(env["TRAINPIPE_HOME"])
     database = home / "warehouse.db"

@@ -95,7 +95,7 @@ def _xcoms(airflow_home: Path, dag_id: str, task_id: str) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_each_task_type_trains_gates_and_registers_through_dag_test(
-    tmp_path: Path, migrated_airflow_db: Path
+    tmp_path: Path, migrated_airflow_db: Path, migrated_mlflow_db: Path
 ) -> None:
     from mlflow import MlflowClient
 
@@ -104,7 +104,7 @@ def test_each_task_type_trains_gates_and_registers_through_dag_test(
     # An Airflow home and registry of its own: the session's (airflow_env) holds versions of these
     # pipelines' models that other tests registered (test_validate_text's support_tickets), and day 1
     # must find no champion. Its runs are a `python` process of their own, as a user's would be.
-    airflow_env = dag_test_env(tmp_path, migrated_airflow_db)
+    airflow_env = dag_test_env(tmp_path, migrated_airflow_db, migrated_mlflow=migrated_mlflow_db)
 
     home = Path(airflow_env["TRAINPIPE_HOME"])
     for _, kind, _, _ in CASES:

@@ -24,6 +24,7 @@ from airflow_trainpipe.operators.canary import (
     _step_window,
     canary_state,
 )
+from tests.conftest import fresh_mlflow_store
 from tests.helpers.canary_models import log_scorer, request_body
 from tests.helpers.mlflow_backends import gate_decision, write_config
 from tests.operators.conftest import TaskInstance, aliases
@@ -35,16 +36,15 @@ CANARY = (
 
 
 @pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_mlflow_db: Path):
     """Version 1 (@champion, a good scorer) and version 2 (staged @canary) of a model of its own."""
     import mlflow
 
     store = tmp_path / "store"
-    store.mkdir()
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    uri = fresh_mlflow_store(store, migrated_mlflow_db)
     monkeypatch.setenv(
-        "AIRFLOW_CONN_MLFLOW_DEFAULT",
-        json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": f"sqlite:///{store / 'mlflow.db'}"}}),
+        "AIRFLOW_CONN_MLFLOW_DEFAULT", json.dumps({"conn_type": "mlflow", "extra": {"tracking_uri": uri}})
     )
     name = f"cnr_{uuid.uuid4().hex[:8]}"
     config = load_config(write_config(tmp_path / "canary.yaml", name, CANARY))

@@ -124,7 +124,9 @@ class TrainRuns:
 
 
 @pytest.fixture(scope="module")
-def train_runs(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path) -> TrainRuns:
+def train_runs(
+    tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path, migrated_mlflow_db: Path
+) -> TrainRuns:
     """Both DAGs of this module, each run once, one after the other in one process: they share
     nothing but the interpreter (their own data, configs and checkpoint roots), and a process of
     its own costs each an interpreter start, an Airflow import and the execution API's start
@@ -162,7 +164,12 @@ def train_runs(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Pa
     )
     retry, overwritten = run_dags_of_file(
         # The train task as a worker runs it: the torchrun command, its ranks started cold.
-        dag_test_env(root / "airflow_home", migrated_airflow_db, fork_local_jobs=False),
+        dag_test_env(
+            root / "airflow_home",
+            migrated_airflow_db,
+            fork_local_jobs=False,
+            migrated_mlflow=migrated_mlflow_db,
+        ),
         "train_dags",
         source,
         [("train_retry", "2026-01-01"), ("overwritten", "2026-01-01")],

@@ -105,13 +105,13 @@ def _xcoms(airflow_home: Path, task_id: str) -> list[tuple[str, int, dict]]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_study_of_mapped_trials_picks_the_candidate_and_killed_trials_resume(
-    tmp_path: Path, migrated_airflow_db: Path
+    tmp_path: Path, migrated_airflow_db: Path, migrated_mlflow_db: Path
 ) -> None:
     from mlflow import MlflowClient
 
     from airflow_trainpipe.examples.synthetic import write_day
 
-    env = dag_test_env(tmp_path, migrated_airflow_db)
+    env = dag_test_env(tmp_path, migrated_airflow_db, migrated_mlflow=migrated_mlflow_db)
     env.update(TRAINPIPE_CRASH_AT=f"step:{CRASH_STEP}", TRAINPIPE_FAULT_TRY="1")
     home = Path(env["TRAINPIPE_HOME"])
     for day in (2, 3):
