@@ -17,14 +17,14 @@ from airflow_trainpipe.registry.reads import (
     finished_run,
     get_run,
 )
-from tests.conftest import EXAMPLE_CONFIGS, free_port
+from tests.conftest import EXAMPLE_CONFIGS, free_port, fresh_mlflow_store
 
 
 @pytest.fixture
-def sqlite_client(tmp_path: Path):
+def sqlite_client(tmp_path: Path, migrated_mlflow_db: Path):
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_mlflow_store(tmp_path, migrated_mlflow_db)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 

@@ -24,6 +24,7 @@ from airflow_trainpipe.runtime.evaluation.final import (
 )
 from airflow_trainpipe.runtime.evaluation.metrics import compute_metrics
 from airflow_trainpipe.runtime.serving import SERVED_MODEL_CODE, log_raw_row_model
+from tests.conftest import fresh_mlflow_store
 from tests.helpers.mlflow_backends import write_config
 
 
@@ -66,10 +67,10 @@ def _transform(numeric: list[str], categories: list[str] | None) -> FittedTransf
 
 
 @pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_mlflow_db: Path):
     from mlflow.tracking._tracking_service import utils
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_mlflow_store(tmp_path, migrated_mlflow_db)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setattr(utils, "_tracking_uri", uri)
     return mlflow.MlflowClient(uri)
