@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import fresh_mlflow_store
 from tests.helpers.dag_test_worker import RESULT_MARK as RESULT_MARK  # the runners of their own print it
 from tests.helpers.dag_test_worker import run_dag
 
@@ -39,8 +40,6 @@ def dag_test_env(
     (root / "airflow").mkdir()
     shutil.copy2(migrated_db, root / "airflow" / "airflow.db")
     if migrated_mlflow is not None:
-        from tests.conftest import fresh_mlflow_store
-
         fresh_mlflow_store(root / "home", migrated_mlflow)
     return {
         **os.environ,

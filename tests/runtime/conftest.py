@@ -43,11 +43,6 @@ def one_rank_world() -> Iterator[None]:
     dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def one_rank_engine_world(jobs_comm_op: None, one_rank_world: None) -> None:
-    """`one_rank_world` for DeepSpeed engines built in this process."""
-
-
 @pytest.fixture
 def tracker(
     tmp_path: Path, trainpipe_home: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest

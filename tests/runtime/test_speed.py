@@ -30,7 +30,8 @@ TEXT = ModelInputs(
 )
 
 
-pytestmark = pytest.mark.usefixtures("one_rank_engine_world")  # tests/runtime/conftest.py
+# A one-rank group, and the comm op loaded as a job loads it (tests/runtime/conftest.py).
+pytestmark = pytest.mark.usefixtures("jobs_comm_op", "one_rank_world")
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 ROWS, GLOBAL_BATCH = 60, 4  # 15 steps per epoch on one rank
 
 
-pytestmark = pytest.mark.usefixtures("one_rank_engine_world")  # tests/runtime/conftest.py
+# A one-rank group, and the comm op loaded as a job loads it (tests/runtime/conftest.py).
+pytestmark = pytest.mark.usefixtures("jobs_comm_op", "one_rank_world")
 
 
 # -- StepRunner --------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from airflow_trainpipe.runtime.resume.checkpoint import (
     _PendingSave,
     tag_for,
 )
-from tests.conftest import free_port
 
 
 def _manager(tmp_path: Path) -> CheckpointManager:
@@ -133,18 +132,9 @@ def flaky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return FlakyFileSystem.failures
 
 
-@pytest.fixture(scope="module")
-def single_rank_group():
-    """A real one-rank gloo group: complete_pending() is a collective."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _complete_save(manager: CheckpointManager, run: Path, step: int, metric: float) -> None:
-    """What save() leaves for complete_pending(): this rank's files on the store, hashed."""
+    """What save() leaves for complete_pending(): this rank's files on the store, hashed.
+    complete_pending() is a collective: its tests run in `one_rank_world` (tests/runtime/conftest.py)."""
     (run / "checkpoints" / tag_for(step)).mkdir(parents=True)
     (run / "checkpoints" / tag_for(step) / "weights.pt").write_bytes(b"w")
     manager._pending = _PendingSave(tag_for(step), step, metric, {})
@@ -161,7 +151,7 @@ def _steps(run: Path) -> list[str]:
 
 
 def test_a_transient_marker_read_failure_is_retried_and_prunes_only_what_it_should(
-    tmp_path: Path, flaky, single_rank_group
+    tmp_path: Path, flaky, one_rank_world
 ) -> None:
     run = tmp_path / "run"
     manager = _flaky_manager(run, keep_last=3)
@@ -179,7 +169,7 @@ def test_a_transient_marker_read_failure_is_retried_and_prunes_only_what_it_shou
 
 
 def test_a_marker_that_stays_unreadable_fails_loudly_and_deletes_nothing(
-    tmp_path: Path, flaky, single_rank_group
+    tmp_path: Path, flaky, one_rank_world
 ) -> None:
     run = tmp_path / "run"
     manager = _flaky_manager(run)
@@ -200,7 +190,7 @@ def test_a_marker_that_stays_unreadable_fails_loudly_and_deletes_nothing(
     assert manager.latest_complete().step == 40
 
 
-def test_an_unreadable_best_json_is_never_overwritten(tmp_path: Path, flaky, single_rank_group) -> None:
+def test_an_unreadable_best_json_is_never_overwritten(tmp_path: Path, flaky, one_rank_world) -> None:
     run = tmp_path / "run"
     manager = _flaky_manager(run)
     _complete_save(manager, run, 10, 0.9)

@@ -13,9 +13,9 @@ import pytest
 
 from airflow_trainpipe.config.training import CheckpointSection
 from airflow_trainpipe.runtime.resume.checkpoint import MARKER, CheckpointError, CheckpointManager, tag_for
-from tests.runtime.resume.test_checkpoint import flaky, single_rank_group  # noqa: F401 (fixtures)
+from tests.runtime.resume.test_checkpoint import flaky  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.usefixtures("single_rank_group")  # complete_pending() and fetch() are collectives
+pytestmark = pytest.mark.usefixtures("one_rank_world")  # complete_pending() and fetch() are collectives
 
 # DeepSpeed's file names; contents with a compressible part, like torch.save's zip headers.
 FILES = {
